@@ -1,0 +1,200 @@
+"""Policy = perception head -> recurrent compartment -> readout: camera frames in, curvature out.
+
+The NCP lane-keeping pipeline (Lechner et al. 2020, REFERENCE.md §2): a conv head turns every frame
+into features, a recurrent module (LTC/NCP, CfC, LSTM, CT-RNN) integrates them over time, and its
+output is the steering curvature. The network works in the papers' units, 1/km (curvature x 1000);
+:meth:`Policy.forward` and :meth:`Policy.step` return 1/m, the units of the recordings and the world.
+
+The feed-forward PilotNet baseline (family ``cnn``) has no memory: its recurrent compartment is a
+:class:`Stateless` pass-through with ``state_size == 0`` (hidden ``[B, 0]``), so every policy runs
+through the same ``step`` / ``forward`` and the same driver code.
+
+Time: the recurrent modules take elapsed time per step. A policy divides elapsed seconds by its
+``frame_period_s`` (the recording's nominal 1/fps), so a regularly sampled stream feeds the cell
+``timespan = 1`` per frame (as in the papers' training) and a dropped frame feeds 2.
+
+Everything scripts with ``torch.jit.script`` (the export helper does that); the config is JSON::
+
+    policy = Policy.from_config(cfg)
+    assert Policy.from_config(policy.config()).config() == policy.config()
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from drive.nn.heads import build_head
+
+__all__ = ["Policy", "Stateless", "build_rnn", "rnn_spec", "KM_PER_M"]
+
+KM_PER_M = 1000.0  # network output (1/km) = curvature (1/m) x 1000
+
+
+class Stateless(nn.Module):
+    """Recurrent-module contract with no memory: ``y = x``, hidden ``[B, 0]`` (the ``cnn`` family).
+
+    ``forward(x[B, L, F], hidden, timespans) -> (x, hidden[B, 0])``; ``step(x[B, F], hidden, dt)``.
+    """
+
+    def __init__(self, input_size: int = 1) -> None:
+        super().__init__()
+        self.input_size: int = int(input_size)
+        self.output_size: int = int(input_size)
+        self.state_size: int = 0
+
+    def config(self) -> Dict[str, Any]:
+        return {"input_size": self.input_size}
+
+    def forward(
+        self, x: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
+    ) -> Tuple[Tensor, Tensor]:
+        return x, x.new_zeros((x.shape[0], 0))
+
+    @torch.jit.export
+    def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
+        return x, hidden
+
+    @torch.jit.export
+    def initial_state(self, batch: int) -> Tensor:
+        return torch.zeros((batch, 0))
+
+
+def rnn_spec(rnn: nn.Module) -> Dict[str, Any]:
+    """JSON-able spec ``{"class": "drive.nn.<module>.<Class>", "kwargs": rnn.config()}``."""
+    cls = type(rnn)
+    return {"class": f"{cls.__module__}.{cls.__qualname__}", "kwargs": rnn.config()}
+
+
+def build_rnn(spec: Mapping[str, Any]) -> nn.Module:
+    """Rebuild a recurrent module from :func:`rnn_spec`; only classes inside ``drive.nn`` are allowed.
+
+    Restricting the import to ``drive.nn`` keeps a checkpoint's config from naming arbitrary code.
+    """
+    path = str(spec["class"])
+    module_name, _, class_name = path.rpartition(".")
+    if not module_name.startswith("drive.nn") or not class_name.isidentifier():
+        raise ValueError(f"recurrent class {path!r} is not a drive.nn module; refusing to build it")
+    cls = getattr(importlib.import_module(module_name), class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+        raise ValueError(f"{path!r} is not an nn.Module class")
+    return cls(**dict(spec.get("kwargs", {})))
+
+
+class Policy(nn.Module):
+    """Steering policy: frames ``[B, L, 3, H, W]`` float in [0, 1] -> curvature ``[B, L]`` in 1/m.
+
+    Args:
+        head: perception head, frames ``[N, 3, H, W]`` -> features ``[N, F]`` (``drive.nn.heads``).
+        rnn: recurrent module following the drive.nn contract with ``input_size == F``, or
+            ``None`` for a feed-forward policy (a :class:`Stateless` pass-through is used).
+        frame_period_s: nominal seconds between frames; elapsed time is divided by it before it
+            reaches the cell (see the module docstring).
+        head_name: the head's name in :data:`drive.nn.heads.HEADS`, recorded in :meth:`config`.
+
+    When the recurrent output has more than one channel (LSTM, CT-RNN, dense CfC), a linear
+    readout maps it to the single curvature value; NCP wirings end in one motor neuron (identity).
+    """
+
+    def __init__(
+        self,
+        head: nn.Module,
+        rnn: Optional[nn.Module] = None,
+        frame_period_s: float = 1.0,
+        head_name: str = "ncp_conv",
+        readout: bool = False,
+    ) -> None:
+        super().__init__()
+        head_out = int(head.output_size)
+        if rnn is None:
+            rnn = Stateless(head_out)
+        if int(rnn.input_size) != head_out:
+            raise ValueError(f"head gives {head_out} features but the recurrent module takes {rnn.input_size}")
+        if frame_period_s <= 0:
+            raise ValueError(f"frame_period_s must be positive, got {frame_period_s}")
+        self.head = head
+        self.rnn = rnn
+        self.head_name: str = head_name
+        self.frame_period_s: float = float(frame_period_s)
+        self.km_per_m: float = KM_PER_M
+        self.state_size: int = int(rnn.state_size)
+        self.has_readout: bool = bool(readout) or int(rnn.output_size) != 1
+        self.readout = nn.Linear(int(rnn.output_size), 1) if self.has_readout else nn.Identity()
+        self.input_size: Tuple[int, int] = (int(head.input_size[0]), int(head.input_size[1]))
+
+    # -- construction ------------------------------------------------------------------------
+    def config(self) -> Dict[str, Any]:
+        """JSON-able description: ``Policy.from_config(p.config())`` rebuilds the architecture."""
+        return {
+            "head": {"name": self.head_name, "kwargs": self.head.config()},
+            "rnn": rnn_spec(self.rnn),
+            "frame_period_s": self.frame_period_s,
+            "readout": self.has_readout,
+        }
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> "Policy":
+        """Build from :meth:`config` output (untrained weights)."""
+        head_cfg = cfg["head"]
+        head = build_head(str(head_cfg["name"]), **dict(head_cfg.get("kwargs", {})))
+        rnn = build_rnn(cfg["rnn"])
+        return cls(
+            head,
+            rnn,
+            frame_period_s=float(cfg.get("frame_period_s", 1.0)),
+            head_name=str(head_cfg["name"]),
+            readout=bool(cfg.get("readout", False)),
+        )
+
+    # -- the two halves (the trainer runs the head under autocast, the cell in fp32) ------------
+    def encode(self, frames: Tensor) -> Tensor:
+        """Head per frame: ``[B, L, 3, H, W]`` -> features ``[B, L, F]``."""
+        torch._assert(frames.dim() == 5, "Policy: frames must be [B, L, 3, H, W]")
+        b, length = frames.shape[0], frames.shape[1]
+        features = self.head(frames.reshape(b * length, frames.shape[2], frames.shape[3], frames.shape[4]))
+        return features.reshape(b, length, features.shape[-1])
+
+    def decode(
+        self, features: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
+    ) -> Tuple[Tensor, Tensor]:
+        """Recurrent part: features ``[B, L, F]`` -> (curvature in 1/km ``[B, L]``, hidden ``[B, H]``).
+
+        timespans: ``[B, L]`` elapsed seconds per frame (None: one frame period each).
+        """
+        features = features.float()
+        if hidden is None:
+            hidden = self.initial_state(features.shape[0])
+        steps: Optional[Tensor] = None
+        if timespans is not None:
+            steps = timespans.to(features.dtype) / self.frame_period_s
+        y, hidden = self.rnn(features, hidden, steps)
+        return self.readout(y).squeeze(-1), hidden
+
+    def forward_per_km(
+        self, frames: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
+    ) -> Tuple[Tensor, Tensor]:
+        """As :meth:`forward` but in the network's units, 1/km (losses are computed here)."""
+        return self.decode(self.encode(frames), hidden, timespans)
+
+    # -- the public contract -----------------------------------------------------------------
+    def forward(
+        self, frames: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
+    ) -> Tuple[Tensor, Tensor]:
+        """frames ``[B, L, 3, H, W]`` in [0, 1] -> (curvature ``[B, L]`` in 1/m, hidden ``[B, H]``)."""
+        y, hidden = self.forward_per_km(frames, hidden, timespans)
+        return y / self.km_per_m, hidden
+
+    @torch.jit.export
+    def step(self, frame: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
+        """One frame ``[B, 3, H, W]`` in [0, 1], hidden ``[B, H]``, dt ``[B]`` seconds -> (1/m ``[B]``, hidden)."""
+        torch._assert(frame.dim() == 4, "Policy.step: frame must be [B, 3, H, W]")
+        features = self.head(frame).float()
+        y, hidden = self.rnn.step(features, hidden, dt.to(features.dtype) / self.frame_period_s)
+        return self.readout(y).squeeze(-1) / self.km_per_m, hidden
+
+    @torch.jit.export
+    def initial_state(self, batch: int) -> Tensor:
+        """Zero hidden state ``[batch, state_size]`` fp32 on the policy's device."""
+        return self.rnn.initial_state(batch)
