@@ -1,0 +1,181 @@
+"""Policies on disk and on the road: load a checkpoint safely, drive the world with it.
+
+A drive checkpoint is a ``torch.save`` dict that ``torch.load(..., weights_only=True)`` reads
+without running any pickled code:
+
+- ``"state_dict"``: the policy's tensors, keys prefixed ``"policy."`` (the LightningModule's
+  attribute; Lightning checkpoints from ``drive fit`` have exactly this layout);
+- ``"drive"``: the metadata (plain JSON types only) -- see :data:`META_KEYS`:
+  ``policy_config`` (:meth:`drive.nn.policy.Policy.config`, wiring included), ``preprocessing``
+  (:meth:`drive.preprocess.Preprocessing.to_dict`), ``fps``, ``label_units``, ``family``,
+  ``drive_version``.
+
+Training writes it through Lightning (``PolicyModule.on_save_checkpoint``); any other producer
+(closed-form conversion, tools) writes it with :func:`save_policy`. A file that needs more than
+tensors and plain types to load (a pickled payload) is rejected before anything in it runs.
+
+:class:`PolicyDriver` runs a policy in the world's ``Driver`` protocol (``reset()``,
+``act(obs) -> curvature 1/m``), preprocessing each camera frame exactly as training did.
+:func:`load_driver` opens any policy file: checkpoints here, exported files via
+:class:`drive.export.ExportedDriver`.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Mapping, Tuple, Union
+
+import numpy as np
+import torch
+
+from drive import __version__
+from drive.nn.policy import Policy
+from drive.preprocess import Preprocessing
+
+__all__ = [
+    "load_policy",
+    "save_policy",
+    "read_checkpoint",
+    "policy_meta",
+    "PolicyDriver",
+    "load_driver",
+    "CHECKPOINT_SUFFIXES",
+    "EXPORT_SUFFIXES",
+    "META_KEYS",
+    "LABEL_UNITS",
+]
+
+META_KEYS = ("policy_config", "preprocessing", "fps", "label_units", "family", "drive_version")
+LABEL_UNITS = {"network": "1/km", "policy": "1/m", "label": "curvature"}
+CHECKPOINT_SUFFIXES = (".ckpt", ".pt")
+EXPORT_SUFFIXES = (".ts", ".pt2", ".onnx")
+PathLike = Union[str, os.PathLike]
+
+
+def policy_meta(
+    policy: Policy, preprocessing: Preprocessing, fps: float, family: str, **extra: Any
+) -> Dict[str, Any]:
+    """The checkpoint metadata dict for ``policy`` (plain JSON types; ``extra`` must be plain too)."""
+    return {
+        "policy_config": policy.config(),
+        "preprocessing": preprocessing.to_dict(),
+        "fps": float(fps),
+        "label_units": dict(LABEL_UNITS),
+        "family": str(family),
+        "drive_version": __version__,
+        **extra,
+    }
+
+
+def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = "cpu") -> Dict[str, Any]:
+    """``torch.load(path, weights_only=True)`` with a clear error for unsafe or foreign files."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as err:
+        detail = [line.strip() for line in str(err).splitlines() if "Unsupported global" in line]
+        raise ValueError(
+            f"{path}: refusing to load: it holds pickled Python objects beyond tensors and plain "
+            f"types, which could run code; drive checkpoints never do. {' '.join(detail)}"
+        ) from None
+    if not isinstance(ckpt, dict) or "drive" not in ckpt or "state_dict" not in ckpt:
+        raise ValueError(f"{path}: not a drive policy checkpoint (needs 'drive' metadata and a 'state_dict')")
+    missing = [k for k in META_KEYS if k not in ckpt["drive"]]
+    if missing:
+        raise ValueError(f"{path}: checkpoint metadata lacks {missing}")
+    return ckpt
+
+
+def load_policy(path: PathLike, map_location: Union[str, torch.device] = "cpu") -> Tuple[Policy, Dict[str, Any]]:
+    """Rebuild a trained policy from a checkpoint: ``(policy in eval mode, meta dict)``.
+
+    Works for Lightning checkpoints from ``drive fit`` and files from :func:`save_policy`.
+    """
+    ckpt = read_checkpoint(path, map_location)
+    meta = dict(ckpt["drive"])
+    policy = Policy.from_config(meta["policy_config"])
+    prefix = "policy."
+    state = {k[len(prefix):]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
+    policy.load_state_dict(state, strict=True)
+    policy.to(map_location).eval()
+    return policy, meta
+
+
+def save_policy(path: PathLike, policy: Policy, meta: Mapping[str, Any]) -> Path:
+    """Write a standalone policy checkpoint that :func:`load_policy` reads (atomic rename).
+
+    ``meta`` must hold :data:`META_KEYS` (``policy_config`` is refreshed from ``policy``).
+    """
+    meta = {**dict(meta), "policy_config": policy.config()}
+    missing = [k for k in META_KEYS if k not in meta]
+    if missing:
+        raise ValueError(f"policy metadata lacks {missing}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    state = {"policy." + k: v.detach().cpu() for k, v in policy.state_dict().items()}
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save({"drive": meta, "state_dict": state}, tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+class PolicyDriver:
+    """A policy in the world's ``Driver`` protocol: camera frames in, curvature (1/m) out.
+
+    Each ``act(obs)`` preprocesses ``obs.image`` (uint8 RGB ``[H, W, 3]``) with the checkpoint's
+    :class:`~drive.preprocess.Preprocessing`, scales it to [0, 1] and runs one
+    :meth:`Policy.step` with ``dt = obs.dt_s``; the hidden state lives here and ``reset()``
+    zeroes it (start of an episode, or after an intervention).
+    """
+
+    def __init__(self, policy: Policy, meta: Mapping[str, Any], device: Union[str, torch.device] = "cpu") -> None:
+        self.device = torch.device(device)
+        self.policy = policy.to(self.device).eval()
+        self.meta = dict(meta)
+        self.preprocessing = Preprocessing.from_dict(self.meta["preprocessing"])
+        self.nominal_dt_s = 1.0 / float(self.meta["fps"])
+        self.name = str(self.meta.get("family", "policy"))
+        self.hidden = self.policy.initial_state(1).to(self.device)
+
+    def reset(self) -> None:
+        self.hidden = self.policy.initial_state(1).to(self.device)
+
+    @torch.inference_mode()
+    def act(self, obs: Any) -> float:
+        frame = self.preprocessing(np.ascontiguousarray(obs.image)).to(self.device)
+        dt_s = float(getattr(obs, "dt_s", self.nominal_dt_s))
+        if not np.isfinite(dt_s) or dt_s <= 0:
+            raise ValueError(f"observation dt_s must be positive and finite, got {dt_s}")
+        dt = torch.full((1,), dt_s, device=self.device)
+        curvature, self.hidden = self.policy.step(frame.float() / 255.0, self.hidden, dt)
+        return float(curvature[0])
+
+
+def load_driver(spec: PathLike, device: Union[str, torch.device] = "cpu") -> Any:
+    """Open a policy file as a world ``Driver``, by suffix.
+
+    ``.ckpt`` / ``.pt`` (training or converted checkpoints) -> :class:`PolicyDriver`;
+    ``.ts`` / ``.pt2`` / ``.onnx`` (exported) -> :class:`drive.export.ExportedDriver`.
+    """
+    path = Path(spec)
+    suffix = path.suffix.lower()
+    if suffix in CHECKPOINT_SUFFIXES:
+        policy, meta = load_policy(path, map_location=device)
+        return PolicyDriver(policy, meta, device=device)
+    if suffix in EXPORT_SUFFIXES:
+        from drive.export import ExportedDriver
+
+        return ExportedDriver(path)
+    raise ValueError(
+        f"cannot tell what {path} is from its suffix {suffix!r}: "
+        f"checkpoints end in {CHECKPOINT_SUFFIXES}, exported policies in {EXPORT_SUFFIXES}"
+    )
