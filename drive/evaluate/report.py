@@ -1,0 +1,129 @@
+"""Write a robustness study: ``REPORT.md`` (tables model x level), ``results.csv`` and PNG plots."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+__all__ = ["write_report", "METRICS", "COLUMNS"]
+
+# column -> (title, better)
+METRICS: Dict[str, tuple] = {
+    "mse": ("open-loop steering MSE (1/km^2)", "lower"),
+    "mae": ("open-loop steering MAE (1/km)", "lower"),
+    "ssim_mean": ("saliency SSIM clean vs perturbed (mean over frames)", "higher"),
+    "interventions_per_km": ("closed-loop interventions per km", "lower"),
+    "lateral_rms_m": ("closed-loop lateral RMS (m)", "lower"),
+    "lipschitz_max": ("recurrent sensitivity, max over units of max |dh|/|dx|", "lower"),
+}
+COLUMNS = ["model", "family", "kind", "level", "mse", "mae", "ssim_mean", "ssim_std",
+           "interventions_per_km", "lateral_rms_m", "lipschitz_max", "lipschitz_median"]
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
+    return str(value)
+
+
+def _table(rows: Sequence[Mapping[str, Any]], metric: str, kinds: Sequence[str]) -> List[str]:
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    columns = list(dict.fromkeys((r["kind"], r["level"]) for r in rows if r["kind"] in kinds))
+    head = "| model | " + " | ".join(f"{k} {lvl:g}" for k, lvl in columns) + " |"
+    lines = [head, "|---" * (len(columns) + 1) + "|"]
+    for m in models:
+        cells = []
+        for k, lvl in columns:
+            match = [r for r in rows if r["model"] == m and r["kind"] == k and r["level"] == lvl]
+            value = match[0].get(metric, float("nan")) if match else float("nan")
+            if metric == "ssim_mean" and match:
+                value = f"{_fmt(value)} ± {_fmt(match[0].get('ssim_std', float('nan')))}"
+            cells.append(_fmt(value))
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _plot(rows: Sequence[Mapping[str, Any]], metric: str, title: str, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=110)
+    for model in dict.fromkeys(r["model"] for r in rows):
+        pts = sorted((r["level"], r[metric]) for r in rows if r["model"] == model and r["kind"] == "gaussian")
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
+    ax.set_xlabel("Gaussian noise level on [0, 1] pixels")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _plot_profiles(results: Sequence[Mapping[str, Any]], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=110)
+    for res in results:
+        if res["profile"]:
+            ax.plot(range(1, len(res["profile"]) + 1), res["profile"], marker=".", label=res["name"])
+    ax.set_xlabel("hidden unit (sorted)")
+    ax.set_ylabel("max |dh| / |dx|")
+    ax.set_yscale("log")
+    ax.set_title("sensitivity profile of the recurrent compartment (clean drive)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Mapping[str, Any],
+                 recordings: Sequence[str]) -> Dict[str, Any]:
+    """Write REPORT.md, results.csv, results.json and plots under ``out_dir``; return their paths and rows."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows = [r for res in results for r in res["rows"]]
+    with open(out_dir / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({c: r.get(c, float("nan")) for c in COLUMNS})
+    (out_dir / "results.json").write_text(json.dumps({"config": config, "recordings": list(recordings),
+                                                      "results": list(results)}, indent=1, default=float))
+    present = [m for m in METRICS if any(m in r and not _isnan(r[m]) for r in rows)]
+    plots = []
+    for metric in present:
+        path = out_dir / f"{metric}.png"
+        _plot(rows, metric, METRICS[metric][0], path)
+        plots.append(path)
+    if any(res["profile"] for res in results):
+        _plot_profiles(results, out_dir / "sensitivity_profile.png")
+        plots.append(out_dir / "sensitivity_profile.png")
+    noise_unit = "variance sigma^2" if config.get("variance") else "standard deviation"
+    md = ["# Robustness report", "",
+          f"Models: {', '.join(res['name'] for res in results)}. Test recordings: {len(recordings)}. "
+          f"Gaussian levels are the noise {noise_unit} on [0, 1] pixels (clipped), seed {config.get('seed')}.",
+          ""]
+    other_kinds = sorted({r["kind"] for r in rows} - {"gaussian"})
+    for metric in present:
+        title, better = METRICS[metric]
+        md += [f"## {title} ({better} is better)", "", *_table(rows, metric, ["gaussian"]), ""]
+        if other_kinds:
+            md += ["Other perturbations:", "", *_table(rows, metric, other_kinds), ""]
+        md += [f"![{metric}]({metric}.png)", ""]
+    if (out_dir / "sensitivity_profile.png").exists():
+        md += ["## Sensitivity profile", "",
+               "Per hidden unit, max over a clean drive of |h(t+1) - h(t)| / ||x(t+1) - x(t)|| "
+               "(x = conv-head features), sorted. Lower and flatter = smoother response to input changes.",
+               "", "![sensitivity](sensitivity_profile.png)", ""]
+    md += ["Raw numbers: `results.csv` (one row per model x perturbation), `results.json` (with profiles).", ""]
+    (out_dir / "REPORT.md").write_text("\n".join(md))
+    return {"rows": rows, "report": out_dir / "REPORT.md", "csv": out_dir / "results.csv", "plots": plots}
+
+
+def _isnan(v: Any) -> bool:
+    return isinstance(v, float) and math.isnan(v)

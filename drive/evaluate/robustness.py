@@ -1,0 +1,268 @@
+"""Noise robustness of driving policies, measured the same way for every model (NCP paper §
+"robustness", CfC paper Fig. 5): for every model and perturbation level
+
+- **open loop**: steering MSE / MAE in 1/km on test recordings, hidden state carried across the
+  whole recording and reset at time gaps (as on the car);
+- **closed loop** (optional): interventions per km and lateral RMS in the built-in world on
+  held-out roads, the camera perturbed frame by frame;
+- **saliency stability**: SSIM (MATLAB defaults) between the VisualBackProp maps of clean and
+  perturbed frames, mean and spread over frames;
+- **sensitivity profile** of the recurrent compartment: per hidden unit
+  ``max_t |h(t+1) - h(t)| / ||x(t+1) - x(t)||`` over a drive (x = the head's features), sorted
+  descending -- a faithful reconstruction of the NCP paper's Lipschitz analysis (REFERENCE.md §2).
+
+:func:`robustness_report` runs it all (in parallel over models when the CPU allows) and writes
+``REPORT.md``, ``results.csv`` and plots through :mod:`drive.evaluate.report`.
+"""
+from __future__ import annotations
+
+import concurrent.futures as futures
+import multiprocessing
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from drive.evaluate.perturb import Perturbation
+from drive.evaluate.ssim import ssim
+from drive.explain.visual_backprop import visual_backprop
+from drive.nn.policy import Policy
+from drive.policy_io import PolicyDriver, load_policy
+from drive.preprocess import Preprocessing
+from drive.recording import Recording
+
+__all__ = [
+    "RobustnessConfig",
+    "open_loop_errors",
+    "saliency_stability",
+    "sensitivity_profile",
+    "evaluate_model",
+    "robustness_report",
+    "find_recordings",
+]
+
+GAP_FACTOR = 3.0  # a frame interval longer than this x the nominal period is a gap: reset the state
+
+
+@dataclass
+class RobustnessConfig:
+    """What to measure. ``noise_levels`` are Gaussian std on [0, 1] pixels (variance if ``variance``)."""
+
+    noise_levels: Sequence[float] = (0.0, 0.1, 0.2, 0.25, 0.3)
+    variance: bool = False
+    other: Mapping[str, Sequence[float]] = field(default_factory=lambda: {
+        "salt_pepper": (0.05,), "blur": (2.0,), "brightness": (-0.3, 0.3), "occlusion": (0.1,)})
+    seed: int = 0
+    closed_loop_km: float = 0.0
+    closed_loop_seed: int = 0
+    saliency_frames: int = 48
+    max_frames: Optional[int] = None
+
+    def perturbations(self) -> List[Perturbation]:
+        out = [Perturbation("gaussian", lvl, seed=self.seed, variance=self.variance) for lvl in self.noise_levels]
+        for kind, levels in self.other.items():
+            out += [Perturbation(kind, lvl, seed=self.seed) for lvl in levels]
+        return out
+
+
+def find_recordings(paths: Iterable[Union[str, os.PathLike]]) -> List[Path]:
+    """Canonical recording directories: each path is a recording or a folder holding some."""
+    found: List[Path] = []
+    for p in map(Path, paths):
+        if (p / "meta.json").is_file():
+            found.append(p)
+            continue
+        if not p.is_dir():
+            raise FileNotFoundError(f"{p}: no such recording or folder")
+        inner = sorted(m.parent for m in p.rglob("meta.json"))
+        if not inner:
+            raise ValueError(f"{p}: holds no drive recordings (no meta.json below it)")
+        found += inner
+    return found
+
+
+def _frames_tensor(frames: Sequence[np.ndarray], pre: Preprocessing) -> torch.Tensor:
+    return pre(np.stack(frames)).float().div_(255.0)
+
+
+def _segments(timestamps_s: np.ndarray, period_s: float) -> List[Tuple[int, int]]:
+    """[start, end) index ranges without time gaps."""
+    cuts = np.flatnonzero(np.diff(timestamps_s) > GAP_FACTOR * period_s) + 1
+    edges = [0, *cuts.tolist(), len(timestamps_s)]
+    return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+@torch.inference_mode()
+def _drive_recording(policy: Policy, meta: Mapping[str, Any], rec: Recording, perturb: Perturbation,
+                     max_frames: Optional[int], chunk: int = 64) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run a policy over a whole recording with carried state, reset at gaps.
+
+    Returns (prediction 1/km [T], label 1/km [T], head features [T, F]).
+    """
+    pre = Preprocessing.from_dict(meta["preprocessing"])
+    period = 1.0 / float(meta["fps"])
+    n = len(rec) if max_frames is None else min(len(rec), max_frames)
+    t = rec.timestamps_s[:n]
+    dt = np.diff(t, prepend=t[0] - period).astype(np.float32)
+    preds, feats = [], []
+    perturb.reset()
+    for start, end in _segments(t, period):
+        hidden = policy.initial_state(1)
+        dt[start] = period
+        for a in range(start, end, chunk):
+            b = min(a + chunk, end)
+            x = _frames_tensor([perturb(rec.frame(i)) for i in range(a, b)], pre)[None]
+            features = policy.encode(x)
+            y, hidden = policy.decode(features, hidden, torch.from_numpy(dt[a:b])[None])
+            preds.append(y[0].numpy())
+            feats.append(features[0].numpy())
+    label = rec.curvature[:n] * policy.km_per_m
+    return np.concatenate(preds), label, np.concatenate(feats)
+
+
+def open_loop_errors(policy: Policy, meta: Mapping[str, Any], recordings: Sequence[Recording],
+                     perturb: Perturbation, max_frames: Optional[int] = None) -> Dict[str, Any]:
+    """Steering MSE (1/km^2) and MAE (1/km) over all frames of ``recordings``.
+
+    Also returns ``features``: the head features of the first recording (for the sensitivity profile).
+    """
+    errors, first_features = [], None
+    for rec in recordings:
+        pred, label, feats = _drive_recording(policy, meta, rec, perturb, max_frames)
+        errors.append(pred - label)
+        first_features = feats if first_features is None else first_features
+    e = np.concatenate(errors)
+    return {"mse": float(np.mean(e**2)), "mae": float(np.mean(np.abs(e))), "features": first_features}
+
+
+def saliency_stability(policy: Policy, meta: Mapping[str, Any], recordings: Sequence[Recording],
+                       perturb: Perturbation, n_frames: int) -> Dict[str, float]:
+    """SSIM between VisualBackProp maps of clean and perturbed frames (evenly spaced frames)."""
+    pre = Preprocessing.from_dict(meta["preprocessing"])
+    per_rec = max(1, n_frames // max(1, len(recordings)))
+    scores = []
+    perturb.reset()
+    for rec in recordings:
+        idx = np.unique(np.linspace(0, len(rec) - 1, per_rec).round().astype(int))
+        clean = [rec.frame(int(i)) for i in idx]
+        noisy = [perturb(f) for f in clean]
+        masks_clean = visual_backprop(policy.head, _frames_tensor(clean, pre))
+        masks_noisy = visual_backprop(policy.head, _frames_tensor(noisy, pre))
+        scores.append(ssim(masks_clean, masks_noisy).numpy())
+    s = np.concatenate(scores)
+    return {"ssim_mean": float(s.mean()), "ssim_std": float(s.std())}
+
+
+@torch.inference_mode()
+def sensitivity_profile(policy: Policy, features: np.ndarray) -> np.ndarray:
+    """Per hidden unit ``max_t |h(t+1)-h(t)| / ||x(t+1)-x(t)||`` over a feature sequence [T, F], sorted descending.
+
+    One frame period per step; steps of (numerically) unchanged input are skipped; a policy without
+    memory gives an empty profile.
+    """
+    if policy.state_size == 0 or len(features) < 2:
+        return np.zeros(0)
+    x = torch.from_numpy(features).float()
+    hidden = policy.initial_state(1)
+    one_period = torch.ones(1)  # the cell's time unit is the frame period (drive.nn.policy)
+    states = []
+    for t in range(len(x)):
+        _, hidden = policy.rnn.step(x[t:t + 1], hidden, one_period)
+        states.append(hidden[0].clone())
+    h = torch.stack(states)
+    dh = (h[1:] - h[:-1]).abs()
+    dx = (x[1:] - x[:-1]).norm(dim=1, keepdim=True)
+    keep = dx[:, 0] > 1e-6
+    if not bool(keep.any()):
+        return np.zeros(h.shape[1])
+    ratio = (dh[keep] / dx[keep]).amax(dim=0)
+    return np.sort(ratio.numpy())[::-1].copy()
+
+
+def _closed_loop(policy: Policy, meta: Mapping[str, Any], perturb: Perturbation, km: float,
+                 seed: int) -> Dict[str, float]:
+    from drive.sim.closed_loop import evaluate
+
+    perturb.reset()
+    result = evaluate(PolicyDriver(policy, meta), km=km, seed=seed, perturb=perturb)
+    m = result.metrics
+    return {"interventions_per_km": float(m["interventions_per_km"]), "lateral_rms_m": float(m["lateral_rms_m"])}
+
+
+ModelSpec = Union[str, os.PathLike, Tuple[str, Policy, Mapping[str, Any]]]
+
+
+def _resolve(model: ModelSpec) -> Tuple[str, Policy, Dict[str, Any]]:
+    if isinstance(model, tuple):
+        name, policy, meta = model
+        return name, policy.eval(), dict(meta)
+    policy, meta = load_policy(model)
+    return Path(model).stem, policy, meta
+
+
+def evaluate_model(model: ModelSpec, recordings: Sequence[Union[str, os.PathLike]], config: RobustnessConfig,
+                   log: bool = True) -> Dict[str, Any]:
+    """All measurements for one model: ``{"name", "family", "rows": [...], "profile": [...]}``."""
+    torch.set_num_threads(1)
+    name, policy, meta = _resolve(model)
+    recs = [Recording.open(r) for r in recordings]
+    rows = []
+    profile = np.zeros(0)
+    for perturb in config.perturbations():
+        started = time.perf_counter()
+        row: Dict[str, Any] = {"model": name, "family": meta.get("family", ""), "kind": perturb.kind,
+                               "level": perturb.level}
+        errors = open_loop_errors(policy, meta, recs, perturb, config.max_frames)
+        features = errors.pop("features")
+        row.update(errors)
+        row.update(saliency_stability(policy, meta, recs, perturb, config.saliency_frames))
+        lip = sensitivity_profile(policy, features)
+        row.update(lipschitz_max=float(lip.max()) if lip.size else float("nan"),
+                   lipschitz_median=float(np.median(lip)) if lip.size else float("nan"))
+        if perturb.kind == "gaussian" and perturb.level == 0:
+            profile = lip
+        if config.closed_loop_km > 0:
+            row.update(_closed_loop(policy, meta, perturb, config.closed_loop_km, config.closed_loop_seed))
+        rows.append(row)
+        if log:
+            print(f"  [{name}] {perturb.name:<18} mse {row['mse']:9.2f}  ssim {row['ssim_mean']:.3f}"
+                  + (f"  interventions/km {row['interventions_per_km']:.2f}" if "interventions_per_km" in row else "")
+                  + f"  ({time.perf_counter() - started:.1f}s)", flush=True)
+    return {"name": name, "family": meta.get("family", ""), "rows": rows, "profile": profile.tolist()}
+
+
+def robustness_report(models: Sequence[ModelSpec], recordings: Sequence[Union[str, os.PathLike]],
+                      out_dir: Union[str, os.PathLike], config: Optional[RobustnessConfig] = None,
+                      workers: Optional[int] = None) -> Dict[str, Any]:
+    """Measure every model at every level and write ``REPORT.md``, ``results.csv`` and plots.
+
+    Args:
+        models: checkpoint paths (or ``(name, policy, meta)`` tuples, evaluated in-process).
+        recordings: canonical recording directories or folders of them (test drives).
+        workers: processes to spread models over (default: min(models, CPUs)); 1 runs in-process.
+    Returns:
+        ``{"rows": [...], "report": path, "csv": path, "plots": [...]}``.
+    """
+    from drive.evaluate.report import write_report
+
+    config = config or RobustnessConfig()
+    if not models:
+        raise ValueError("robustness: give at least one model")
+    rec_dirs = [str(p) for p in find_recordings(recordings)]
+    workers = workers or min(len(models), os.cpu_count() or 1)
+    in_process = workers == 1 or any(isinstance(m, tuple) for m in models)
+    print(f"robustness: {len(models)} model(s) x {len(config.perturbations())} perturbation(s) "
+          f"on {len(rec_dirs)} recording(s)" + (f", closed loop {config.closed_loop_km:g} km" if config.closed_loop_km else ""),
+          flush=True)
+    if in_process:
+        results = [evaluate_model(m, rec_dirs, config) for m in models]
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        with futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            jobs = [pool.submit(evaluate_model, str(m), rec_dirs, config) for m in models]
+            results = [j.result() for j in jobs]
+    return write_report(results, Path(out_dir), config=asdict(config), recordings=rec_dirs)
