@@ -1,0 +1,170 @@
+"""Closed-form LTC kernels against scipy's ODE solutions (closed-form appendix Cor. 1, CfC Lemma 1)."""
+from __future__ import annotations
+
+from typing import Dict, List
+
+import numpy as np
+import pytest
+import torch
+from scipy.integrate import solve_ivp
+
+from drive.nn.closed_form import ClosedFormLTC
+from drive.nn.wiring import FullyConnected, Wiring
+
+RTOL, ATOL = 1e-10, 1e-12
+
+
+def _sigmoid(z: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def _numpy_params(module: ClosedFormLTC) -> Dict[str, np.ndarray]:
+    return {k: v.detach().double().numpy() for k, v in module.effective_parameters().items()}
+
+
+def _ode_rhs(p: Dict[str, np.ndarray], u: np.ndarray):
+    """The conductance LTC (REFERENCE.md §3) with the mapped input u = input_w x + input_b held."""
+    sens = _sigmoid(p["sensory_sigma"] * (u[:, None] - p["sensory_mu"]))
+
+    def rhs(_t: float, v: np.ndarray) -> np.ndarray:
+        s = _sigmoid(p["sigma"] * (v[:, None] - p["mu"]))
+        current = p["gleak"] * (p["vleak"] - v)
+        current = current + (p["w"] * s * (p["erev"] - v[None, :])).sum(0)
+        current = current + (p["sensory_w"] * sens * (p["sensory_erev"] - v[None, :])).sum(0)
+        return current / p["cm"]
+
+    return rhs
+
+
+def _scipy_trajectory(module: ClosedFormLTC, x: np.ndarray, dts: np.ndarray, v0: np.ndarray) -> np.ndarray:
+    """ODE solution at the end of every interval; input x[k] is held over interval k. -> [L, N]"""
+    p = _numpy_params(module)
+    v, out = v0.astype(np.float64), []
+    for xk, dt in zip(x, dts):
+        u = p["input_w"] * xk + p["input_b"]
+        sol = solve_ivp(_ode_rhs(p, u), (0.0, float(dt)), v, method="DOP853", rtol=RTOL, atol=ATOL)
+        v = sol.y[:, -1]
+        out.append(v)
+    return np.stack(out)
+
+
+def _one_neuron(method: str, erev: float = 1.0, vleak: float = -0.3) -> ClosedFormLTC:
+    """One neuron with two sensory synapses (one excitatory, one inhibitory) and no recurrence."""
+    wiring = Wiring(np.zeros((1, 1)), np.array([[1], [-1]]), output_dim=1)
+    m = ClosedFormLTC(wiring, method=method).double()
+    with torch.no_grad():
+        m.gleak.fill_(0.35)
+        m.vleak.fill_(vleak)
+        m.cm.fill_(0.6)
+        m.sensory_w.copy_(torch.tensor([[1.3], [0.7]]))
+        m.sensory_sigma.copy_(torch.tensor([[4.0], [6.0]]))
+        m.sensory_mu.copy_(torch.tensor([[0.2], [-0.1]]))
+        m.sensory_erev.copy_(torch.tensor([[erev], [-erev]]))
+    return m
+
+
+def _sampling(regular: bool, length: int = 40, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    dts = np.full(length, 0.25) if regular else rng.uniform(0.01, 1.5, size=length)
+    return rng.normal(0.0, 1.0, size=(length, 2)), dts
+
+
+@pytest.mark.parametrize("regular", [True, False], ids=["regular", "irregular"])
+def test_exact_one_neuron_matches_scipy_for_piecewise_constant_input(regular: bool) -> None:
+    m = _one_neuron("exact")
+    x, dts = _sampling(regular)
+    v0 = np.array([0.8])
+    reference = _scipy_trajectory(m, x, dts, v0)
+    hidden = torch.from_numpy(v0[None])
+    y, _ = m(torch.tensor(x[None]), hidden, torch.tensor(dts[None]))
+    err = np.abs(y[0, :, 0].detach().numpy() - reference[:, 0])
+    assert err.max() < 1e-6
+    assert np.ptp(reference[:, 0]) > 0.3  # the input really moves the neuron
+
+
+@pytest.mark.parametrize("regular", [True, False], ids=["regular", "irregular"])
+def test_approx_one_neuron_stays_within_lemma1_bound(regular: bool) -> None:
+    # Lemma 1's symmetry assumption: the synapse and the leak share the reversal potential A.
+    a = 0.4
+    m = _one_neuron("approx", erev=a, vleak=a)
+    with torch.no_grad():
+        m.sensory_w[1] = 0.0  # a single synapse, as in the lemma
+    x, dts = _sampling(regular, seed=1)
+    x0 = -1.5
+    reference = _scipy_trajectory(m, x, dts, np.array([x0]))[:, 0]
+    hidden = torch.tensor([[x0, x0, 0.0]], dtype=torch.float64)
+    y, final = m(torch.tensor(x[None]), hidden, torch.tensor(dts[None]))
+    approx = y[0, :, 0].detach().numpy()
+    t = np.cumsum(dts)
+    w_tau = 0.35 / 0.6
+    bound = abs(x0 - a) * np.exp(-w_tau * t)
+    err = np.abs(reference - approx)
+    assert np.all(err <= bound + 1e-12)
+    assert err.max() > 1e-2  # Eq. 8 is an approximation, not the solution
+    assert final[0, 2].item() == pytest.approx(t[-1])
+
+
+def _network(seed: int = 3) -> ClosedFormLTC:
+    torch.manual_seed(seed)
+    return ClosedFormLTC(FullyConnected(4, output_dim=1, seed=seed, input_dim=2), method="exact").double()
+
+
+def test_exact_network_converges_to_ode_solution_as_dt_shrinks() -> None:
+    m = _network()
+    rng = np.random.default_rng(5)
+    x, dts = rng.normal(0.0, 1.0, size=(6, 2)), rng.uniform(0.3, 1.2, size=6)
+    reference = _scipy_trajectory(m, x, dts, np.zeros(4))
+    errors: List[float] = []
+    for substeps in (1, 4, 16, 64):
+        m.substeps = substeps
+        states, h = [], torch.zeros(1, 4, dtype=torch.float64)
+        for xk, dt in zip(x, dts):
+            _, h = m.step(torch.tensor(xk[None]), h, torch.tensor([dt]))
+            states.append(h[0].detach().numpy())
+        errors.append(float(np.abs(np.stack(states) - reference).max()))
+    print("max |v - v_ode| for 1, 4, 16, 64 substeps:", errors)
+    assert errors[0] > 1e-3  # holding the recurrent activations over a whole step is not exact
+    for coarse, fine in zip(errors, errors[1:]):
+        assert fine < coarse / 3.0  # first order: about 4x smaller per 4x finer step
+    assert errors[-1] < 5e-3
+
+
+@pytest.mark.parametrize("method", ["exact", "approx"])
+def test_scripted_module_matches_eager_with_irregular_timespans(method: str) -> None:
+    torch.manual_seed(0)
+    m = ClosedFormLTC(FullyConnected(5, output_dim=2, seed=1, input_dim=3), method=method)
+    scripted = torch.jit.script(m)
+    x, ts = torch.randn(3, 12, 3), torch.rand(3, 12) * 2.0 + 0.05
+    y, h = m(x, None, ts)
+    ys, hs = scripted(x, None, ts)
+    assert torch.equal(y, ys) and torch.equal(h, hs)
+    hidden, outs = scripted.initial_state(3), []
+    for k in range(12):
+        yk, hidden = scripted.step(x[:, k], hidden, ts[:, k])
+        outs.append(yk)
+    torch.testing.assert_close(torch.stack(outs, 1), y, rtol=0, atol=1e-6)
+    assert h.shape == (3, m.state_size) and m.state_size == (5 if method == "exact" else 11)
+
+
+@pytest.mark.parametrize("bad", [0.0, -0.1, float("nan"), float("inf")])
+def test_step_rejects_non_positive_or_non_finite_dt(bad: float) -> None:
+    scripted = torch.jit.script(ClosedFormLTC(FullyConnected(3, output_dim=1, input_dim=2)))
+    with pytest.raises(torch.jit.Error, match="dt must be"):  # scripted code re-raises as jit.Error
+        scripted.step(torch.zeros(2, 2), scripted.initial_state(2), torch.tensor([1.0, bad]))
+
+
+def test_forward_rejects_non_finite_input() -> None:
+    m = ClosedFormLTC(FullyConnected(3, output_dim=1, input_dim=2), method="approx")
+    x = torch.zeros(1, 4, 2)
+    x[0, 2, 1] = float("nan")
+    with pytest.raises(ValueError, match="non-finite"):
+        m(x)
+
+
+def test_config_rebuilds_the_architecture() -> None:
+    m = ClosedFormLTC(FullyConnected(4, output_dim=1, input_dim=2), method="exact", substeps=3)
+    rebuilt = type(m)(**m.config())
+    assert rebuilt.config() == m.config()
+    assert torch.equal(rebuilt.mask, m.mask) and rebuilt.state_size == 4
+    with pytest.raises(ValueError, match="method"):
+        ClosedFormLTC(FullyConnected(4, output_dim=1, input_dim=2), method="rk4")
