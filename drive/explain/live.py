@@ -1,0 +1,95 @@
+"""Saliency recorded live while a policy drives the built-in world (closed loop).
+
+:class:`SaliencyRecorder` is a world ``Driver`` (``reset()``, ``act(obs) -> curvature 1/m``) that
+wraps a policy's driver: it steers exactly as the wrapped driver does and, for every observation,
+also computes the VisualBackProp mask of the frame the policy saw (after any ``perturb`` the
+closed-loop runner applied) and appends a row to a saliency video::
+
+    recorder = SaliencyRecorder(policy_driver, "drive.mp4")
+    result = drive.sim.closed_loop.evaluate(recorder, km=0.5, seed=0)
+    info = recorder.close()          # frames, fps, size, video, contact_sheet
+
+Episode resets (start, after an intervention) break the steering trace.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, Mapping, Optional, Union
+
+import numpy as np
+import torch
+from torch import nn
+
+from drive.explain.policy_saliency import SaliencyFrame
+from drive.explain.video import SaliencyVideoWriter
+from drive.explain.visual_backprop import visual_backprop
+from drive.policy_io import PolicyDriver
+
+__all__ = ["SaliencyRecorder"]
+
+PathLike = Union[str, os.PathLike]
+
+
+class SaliencyRecorder:
+    """A ``Driver`` that drives like ``driver`` and records a saliency video of what it sees.
+
+    Args:
+        driver_or_policy: a :class:`drive.policy_io.PolicyDriver`, or a Policy (then ``meta`` is
+            required and a PolicyDriver is built from it).
+        out_path: the ``.mp4`` to write (contact sheet beside it).
+        meta: checkpoint metadata (preprocessing, fps) when a Policy is given.
+        label_fn: ``obs -> curvature in 1/m`` to plot as the reference (e.g. the expert's command),
+            or ``None`` for no reference curve.
+        method: VisualBackProp method, ``"bojarski"`` or ``"ncp"``.
+        fps: video frame rate (default: the checkpoint's fps).
+    """
+
+    def __init__(
+        self,
+        driver_or_policy: Union[PolicyDriver, nn.Module],
+        out_path: PathLike,
+        meta: Optional[Mapping[str, Any]] = None,
+        label_fn: Optional[Callable[[Any], Optional[float]]] = None,
+        method: str = "bojarski",
+        fps: Optional[float] = None,
+        scale: int = 3,
+    ) -> None:
+        if isinstance(driver_or_policy, PolicyDriver):
+            self.driver = driver_or_policy
+        elif isinstance(driver_or_policy, nn.Module):
+            if meta is None:
+                raise ValueError("SaliencyRecorder needs the checkpoint meta when given a Policy")
+            self.driver = PolicyDriver(driver_or_policy, meta)
+        else:
+            raise TypeError(
+                f"SaliencyRecorder wraps a PolicyDriver or a Policy, not {type(driver_or_policy).__name__} "
+                "(exported files have no conv layers to explain)"
+            )
+        self.name = f"{getattr(self.driver, 'name', 'policy')}+saliency"
+        self.label_fn = label_fn
+        self.method = method
+        preprocessing = self.driver.preprocessing
+        self.writer = SaliencyVideoWriter(
+            out_path, float(fps or self.driver.meta["fps"]), preprocessing.size, ["closed loop"], scale=scale
+        )
+
+    def reset(self) -> None:
+        """Start of an episode: reset the policy's hidden state and break the steering trace."""
+        self.driver.reset()
+        if self.writer.frames_written:
+            self.writer.trace.push([float("nan")], None)
+
+    def act(self, obs: Any) -> float:
+        """Steer like the wrapped driver (1/m) and record this frame's saliency."""
+        curvature = self.driver.act(obs)
+        with torch.no_grad():
+            x = self.driver.preprocessing(np.ascontiguousarray(obs.image)).to(self.driver.device).float() / 255.0
+            mask = visual_backprop(self.driver.policy.head, x, method=self.method)[0].cpu().numpy()
+        frame = (x[0] * 255.0).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+        label = self.label_fn(obs) if self.label_fn is not None else None
+        self.writer.write([SaliencyFrame(frame, mask, float(curvature))], label)
+        return curvature
+
+    def close(self) -> Dict[str, Any]:
+        """Finish the video; returns frames, fps, size (w, h), video and contact-sheet paths."""
+        return self.writer.close()
