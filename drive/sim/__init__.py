@@ -1,0 +1,19 @@
+"""The built-in driving world: procedural roads, a forward camera, an expert, recordings, closed loop.
+
+See docs/world.md. Modules, upstream first: road -> appearance -> render (camera) -> vehicle
+-> driver (Observation, Driver protocol) -> expert -> world -> record / closed_loop.
+"""
+from drive.sim.appearance import CONDITION_AXES, Appearance, parse_conditions, sample_appearance
+from drive.sim.driver import ConstantDriver, Driver, Observation
+from drive.sim.expert import PurePursuitExpert, SteeringNoise
+from drive.sim.render import Camera, Renderer, render_view
+from drive.sim.road import Road, generate_road, world_seed
+from drive.sim.vehicle import Vehicle, VehicleLimits, VehicleState
+from drive.sim.world import World
+
+__all__ = [
+    "CONDITION_AXES", "Appearance", "parse_conditions", "sample_appearance",
+    "ConstantDriver", "Driver", "Observation", "PurePursuitExpert", "SteeringNoise",
+    "Camera", "Renderer", "render_view", "Road", "generate_road", "world_seed",
+    "Vehicle", "VehicleLimits", "VehicleState", "World",
+]

@@ -1,0 +1,84 @@
+"""One car on one road: pose bookkeeping, lane errors and camera frames, one period at a time.
+
+Used by both data collection (:mod:`drive.sim.record`) and closed-loop evaluation
+(:mod:`drive.sim.closed_loop`), so a policy is evaluated in exactly the world it was
+trained on.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from drive.sim.appearance import Appearance
+from drive.sim.driver import Observation
+from drive.sim.render import Camera, Renderer
+from drive.sim.road import Road
+from drive.sim.vehicle import Vehicle, VehicleLimits, VehicleState
+
+__all__ = ["World", "DEFAULT_SPEED_MPS", "DEFAULT_FPS"]
+
+DEFAULT_SPEED_MPS = 30.0 / 3.6
+DEFAULT_FPS = 30.0
+
+
+class World:
+    """A road, its appearance, a camera and a vehicle.
+
+    Args:
+        road, appearance: the scene.
+        renderer: shared :class:`Renderer` (one per camera; precomputation is per camera).
+        speed_mps: constant speed (default 30 km/h). fps: camera rate (default 30 Hz).
+        start_s_m: where the car starts, on the lane centre, aligned with the lane.
+    """
+
+    def __init__(self, road: Road, appearance: Appearance, renderer: Optional[Renderer] = None,
+                 speed_mps: float = DEFAULT_SPEED_MPS, fps: float = DEFAULT_FPS,
+                 limits: VehicleLimits = VehicleLimits(), start_s_m: float = 0.0) -> None:
+        if not speed_mps > 0:
+            raise ValueError(f"speed must be positive, got {speed_mps}")
+        if not fps > 0:
+            raise ValueError(f"fps must be positive, got {fps}")
+        self.road, self.appearance = road, appearance
+        self.renderer = renderer or Renderer()
+        self.speed_mps, self.dt_s, self.limits = float(speed_mps), 1.0 / float(fps), limits
+        self.time_s = 0.0
+        self.place_on_lane(start_s_m)
+
+    @property
+    def camera(self) -> Camera:
+        return self.renderer.camera
+
+    def place_on_lane(self, s_m: float) -> None:
+        """Put the car on the lane centre at ``s_m``, aligned with the lane, steering along it."""
+        x, y, yaw = self.road.lane_pose(s_m)
+        _, _, _, kappa, width = self.road.sample(s_m)
+        lane_kappa = kappa / (1.0 + 0.5 * width * kappa)  # curvature of the offset lane centre
+        self.s_m = s_m
+        self.vehicle = Vehicle(VehicleState(x, y, yaw, self.speed_mps, lane_kappa), self.limits)
+        self._update_errors()
+
+    def _update_errors(self) -> None:
+        st = self.vehicle.state
+        self.s_m, self.lateral_offset_m, self.heading_error_rad = self.road.lane_errors(
+            st.x_m, st.y_m, st.yaw_rad, self.s_m)
+
+    def render(self):
+        st = self.vehicle.state
+        return self.renderer.render(self.road, self.appearance, st.x_m, st.y_m, st.yaw_rad, self.s_m)
+
+    def observe(self, with_image: bool = True) -> Observation:
+        st = self.vehicle.state
+        return Observation(
+            image=self.render() if with_image else None, dt_s=self.dt_s, speed_mps=st.speed_mps,
+            timestamp_s=self.time_s, road=self.road, s_m=self.s_m, x_m=st.x_m, y_m=st.y_m,
+            yaw_rad=st.yaw_rad, lateral_offset_m=self.lateral_offset_m,
+            heading_error_rad=self.heading_error_rad)
+
+    def step(self, curvature_cmd_per_m: float) -> None:
+        """Advance one camera period under a curvature command (1/m)."""
+        self.vehicle.step(curvature_cmd_per_m, self.dt_s)
+        self.time_s += self.dt_s
+        self._update_errors()
+
+    @property
+    def remaining_m(self) -> float:
+        return self.road.length_m - self.s_m
