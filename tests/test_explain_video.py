@@ -122,3 +122,24 @@ def test_a_failing_run_leaves_no_video_behind(tmp_path):
         saliency_video(policy, wrong_size, recording, tmp_path / "v.mp4")
     assert list(tmp_path.iterdir()) == [tmp_path / "rec"]
 
+
+
+def test_recurrent_state_and_elapsed_time_are_carried_across_chunks():
+    from drive.train.families import build_policy
+
+    torch.manual_seed(1)
+    policy = build_policy("ncp_ltc", frame_period_s=1 / FPS).eval()
+    with torch.no_grad():
+        policy.rnn.cm.fill_(20.0)  # slow neurons: the state needs many frames to settle
+    frames = [np.random.default_rng(i).integers(0, 255, (78, 200, 3), dtype=np.uint8) for i in range(9)]
+    timestamps = np.array([0, 1, 2, 3, 5, 6, 7, 9, 10]) / FPS  # two dropped frames
+    stream = [s.prediction for s in policy_saliency(policy, frames, None, timestamps, chunk=4)]
+    x = torch.as_tensor(np.stack(frames)).permute(0, 3, 1, 2).float()[None] / 255.0
+    dt = torch.as_tensor(np.diff(np.concatenate([[-1 / FPS], timestamps])), dtype=torch.float32)[None]
+    with torch.no_grad():
+        whole, _ = policy(x, None, dt)
+        regular, _ = policy(x, None, None)
+        restarted = torch.cat([policy(x[:, i : i + 4], None, dt[:, i : i + 4])[0] for i in (0, 4, 8)], dim=1)
+    np.testing.assert_allclose(stream, whole[0].numpy(), rtol=1e-5, atol=1e-9)
+    assert abs(stream[-1] - float(regular[0, -1])) > 0.1 * abs(stream[-1])  # the gaps were used
+    assert abs(stream[-1] - float(restarted[0, -1])) > 0.5 * abs(stream[-1])  # the state was not reset
