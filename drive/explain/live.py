@@ -5,16 +5,18 @@ wraps a policy's driver: it steers exactly as the wrapped driver does and, for e
 also computes the VisualBackProp mask of the frame the policy saw (after any ``perturb`` the
 closed-loop runner applied) and appends a row to a saliency video::
 
-    recorder = SaliencyRecorder(policy_driver, "drive.mp4")
+    recorder = SaliencyRecorder(policy_driver, "drive.mp4", reference=PurePursuitExpert())
     result = drive.sim.closed_loop.evaluate(recorder, km=0.5, seed=0)
     info = recorder.close()          # frames, fps, size, video, contact_sheet
 
-Episode resets (start, after an intervention) break the steering trace.
+The optional ``reference`` driver (e.g. the world's expert) sees the same observations and its
+command is drawn as the label curve of the steering trace; it never steers. Episode resets
+(start, after an intervention) reset both and break the trace.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Union
 
 import numpy as np
 import torch
@@ -38,8 +40,8 @@ class SaliencyRecorder:
             required and a PolicyDriver is built from it).
         out_path: the ``.mp4`` to write (contact sheet beside it).
         meta: checkpoint metadata (preprocessing, fps) when a Policy is given.
-        label_fn: ``obs -> curvature in 1/m`` to plot as the reference (e.g. the expert's command),
-            or ``None`` for no reference curve.
+        reference: a Driver whose command (1/m) on the same observation is plotted as the label
+            (e.g. :class:`drive.sim.expert.PurePursuitExpert`), or ``None`` for no label curve.
         method: VisualBackProp method, ``"bojarski"`` or ``"ncp"``.
         fps: video frame rate (default: the checkpoint's fps).
     """
@@ -49,7 +51,7 @@ class SaliencyRecorder:
         driver_or_policy: Union[PolicyDriver, nn.Module],
         out_path: PathLike,
         meta: Optional[Mapping[str, Any]] = None,
-        label_fn: Optional[Callable[[Any], Optional[float]]] = None,
+        reference: Optional[Any] = None,
         method: str = "bojarski",
         fps: Optional[float] = None,
         scale: int = 3,
@@ -66,7 +68,7 @@ class SaliencyRecorder:
                 "(exported files have no conv layers to explain)"
             )
         self.name = f"{getattr(self.driver, 'name', 'policy')}+saliency"
-        self.label_fn = label_fn
+        self.reference = reference
         self.method = method
         preprocessing = self.driver.preprocessing
         self.writer = SaliencyVideoWriter(
@@ -76,6 +78,8 @@ class SaliencyRecorder:
     def reset(self) -> None:
         """Start of an episode: reset the policy's hidden state and break the steering trace."""
         self.driver.reset()
+        if self.reference is not None:
+            self.reference.reset()
         if self.writer.frames_written:
             self.writer.trace.push([float("nan")], None)
 
@@ -86,7 +90,7 @@ class SaliencyRecorder:
             x = self.driver.preprocessing(np.ascontiguousarray(obs.image)).to(self.driver.device).float() / 255.0
             mask = visual_backprop(self.driver.policy.head, x, method=self.method)[0].cpu().numpy()
         frame = (x[0] * 255.0).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
-        label = self.label_fn(obs) if self.label_fn is not None else None
+        label = float(self.reference.act(obs)) if self.reference is not None else None
         self.writer.write([SaliencyFrame(frame, mask, float(curvature))], label)
         return curvature
 

@@ -1,0 +1,56 @@
+"""Saliency recorded live while a policy drives the built-in world."""
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from drive.explain.live import SaliencyRecorder
+from drive.nn.heads import NCPConvHead
+from drive.nn.policy import Policy
+from drive.policy_io import PolicyDriver, policy_meta
+from drive.preprocess import Preprocessing
+from drive.sim.appearance import sample_appearance
+from drive.sim.expert import PurePursuitExpert
+from drive.sim.road import generate_road
+from drive.sim.world import World
+
+FPS = 10.0
+
+
+def _world() -> World:
+    return World(generate_road(seed=5, length_m=200.0), sample_appearance(seed=5), fps=FPS)
+
+
+def _meta(policy: Policy):
+    return policy_meta(policy, Preprocessing(size=(78, 200)), FPS, "cnn")
+
+
+def test_recorder_steers_exactly_like_the_policy_and_writes_one_video_frame_per_step(tmp_path):
+    torch.manual_seed(0)
+    policy = Policy(NCPConvHead(), None, frame_period_s=1 / FPS).eval()
+    recorder = SaliencyRecorder(policy, tmp_path / "live.mp4", meta=_meta(policy), reference=PurePursuitExpert())
+    plain = PolicyDriver(policy, _meta(policy))
+    world = _world()
+    recorder.reset()
+    plain.reset()
+    for step in range(12):
+        if step == 6:  # an intervention: both drivers restart
+            recorder.reset()
+            plain.reset()
+        obs = world.observe()
+        command = recorder.act(obs)
+        assert command == plain.act(obs)
+        world.step(command)
+    info = recorder.close()
+    capture = cv2.VideoCapture(info["video"])
+    assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == 12 and capture.get(cv2.CAP_PROP_FPS) == FPS
+    ok, first = capture.read()
+    assert ok and first.shape == (3 * 78, 3 * 3 * 200, 3)
+    assert cv2.imread(info["contact_sheet"]) is not None
+
+
+def test_recorder_refuses_what_it_cannot_explain(tmp_path):
+    with pytest.raises(TypeError, match="PolicyDriver or a Policy"):
+        SaliencyRecorder(PurePursuitExpert(), tmp_path / "x.mp4")
+    with pytest.raises(ValueError, match="meta"):
+        SaliencyRecorder(Policy(NCPConvHead(), None), tmp_path / "x.mp4")
