@@ -1,0 +1,190 @@
+"""Closed-loop evaluation: a driver steers the car; a virtual safety driver takes over when needed.
+
+The distance is driven as ``ceil(km / segment_km)`` segments, segment ``i`` on road ``i`` of
+world ``(seed, split)`` (default the TEST split) under appearance ``i`` (named conditions
+cycle, others random). Every camera period the driver sees an :class:`Observation`
+(optionally with ``perturb(image)`` applied) and returns a curvature command in 1/m.
+
+Intervention (REFERENCE.md section 7, the NCP paper's safety driver): when
+``|lateral offset| > max_lateral_m`` (1.0 m) or ``|heading error| > max_heading_rad``
+(pi/10), it is counted, the car is put back on the lane centre at that point, aligned
+with the lane, and ``driver.reset()`` gives it a fresh hidden state.
+
+Metrics (``ClosedLoopResult.metrics``, JSON-able, overall and per condition name):
+``interventions``, ``interventions_per_km``, ``autonomy_pct`` = (1 - interventions x 6 s /
+elapsed time) x 100 (PilotNet; floored at 0), ``lateral_mean_abs_m``, ``lateral_rms_m``,
+``lateral_max_abs_m``, ``heading_rms_rad``, ``steering_rate_rms`` (RMS of the commanded
+curvature's rate, 1/m per s; lower = smoother), ``km``, ``time_s``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+from drive.sim.appearance import condition_grid, parse_conditions, sample_appearance
+from drive.sim.driver import Driver, needs_image
+from drive.sim.render import Camera, Renderer
+from drive.sim.road import Road, generate_road
+from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
+
+__all__ = ["Segment", "ClosedLoopResult", "evaluate", "summarize", "TAKEOVER_S"]
+
+TAKEOVER_S = 6.0  # PilotNet: each intervention costs 6 s of autonomy
+
+
+@dataclass
+class Segment:
+    """One road driven: trajectory [T] arrays, commands, interventions (world x, y)."""
+
+    index: int
+    conditions: Dict[str, str]
+    road: Road
+    x_m: np.ndarray
+    y_m: np.ndarray
+    lateral_offset_m: np.ndarray
+    heading_error_rad: np.ndarray
+    curvature_cmd_per_m: np.ndarray
+    intervention_xy: List[List[float]]
+    km: float
+    time_s: float
+    dt_s: float
+    reset_steps: List[int] = field(default_factory=list)
+
+
+def summarize(segments: Sequence[Segment]) -> Dict[str, Any]:
+    """Metrics over segments (see module docstring)."""
+    lat = np.concatenate([s.lateral_offset_m for s in segments])
+    head = np.concatenate([s.heading_error_rad for s in segments])
+    rates = []
+    for s in segments:
+        r = np.diff(s.curvature_cmd_per_m) / s.dt_s
+        keep = np.ones(len(r), bool)
+        keep[[i - 1 for i in s.reset_steps if 0 < i <= len(r)]] = False  # no rate across a takeover
+        rates.append(r[keep])
+    rate = np.concatenate(rates) if rates else np.zeros(0)
+    km = float(sum(s.km for s in segments))
+    time_s = float(sum(s.time_s for s in segments))
+    n = int(sum(len(s.intervention_xy) for s in segments))
+    return {
+        "km": km,
+        "time_s": time_s,
+        "interventions": n,
+        "interventions_per_km": n / km if km > 0 else float("nan"),
+        "autonomy_pct": max(0.0, (1.0 - n * TAKEOVER_S / time_s) * 100.0) if time_s > 0 else float("nan"),
+        "lateral_mean_abs_m": float(np.mean(np.abs(lat))),
+        "lateral_rms_m": float(np.sqrt(np.mean(lat ** 2))),
+        "lateral_max_abs_m": float(np.max(np.abs(lat))),
+        "heading_rms_rad": float(np.sqrt(np.mean(head ** 2))),
+        "steering_rate_rms": float(np.sqrt(np.mean(rate ** 2))) if len(rate) else 0.0,
+    }
+
+
+@dataclass
+class ClosedLoopResult:
+    """``metrics`` (JSON-able) and the driven ``segments``; :meth:`save` writes JSON and a plot."""
+
+    metrics: Dict[str, Any]
+    segments: List[Segment]
+
+    def save(self, out_dir: Union[str, Path], plot: bool = True) -> Dict[str, Path]:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"metrics": out / "metrics.json"}
+        paths["metrics"].write_text(json.dumps(self.metrics, indent=2) + "\n")
+        if plot:
+            from drive.sim.plot import plot_drive
+
+            paths["plot"] = plot_drive(self.segments, out / "drive.png", title=str(self.metrics.get("driver", "")))
+        return paths
+
+
+def _drive_segment(world: World, driver: Driver, length_m: float, perturb: Optional[Callable],
+                   max_lateral_m: float, max_heading_rad: float, video: Optional[Any],
+                   index: int, conditions: Dict[str, str]) -> Segment:
+    render = needs_image(driver) or video is not None
+    start_s = world.s_m
+    driver.reset()
+    xs, ys, lats, heads, cmds, takeovers, resets = [], [], [], [], [], [], []
+    while world.s_m - start_s < length_m:
+        obs = world.observe(with_image=render)
+        if video is not None:
+            video(obs, len(takeovers))
+        if perturb is not None and obs.image is not None:
+            image = perturb(obs.image)
+            if image.shape != obs.image.shape or image.dtype != np.uint8:
+                raise ValueError(f"perturb must return uint8 {obs.image.shape}, got {image.dtype} {image.shape}")
+            obs.image = image
+        if not needs_image(driver):
+            obs.image = None
+        cmd = float(driver.act(obs))
+        if not math.isfinite(cmd):
+            raise ValueError(f"driver returned a non-finite curvature {cmd} at t={obs.timestamp_s:.2f} s")
+        world.step(cmd)
+        st = world.vehicle.state
+        xs.append(st.x_m), ys.append(st.y_m), cmds.append(cmd)
+        lats.append(world.lateral_offset_m), heads.append(world.heading_error_rad)
+        if abs(world.lateral_offset_m) > max_lateral_m or abs(world.heading_error_rad) > max_heading_rad:
+            takeovers.append([st.x_m, st.y_m])
+            resets.append(len(cmds))
+            world.place_on_lane(world.s_m)
+            driver.reset()
+    steps = len(cmds)
+    return Segment(index, conditions, world.road, np.asarray(xs), np.asarray(ys), np.asarray(lats),
+                   np.asarray(heads), np.asarray(cmds), takeovers, (world.s_m - start_s) / 1000.0,
+                   steps * world.dt_s, world.dt_s, resets)
+
+
+def evaluate(driver: Driver, km: float, seed: int, conditions: Optional[Sequence[str]] = None,
+             perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None, split: str = "test",
+             video_path: Optional[Union[str, Path]] = None, segment_km: float = 1.0,
+             camera: Optional[Camera] = None, speed_mps: float = DEFAULT_SPEED_MPS, fps: float = DEFAULT_FPS,
+             max_lateral_m: float = 1.0, max_heading_rad: float = math.pi / 10,
+             progress: Optional[Callable[[Segment], None]] = None) -> ClosedLoopResult:
+    """Drive ``km`` kilometres closed loop and measure lane keeping (see module docstring).
+
+    ``perturb``: callable uint8 RGB [H, W, 3] -> same, applied to every frame the driver sees.
+    ``video_path``: write an MP4 of the (unperturbed) camera view with an overlay.
+    """
+    if not km > 0 or not segment_km > 0:
+        raise ValueError(f"km and segment_km must be positive, got {km}, {segment_km}")
+    if not (hasattr(driver, "act") and hasattr(driver, "reset")):
+        raise TypeError(f"driver must have act(obs) and reset(), got {type(driver).__name__}")
+    grid = condition_grid(parse_conditions(conditions))
+    renderer = Renderer(camera or Camera.default())
+    count = int(math.ceil(km / segment_km - 1e-9))
+    video = None
+    if video_path is not None:
+        from drive.sim.plot import DriveVideo
+
+        video = DriveVideo(video_path, renderer.camera, fps)
+    segments: List[Segment] = []
+    try:
+        for i in range(count):
+            length_m = 1000.0 * min(segment_km, km - i * segment_km)
+            fixed = grid[i % len(grid)]
+            road = generate_road(seed, length_m + 300.0, split=split, index=i)
+            appearance = sample_appearance(seed, split, i, fixed)
+            world = World(road, appearance, renderer, speed_mps=speed_mps, fps=fps, start_s_m=5.0)
+            seg = _drive_segment(world, driver, length_m, perturb, max_lateral_m, max_heading_rad,
+                                 video, i, appearance.names())
+            segments.append(seg)
+            if progress is not None:
+                progress(seg)
+    finally:
+        if video is not None:
+            video.close()
+    metrics: Dict[str, Any] = {"driver": str(getattr(driver, "name", type(driver).__name__)),
+                               "seed": int(seed), "split": split, "segments": count,
+                               "criteria": {"max_lateral_m": max_lateral_m, "max_heading_rad": max_heading_rad,
+                                            "takeover_s": TAKEOVER_S},
+                               **summarize(segments)}
+    names = sorted({v for s in segments for v in s.conditions.values()})
+    metrics["per_condition"] = {n: summarize([s for s in segments if n in s.conditions.values()]) for n in names}
+    metrics["per_segment"] = [{"index": s.index, **s.conditions, "km": s.km,
+                               "interventions": len(s.intervention_xy)} for s in segments]
+    return ClosedLoopResult(metrics, segments)
