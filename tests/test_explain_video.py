@@ -58,7 +58,8 @@ def test_cli_side_by_side_video_has_the_frame_count_size_and_fps_of_the_recordin
     ckpt = save_policy(tmp_path / "policy.pt", policy, policy_meta(policy, PREPROCESSING, FPS, "cnn"))
     out = tmp_path / "videos" / "saliency.mp4"
     code = drive_main(["saliency", "--ckpt", str(ckpt), "--recording", str(recording), "--out", str(out),
-                       "--side-by-side", "--noise", "0.2", "--max-frames", "9"])
+                       "--side-by-side", "--noise", "0.2", "--max-frames", "9",
+                       "--still", str(tmp_path / "still.png"), "--still-frame", "4"])
     assert code == 0
     (count, fps, width, height), decoded = _read_back(out)
     assert (count, decoded, fps) == (9, 9, FPS)
@@ -66,6 +67,8 @@ def test_cli_side_by_side_video_has_the_frame_count_size_and_fps_of_the_recordin
     sheet = cv2.imread(str(contact_sheet_path(out)))
     assert sheet is not None and sheet.shape[1] == 2 * (width // 2)
     assert not [p for p in out.parent.iterdir() if "partial" in p.name]
+    still = cv2.imread(str(tmp_path / "still.png"))
+    assert still is not None and still.shape == (height, width, 3)
 
 
 def test_single_row_video_covers_the_whole_recording(tmp_path):

@@ -7,7 +7,7 @@
 """
 from drive.explain.live import SaliencyRecorder
 from drive.explain.policy_saliency import SaliencyFrame, add_noise, policy_saliency
-from drive.explain.video import SaliencyVideoWriter, saliency_video
+from drive.explain.video import SaliencyVideoWriter, saliency_still, saliency_video
 from drive.explain.visual_backprop import VisualBackPropError, conv_geometry, visual_backprop
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "SaliencyFrame",
     "add_noise",
     "saliency_video",
+    "saliency_still",
     "SaliencyVideoWriter",
     "SaliencyRecorder",
 ]

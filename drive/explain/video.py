@@ -24,7 +24,15 @@ from drive.explain.policy_saliency import SaliencyFrame, policy_saliency
 from drive.preprocess import Preprocessing
 from drive.recording import Recording
 
-__all__ = ["overlay", "TracePanel", "SaliencyVideoWriter", "saliency_video", "contact_sheet_path"]
+__all__ = [
+    "overlay",
+    "TracePanel",
+    "SaliencyCanvas",
+    "SaliencyVideoWriter",
+    "saliency_video",
+    "saliency_still",
+    "contact_sheet_path",
+]
 
 PathLike = Union[str, os.PathLike]
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
@@ -106,45 +114,21 @@ def contact_sheet_path(video_path: PathLike) -> Path:
     return path.with_name(path.stem + ".contact.png")
 
 
-class SaliencyVideoWriter:
-    """Compose saliency rows into an MP4 plus a contact sheet, both appearing only on :meth:`close`.
+class SaliencyCanvas:
+    """Lays out one time step: per row camera | saliency overlay | steering trace, ``scale`` x larger.
 
     Args:
-        path: output ``.mp4``.
-        fps: frame rate of the video (the recording's).
-        input_hw: size of the network input frames; panels are ``scale`` times larger.
+        input_hw: size of the network input frames.
+        fps: frame rate (the trace shows the last ``trace_seconds``).
         row_names: one title per row (e.g. ``["clean"]`` or ``["clean", "noise 0.2"]``).
-        trace_seconds: how much steering history the trace shows.
-        sheet_frames: frames on the contact sheet (evenly spaced over the whole video).
     """
 
-    def __init__(
-        self,
-        path: PathLike,
-        fps: float,
-        input_hw: Tuple[int, int],
-        row_names: Sequence[str] = ("clean",),
-        scale: int = 3,
-        trace_seconds: float = 10.0,
-        sheet_frames: int = 8,
-    ) -> None:
-        if fps <= 0:
-            raise ValueError(f"fps must be positive, got {fps}")
-        self.path = Path(path)
-        self.fps = float(fps)
+    def __init__(self, input_hw: Tuple[int, int], fps: float, row_names: Sequence[str] = ("clean",),
+                 scale: int = 3, trace_seconds: float = 10.0) -> None:
         self.row_names = list(row_names)
         self.panel_hw = (int(input_hw[0]) * scale, int(input_hw[1]) * scale)
         self.size_wh = (3 * self.panel_hw[1], len(self.row_names) * self.panel_hw[0])
-        self.trace = TracePanel(self.panel_hw, window=round(trace_seconds * self.fps), rows=len(self.row_names))
-        self.frames_written = 0
-        self.sheet_frames = max(1, int(sheet_frames))
-        self._sheet: List[Tuple[int, np.ndarray]] = []
-        self._sheet_stride = 1
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(f".{self.path.stem}.partial-{os.getpid()}{self.path.suffix or '.mp4'}")
-        self._video = cv2.VideoWriter(str(self._tmp), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, self.size_wh)
-        if not self._video.isOpened():
-            raise RuntimeError(f"{self.path}: OpenCV cannot write an mp4v video here")
+        self.trace = TracePanel(self.panel_hw, window=round(trace_seconds * fps), rows=len(self.row_names))
 
     def _panel(self, image: np.ndarray) -> np.ndarray:
         return cv2.resize(image, self.panel_hw[::-1], interpolation=cv2.INTER_NEAREST)
@@ -162,9 +146,47 @@ class SaliencyVideoWriter:
             strips.append(np.concatenate([camera, saliency, self.trace.render(i)], axis=1))
         return np.concatenate(strips, axis=0)
 
+
+class SaliencyVideoWriter:
+    """Compose saliency rows into an MP4 plus a contact sheet, both appearing only on :meth:`close`.
+
+    Args:
+        path: output ``.mp4``.
+        fps: frame rate of the video (the recording's).
+        input_hw, row_names, scale, trace_seconds: the layout (:class:`SaliencyCanvas`).
+        sheet_frames: frames on the contact sheet (evenly spaced over the whole video).
+    """
+
+    def __init__(
+        self,
+        path: PathLike,
+        fps: float,
+        input_hw: Tuple[int, int],
+        row_names: Sequence[str] = ("clean",),
+        scale: int = 3,
+        trace_seconds: float = 10.0,
+        sheet_frames: int = 8,
+    ) -> None:
+        if fps <= 0:
+            raise ValueError(f"fps must be positive, got {fps}")
+        self.path = Path(path)
+        self.fps = float(fps)
+        self.canvas = SaliencyCanvas(input_hw, self.fps, row_names, scale, trace_seconds)
+        self.trace = self.canvas.trace
+        self.size_wh = self.canvas.size_wh
+        self.frames_written = 0
+        self.sheet_frames = max(1, int(sheet_frames))
+        self._sheet: List[Tuple[int, np.ndarray]] = []
+        self._sheet_stride = 1
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(f".{self.path.stem}.partial-{os.getpid()}{self.path.suffix or '.mp4'}")
+        self._video = cv2.VideoWriter(str(self._tmp), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, self.size_wh)
+        if not self._video.isOpened():
+            raise RuntimeError(f"{self.path}: OpenCV cannot write an mp4v video here")
+
     def write(self, rows: Sequence[SaliencyFrame], label_per_m: Optional[float] = None) -> None:
         """Render and append one time step (``label_per_m``: the recorded curvature, if any)."""
-        canvas = self.compose(rows, label_per_m)
+        canvas = self.canvas.compose(rows, label_per_m)
         self._video.write(cv2.cvtColor(canvas, cv2.COLOR_RGB2BGR))
         if self.frames_written % self._sheet_stride == 0:
             self._sheet.append((self.frames_written, canvas))
@@ -210,6 +232,27 @@ class SaliencyVideoWriter:
         self._tmp.unlink(missing_ok=True)
 
 
+def _streams(policy: nn.Module, meta: Mapping[str, Any], recording: Recording, count: int,
+             noise_levels: Sequence[Optional[float]], method: str, seed: int, device: Union[str, torch.device]):
+    """One :func:`policy_saliency` stream per noise level over the first ``count`` frames, and row names."""
+    preprocessing = Preprocessing.from_dict(meta["preprocessing"])
+    streams = [
+        policy_saliency(
+            policy,
+            (recording.frame(i) for i in range(count)),
+            preprocessing=preprocessing,
+            timestamps_s=recording.timestamps_s[:count],
+            noise=level,
+            seed=seed,
+            method=method,
+            device=device,
+        )
+        for level in noise_levels
+    ]
+    names = ["clean" if not level else f"noise {level:g}" for level in noise_levels]
+    return zip(*streams), names, preprocessing.size
+
+
 def saliency_video(
     policy: nn.Module,
     meta: Mapping[str, Any],
@@ -244,27 +287,45 @@ def saliency_video(
     if side_by_side and not noise:
         noise = 0.2
     noise_levels: List[Optional[float]] = [None, noise] if side_by_side else [noise]
-    preprocessing = Preprocessing.from_dict(meta["preprocessing"])
-    timestamps = recording.timestamps_s[:count]
-    streams = [
-        policy_saliency(
-            policy,
-            (recording.frame(i) for i in range(count)),
-            preprocessing=preprocessing,
-            timestamps_s=timestamps,
-            noise=level,
-            seed=seed,
-            method=method,
-            device=device,
-        )
-        for level in noise_levels
-    ]
-    names = ["clean" if not level else f"noise {level:g}" for level in noise_levels]
-    writer = SaliencyVideoWriter(out_path, recording.meta.fps, preprocessing.size, names, scale=scale)
+    steps, names, input_hw = _streams(policy, meta, recording, count, noise_levels, method, seed, device)
+    writer = SaliencyVideoWriter(out_path, recording.meta.fps, input_hw, names, scale=scale)
     try:
-        for i, rows in enumerate(zip(*streams)):
+        for i, rows in enumerate(steps):
             writer.write(rows, float(recording.curvature[i]))
     except BaseException:
         writer.abort()
         raise
     return {**writer.close(), "method": method, "noise": noise, "rows": names}
+
+
+def saliency_still(
+    policy: nn.Module,
+    meta: Mapping[str, Any],
+    recording_dir: PathLike,
+    out_png: PathLike,
+    frame_index: Optional[int] = None,
+    noise: Optional[float] = 0.2,
+    method: str = "bojarski",
+    seed: int = 0,
+    scale: int = 3,
+    device: Union[str, torch.device] = "cpu",
+) -> Path:
+    """One PNG of the saliency layout at ``frame_index`` (default: the middle of the recording).
+
+    Rows: clean, plus noisy when ``noise`` is given; the steering trace holds the seconds before
+    the frame (the policy's state is carried from the start of the recording, as in the video).
+    """
+    recording = Recording.open(recording_dir)
+    index = len(recording) // 2 if frame_index is None else int(frame_index)
+    if not 0 <= index < len(recording):
+        raise ValueError(f"{recording_dir}: frame {index} outside 0..{len(recording) - 1}")
+    levels: List[Optional[float]] = [None, noise] if noise else [None]
+    steps, names, input_hw = _streams(policy, meta, recording, index + 1, levels, method, seed, device)
+    canvas = SaliencyCanvas(input_hw, recording.meta.fps, names, scale)
+    for i, rows in enumerate(steps):
+        image = canvas.compose(rows, float(recording.curvature[i]))
+    out = Path(out_png)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if not cv2.imwrite(str(out), cv2.cvtColor(image, cv2.COLOR_RGB2BGR)):
+        raise RuntimeError(f"{out}: could not write the PNG")
+    return out
