@@ -54,3 +54,18 @@ def test_recorder_refuses_what_it_cannot_explain(tmp_path):
         SaliencyRecorder(PurePursuitExpert(), tmp_path / "x.mp4")
     with pytest.raises(ValueError, match="meta"):
         SaliencyRecorder(Policy(NCPConvHead(), None), tmp_path / "x.mp4")
+
+
+def test_closed_loop_evaluation_drives_the_recorder_and_its_video_has_every_frame(tmp_path):
+    from drive.sim.closed_loop import evaluate
+
+    torch.manual_seed(0)
+    policy = Policy(NCPConvHead(), None, frame_period_s=1 / 30).eval()
+    meta = policy_meta(policy, Preprocessing(size=(78, 200)), 30.0, "cnn")
+    recorder = SaliencyRecorder(policy, tmp_path / "closed_loop.mp4", meta=meta, reference=PurePursuitExpert())
+    calls = []
+    result = evaluate(recorder, km=0.01, seed=0, perturb=lambda image: calls.append(1) or image)
+    info = recorder.close()
+    assert result.metrics and info["frames"] == len(calls) > 0
+    capture = cv2.VideoCapture(info["video"])
+    assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == len(calls) and capture.get(cv2.CAP_PROP_FPS) == 30.0
