@@ -1,0 +1,229 @@
+"""Preprocessing cache: decode, crop and resize every frame once into a memory-mapped array.
+
+Per recording, ``<cache_dir>/<name>/`` holds
+
+    frames.npy   uint8 [N, 3, H, W] model-size frames (``np.load(mmap_mode="r")``)
+    index.npz    timestamp_s, curvature (1/m), speed_mps [N] float64, valid [N] bool
+    index.json   fingerprint, preprocessing, camera, source geometry, problems
+
+The crop/resize is :class:`drive.preprocess.Preprocessing` -- the very code exported modules run on
+the car -- so training and deployment see byte-identical inputs. The cache is rebuilt when its
+fingerprint changes: the preprocessing, the log's labels and timestamps (hashed), or the size and
+modification time of any frame file (images, video, HDF5). Writes are atomic: the index is removed
+first and written last (via a temporary file and ``os.replace``), so a crash leaves no index and the
+next run rebuilds.
+
+Frames that cannot be decoded or have the wrong size are reported through
+:class:`~drive.data.errors.Problems` (file and frame) and, with ``on_error="skip"``, stay in the
+array as zeros with ``valid=False``; sequences never include them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from drive.data.errors import Problems
+from drive.data.readers.base import SubsetFrames
+from drive.preprocess import Preprocessing
+from drive.recording import ImageFiles, Recording, RecordingError, VideoFrames
+
+__all__ = ["CachedRecording", "build_cache", "cache_recordings", "fingerprint"]
+
+CACHE_VERSION = 1
+_CHUNK = 64
+
+
+class CachedRecording:
+    """A preprocessed recording: frames uint8 [N, 3, H, W] (memory-mapped) and its log.
+
+    Attributes:
+        directory: cache directory. ``frames`` opens lazily (also after pickling into a worker).
+        timestamp_s, curvature (1/m), speed_mps: float64 [N]; ``valid`` bool [N].
+        info: index.json contents (name, source, drive, camera, source_size, preprocessing).
+    """
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.info: Dict[str, Any] = json.loads((self.directory / "index.json").read_text())
+        with np.load(self.directory / "index.npz") as z:
+            self.timestamp_s = z["timestamp_s"]
+            self.curvature = z["curvature"]
+            self.speed_mps = z["speed_mps"]
+            self.valid = z["valid"]
+        self._frames: Optional[np.ndarray] = None
+
+    def __len__(self) -> int:
+        return len(self.timestamp_s)
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_frames"] = None  # never pickle the mapped pixels; each worker maps the file itself
+        return state
+
+    @property
+    def frames(self) -> np.ndarray:
+        if self._frames is None:
+            self._frames = np.load(self.directory / "frames.npy", mmap_mode="r")
+        return self._frames
+
+    @property
+    def name(self) -> str:
+        return str(self.info["name"])
+
+    @property
+    def drive(self) -> str:
+        """Identifier of the physical drive (side cameras of one drive share it)."""
+        return str(self.info.get("drive") or self.info["source"])
+
+    def __repr__(self) -> str:
+        return f"CachedRecording({self.info['source']}, {len(self)} frames, {int(self.valid.sum())} valid)"
+
+
+def _frame_files(source: Any) -> List[Path]:
+    if isinstance(source, SubsetFrames):
+        inner = _frame_files(source.source)
+        return [inner[i] for i in source.indices] if isinstance(source.source, ImageFiles) else inner
+    if isinstance(source, ImageFiles):
+        return list(source.paths)
+    path = getattr(source, "path", None)
+    return [Path(path)] if path is not None else []
+
+
+def _root(source: Any) -> Any:
+    return _root(source.source) if isinstance(source, SubsetFrames) else source
+
+
+def fingerprint(rec: Recording, preprocessing: Preprocessing) -> str:
+    """Hash of everything the cached content depends on (see module docstring)."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"v": CACHE_VERSION, "pre": preprocessing.to_dict(), "source": rec.meta.source,
+                         "size": [rec.meta.width, rec.meta.height]}, sort_keys=True).encode())
+    for column in ("timestamp_s", "curvature", "speed_mps"):
+        h.update(np.ascontiguousarray(rec.log[column], dtype=np.float64).tobytes())
+    for path in _frame_files(rec.source):
+        try:
+            st = os.stat(path)
+            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns};".encode())
+        except FileNotFoundError:
+            h.update(f"{path}:missing;".encode())
+    return h.hexdigest()
+
+
+def _cache_name(rec: Recording) -> str:
+    ident = f"{rec.path}|{rec.meta.source}"
+    stem = (rec.path.stem if rec.path is not None else "recording")[:40]
+    return f"{stem}-{hashlib.sha1(ident.encode()).hexdigest()[:12]}"
+
+
+def _decode(rec: Recording, index: int, problems: Problems, files: List[Path]) -> Optional[np.ndarray]:
+    where = str(files[index]) if len(files) == len(rec) else str(files[0] if files else rec.path)
+    try:
+        frame = rec.frame(index)
+    except (RecordingError, OSError, IndexError, ValueError) as e:
+        kind = "truncated_video" if "truncated" in str(e) else "unreadable_frame"
+        problems.report(where, index, kind, str(e))
+        return None
+    expected = (rec.meta.height, rec.meta.width, 3)
+    if frame.shape != expected or frame.dtype != np.uint8:
+        problems.report(where, index, "wrong_image_size",
+                        f"frame is {frame.dtype} {tuple(frame.shape)}, the recording's frames are uint8 {expected}")
+        return None
+    return frame
+
+
+def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
+                problems: Optional[Problems] = None, threads: int = 2) -> CachedRecording:
+    """Return the up-to-date cache of ``rec``, building it when missing or stale."""
+    problems = problems if problems is not None else Problems("raise")
+    directory = Path(cache_dir) / _cache_name(rec)
+    key = fingerprint(rec, preprocessing)
+    index_path = directory / "index.json"
+    if index_path.is_file():
+        try:
+            info = json.loads(index_path.read_text())
+            if info.get("fingerprint") == key:
+                for p in info.get("problems", []):
+                    problems.report(p["file"], p["row"], p["kind"], p["message"])
+                return CachedRecording(directory)
+        except (json.JSONDecodeError, OSError):
+            pass
+    directory.mkdir(parents=True, exist_ok=True)
+    index_path.unlink(missing_ok=True)
+    local = Problems(problems.on_error)
+    n = len(rec)
+    h, w = preprocessing.size
+    tmp = directory / f"frames.{os.getpid()}.tmp.npy"
+    out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, 3, h, w))
+    valid = np.zeros(n, dtype=bool)
+    files = _frame_files(rec.source)
+    parallel = isinstance(_root(rec.source), ImageFiles) and threads > 1
+    pool = ThreadPoolExecutor(threads) if parallel else None
+    try:
+        start = 0
+        while start < n:
+            idx = list(range(start, min(n, start + _CHUNK)))
+            decoded = list(pool.map(lambda i: _decode(rec, i, local, files), idx)) if pool else \
+                [_decode(rec, i, local, files) for i in idx]
+            good = [(i, f) for i, f in zip(idx, decoded) if f is not None]
+            if good:
+                out[[i for i, _ in good]] = preprocessing(np.stack([f for _, f in good])).numpy()
+                valid[[i for i, _ in good]] = True
+            start += _CHUNK
+            if isinstance(_root(rec.source), VideoFrames) and len(good) < len(idx) and \
+                    any(p.kind == "truncated_video" for p in local.items):
+                break  # nothing decodes after a truncation point; reported once
+        out.flush()
+        del out
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    finally:
+        if pool:
+            pool.shutdown()
+    os.replace(tmp, directory / "frames.npy")
+    np.savez(directory / "index.tmp.npz", timestamp_s=rec.log["timestamp_s"], curvature=rec.log["curvature"],
+             speed_mps=rec.log["speed_mps"], valid=valid)
+    os.replace(directory / "index.tmp.npz", directory / "index.npz")
+    info = {"fingerprint": key, "name": directory.name, "source": rec.meta.source,
+            "path": str(rec.path), "drive": rec.meta.extra.get("drive", str(rec.path)),
+            "fps": rec.meta.fps, "camera": rec.meta.camera.to_dict() if rec.meta.camera else None,
+            "source_size": [rec.meta.height, rec.meta.width], "preprocessing": preprocessing.to_dict(),
+            "problems": [dict(file=p.file, row=p.row, kind=p.kind, message=p.message) for p in local.items]}
+    tmp_json = directory / "index.tmp.json"
+    tmp_json.write_text(json.dumps(info, indent=1))
+    os.replace(tmp_json, index_path)
+    problems.extend(local)
+    return CachedRecording(directory)
+
+
+def cache_recordings(recordings: Sequence[Recording], preprocessing: Preprocessing, cache_dir: Path,
+                     problems: Optional[Problems] = None, threads: int = 2) -> List[CachedRecording]:
+    """:func:`build_cache` for each recording; recordings without any valid frame are dropped."""
+    problems = problems if problems is not None else Problems("raise")
+    out = []
+    for rec in recordings:
+        cached = build_cache(rec, preprocessing, cache_dir, problems, threads)
+        if cached.valid.any():
+            out.append(cached)
+        else:
+            problems.report(str(rec.path), None, "empty", "no frame of this recording could be decoded")
+    return out
+
+
+def source_to_model(info: Dict[str, Any]) -> Tuple[np.ndarray, np.ndarray]:
+    """3x3 affine A mapping source-camera pixels to cached model pixels (and its inverse).
+
+    Crop then resize (align_corners=False): u_model = (u_src - left + 0.5) * sx - 0.5.
+    """
+    src_h, src_w = info["source_size"]
+    pre = Preprocessing.from_dict(info["preprocessing"])
+    top, bottom, left, right = pre.crop if pre.crop is not None else (0, src_h, 0, src_w)
+    sy, sx = pre.size[0] / (bottom - top), pre.size[1] / (right - left)
+    a = np.array([[sx, 0.0, (0.5 - left) * sx - 0.5], [0.0, sy, (0.5 - top) * sy - 0.5], [0.0, 0.0, 1.0]])
+    return a, np.linalg.inv(a)

@@ -1,0 +1,161 @@
+"""``DriveDataModule``: driving logs -> cached, windowed, augmented batches for Lightning.
+
+Batch contract (a dict; B windows of T = ``seq_len`` frames; see :mod:`drive.data.dataset`)::
+
+    frames     uint8   [B, T, 3, H, W]  preprocessed RGB, augmented in training (model makes it float)
+    curvature  float32 [B, T]  label in 1/m (positive = left), viewpoint-corrected when augmented
+    dt         float32 [B, T]  elapsed seconds before each frame (irregular sampling is kept)
+    weight     float32 [B, T]  NCP weights exp(|1000 curvature| curve_factor); 0 on padding
+    mask       bool    [B, T]  False on padding (only in val/test/predict full-recording windows)
+    speed      float32 [B, T]  m/s
+    reset      bool    [B]     window starts a segment: fresh hidden state for stateful evaluation
+    recording  int64   [B]     index into ``self.recordings(split)``
+    start      int64   [B]     first frame of the window in that recording
+
+Training windows overlap (``stride``), never cross a time gap or recording boundary, and are
+shuffled. Validation/test/predict iterate every recording in time order with consecutive,
+non-overlapping windows (the last one of a segment padded): carry the hidden state from a batch
+to the next unless ``reset`` when evaluating statefully with ``eval_batch_size=1``.
+
+Splits: ``val`` paths when given; otherwise ``val_split`` = ``ncp`` (first and last 5% of every
+training drive, the paper's scheme), ``drives`` (a seeded share of whole drives) or ``none``.
+Caches are built in :meth:`prepare_data` (once per node) and reused everywhere else.
+Samplers are plain (``shuffle=True`` for training) so Lightning's ``use_distributed_sampler``
+swaps in a DistributedSampler under DDP.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from drive.data.augment import AugmentConfig
+from drive.data.cache import CachedRecording, cache_recordings
+from drive.data.dataset import SequenceDataset
+from drive.data.errors import Problems
+from drive.data.readers import read_logs
+from drive.data.sequences import split_ranges, stateful_windows, train_windows
+from drive.preprocess import MODEL_SIZE, Preprocessing
+
+__all__ = ["DriveDataModule"]
+
+
+def _worker_init(_: int) -> None:
+    torch.set_num_threads(1)
+
+
+class DriveDataModule(L.LightningDataModule):
+    """Driving logs -> batches (contract in the module docstring).
+
+    Args:
+        train, val, test: log paths, directories or globs (any format :mod:`drive.data.readers` reads).
+        predict: logs for ``predict`` (defaults to ``test``).
+        format: force one reader format (None = detect per log).
+        reader: reader options (:class:`~drive.data.readers.base.ReaderOptions` fields: label units,
+            column names, camera calibration, side cameras, ...).
+        seq_len, stride: window length T and training window step, frames.
+        batch_size: training windows per batch (paper: 20); ``eval_batch_size`` for val/test
+            (None = batch_size; 1 for stateful streaming).
+        num_workers, pin_memory: DataLoader settings (workers run one torch thread each).
+        augment: :class:`~drive.data.augment.AugmentConfig` (None = no augmentation); train only.
+        image_size, crop: preprocessing ([H, W]; [top, bottom, left, right] or None), as exported.
+        cache_dir: where preprocessed frames are memory-mapped.
+        on_error: "raise" on the first bad file/row, or "skip" (drop, count, print a summary).
+        curve_factor: c of the weighted MSE (0.1 open loop, 0 for closed-loop runs).
+        gap_factor: a step longer than gap_factor x median dt starts a new segment.
+        val_split, val_fraction: split when ``val`` is not given (see module docstring).
+        seed: split and augmentation seed.
+    """
+
+    def __init__(self, train: Optional[List[str]] = None, val: Optional[List[str]] = None,
+                 test: Optional[List[str]] = None, predict: Optional[List[str]] = None,
+                 format: Optional[str] = None, reader: Optional[Dict[str, Any]] = None,
+                 seq_len: int = 16, stride: int = 4, batch_size: int = 20, eval_batch_size: Optional[int] = None,
+                 num_workers: int = 2, pin_memory: bool = True, augment: Optional[AugmentConfig] = None,
+                 image_size: List[int] = list(MODEL_SIZE), crop: Optional[List[int]] = None,
+                 cache_dir: str = ".cache/drive-data", on_error: str = "raise", curve_factor: float = 0.1,
+                 gap_factor: float = 3.0, val_split: str = "ncp", val_fraction: float = 0.1, seed: int = 0):
+        super().__init__()
+        self.save_hyperparameters()
+        self.paths = {"train": list(train or []), "val": list(val or []), "test": list(test or []),
+                      "predict": list(predict or test or [])}
+        self.format, self.reader = format, dict(reader or {})
+        self.seq_len, self.stride = seq_len, stride
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
+        self.num_workers, self.pin_memory = num_workers, pin_memory
+        self.augment = AugmentConfig.from_any(augment)
+        self.preprocessing = Preprocessing(size=tuple(image_size), crop=tuple(crop) if crop else None)
+        self.cache_dir = Path(cache_dir)
+        self.on_error, self.curve_factor, self.gap_factor = on_error, curve_factor, gap_factor
+        self.val_split, self.val_fraction, self.seed = val_split, val_fraction, seed
+        Problems(on_error)  # validates on_error early
+        self.problems = Problems(on_error)
+        self.datasets: Dict[str, SequenceDataset] = {}
+
+    def _load(self, paths: List[str]) -> List[CachedRecording]:
+        recs = read_logs(paths, self.format, self.reader, self.problems)
+        return cache_recordings(recs, self.preprocessing, self.cache_dir, self.problems)
+
+    def prepare_data(self) -> None:
+        """Build (or validate) every cache once; problems are raised here or summarised in setup."""
+        for split in ("train", "val", "test"):
+            if self.paths[split]:
+                self._load(self.paths[split])
+        self.problems = Problems(self.on_error)
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if stage in (None, "fit", "validate") and "train" not in self.datasets and self.paths["train"]:
+            recs = self._load(self.paths["train"])
+            train_r, val_r = split_ranges(recs, "none" if self.paths["val"] else self.val_split,
+                                          self.val_fraction, self.seed)
+            self.datasets["train"] = SequenceDataset(
+                recs, train_windows(recs, train_r, self.seq_len, self.stride, self.gap_factor), self.seq_len,
+                self.augment, self.curve_factor, self.seed)
+            if self.paths["val"]:
+                vrecs = self._load(self.paths["val"])
+                val_r = [(i, 0, len(r)) for i, r in enumerate(vrecs)]
+            else:
+                vrecs = recs
+            if val_r:
+                self.datasets["val"] = SequenceDataset(
+                    vrecs, stateful_windows(vrecs, val_r, self.seq_len, self.gap_factor), self.seq_len,
+                    None, self.curve_factor, self.seed)
+            if len(self.datasets["train"]) == 0:
+                raise ValueError(f"no training window of {self.seq_len} gap-free frames in {self.paths['train']}")
+        for split in ("test", "predict"):
+            if stage in (None, split) and split not in self.datasets and self.paths[split]:
+                recs = self._load(self.paths[split])
+                self.datasets[split] = SequenceDataset(
+                    recs, stateful_windows(recs, [(i, 0, len(r)) for i, r in enumerate(recs)], self.seq_len,
+                                           self.gap_factor), self.seq_len, None, self.curve_factor, self.seed)
+        if len(self.problems):
+            print(f"drive.data: {self.problems.summary()}", file=sys.stderr)
+
+    def recordings(self, split: str) -> List[str]:
+        """Source names of the recordings a split's ``recording`` indices refer to."""
+        return self.datasets[split].names()
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        if split not in self.datasets:
+            raise ValueError(f"no {split} data: give {split} paths (and call setup)")
+        return DataLoader(self.datasets[split], batch_size=self.batch_size if shuffle else self.eval_batch_size,
+                          shuffle=shuffle, drop_last=False, num_workers=self.num_workers,
+                          pin_memory=self.pin_memory and torch.cuda.is_available(),
+                          persistent_workers=self.num_workers > 0, worker_init_fn=_worker_init,
+                          generator=torch.Generator().manual_seed(self.seed))
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", shuffle=True)
+
+    def val_dataloader(self) -> Any:
+        return self._loader("val", shuffle=False) if "val" in self.datasets else []
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("predict", shuffle=False)

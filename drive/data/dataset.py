@@ -1,0 +1,107 @@
+"""A torch Dataset of windows over cached recordings: the batch contract of drive.data.
+
+One item (the DataLoader stacks them into a batch with a leading B):
+
+=============  =================  ==========================================================
+key            dtype, shape       meaning
+=============  =================  ==========================================================
+frames         uint8 [T,3,H,W]    preprocessed (and, when training, augmented) RGB frames
+curvature      float32 [T]        label, curvature in 1/m (positive = left); corrected for
+                                  viewpoint augmentation
+dt             float32 [T]        elapsed time before each frame, seconds
+weight         float32 [T]        NCP sample weight exp(|1000 curvature| c), 0 on padding
+mask           bool [T]           False on padding (only the last window of a segment in
+                                  full-recording iteration is padded)
+speed          float32 [T]        m/s
+reset          bool []            the window starts a segment (recording start or time gap)
+recording      int64 []           index into the datamodule's recording list of this split
+start          int64 []           first frame index in that recording
+=============  =================  ==========================================================
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from drive.data.augment import AugmentConfig, Augmenter
+from drive.data.cache import CachedRecording, source_to_model
+from drive.data.sequences import Window, median_dt
+
+__all__ = ["SequenceDataset", "sample_weights"]
+
+
+def sample_weights(curvature_per_m: np.ndarray, curve_factor: float) -> np.ndarray:
+    """NCP weighted-MSE sample weights exp(|y| c) with y = curvature in 1/km (REFERENCE.md §2)."""
+    return np.exp(np.abs(np.asarray(curvature_per_m) * 1000.0) * curve_factor)
+
+
+class SequenceDataset(Dataset):
+    """Windows of ``seq_len`` frames over cached recordings; see the module docstring for items."""
+
+    def __init__(self, recordings: Sequence[CachedRecording], windows: Sequence[Window], seq_len: int,
+                 augment: Optional[AugmentConfig] = None, curve_factor: float = 0.1, seed: int = 0):
+        self.recordings = list(recordings)
+        self.windows = list(windows)
+        self.seq_len = seq_len
+        self.augmenter = Augmenter(augment) if augment is not None else None
+        self.curve_factor = curve_factor
+        self.seed = seed
+        self._calls = 0
+        self._nominal = [median_dt(r.timestamp_s) for r in self.recordings]
+        self._geometry = [(r.info.get("camera"), source_to_model(r.info)[0]) for r in self.recordings]
+        if augment is not None and augment.needs_camera():
+            missing = [r.info["source"] for r in self.recordings if r.info.get("camera") is None]
+            if missing:
+                raise ValueError(f"viewpoint augmentation needs camera calibration, missing for {missing[:3]}; "
+                                 "set the reader option camera: {fx, fy, cx, cy, height_m, pitch_rad} or viewpoint_p: 0")
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def _rng(self, index: int) -> np.random.Generator:
+        info = get_worker_info()
+        if info is not None:
+            return np.random.default_rng([info.seed % 2 ** 63, index])
+        self._calls += 1
+        return np.random.default_rng([self.seed, torch.initial_seed() % 2 ** 63, index, self._calls])
+
+    def __getitem__(self, index: int) -> Dict[str, torch.Tensor]:
+        w = self.windows[index]
+        rec = self.recordings[w.recording]
+        t_len, n = self.seq_len, w.length
+        frames = torch.from_numpy(np.array(rec.frames[w.start:w.start + n]))
+        t = rec.timestamp_s
+        dt = np.empty(n)
+        dt[1:] = np.diff(t[w.start:w.start + n])
+        dt[0] = self._nominal[w.recording] if w.reset else t[w.start] - t[w.start - 1]
+        curvature = rec.curvature[w.start:w.start + n]
+        speed = rec.speed_mps[w.start:w.start + n]
+        if self.augmenter is not None:
+            camera, affine = self._geometry[w.recording]
+            frames, curvature = self.augmenter(frames, curvature, speed, self._rng(index), camera, affine)
+        weight = sample_weights(curvature, self.curve_factor)
+        mask = np.ones(t_len, dtype=bool)
+        if n < t_len:  # pad the last window of a segment: repeat the last frame, weight 0
+            pad = t_len - n
+            frames = torch.cat([frames, frames[-1:].expand(pad, -1, -1, -1)])
+            curvature, speed = np.pad(curvature, (0, pad), mode="edge"), np.pad(speed, (0, pad), mode="edge")
+            dt = np.pad(dt, (0, pad), constant_values=self._nominal[w.recording])
+            weight = np.pad(weight, (0, pad))
+            mask[n:] = False
+        return {
+            "frames": frames,
+            "curvature": torch.from_numpy(np.asarray(curvature, dtype=np.float32)),
+            "dt": torch.from_numpy(dt.astype(np.float32)),
+            "weight": torch.from_numpy(np.asarray(weight, dtype=np.float32)),
+            "mask": torch.from_numpy(mask),
+            "speed": torch.from_numpy(np.asarray(speed, dtype=np.float32)),
+            "reset": torch.tensor(w.reset),
+            "recording": torch.tensor(w.recording, dtype=torch.int64),
+            "start": torch.tensor(w.start, dtype=torch.int64),
+        }
+
+    def names(self) -> List[str]:
+        return [r.info["source"] for r in self.recordings]

@@ -1,0 +1,36 @@
+"""Reader for the canonical recording directory (drive.recording): validates rows, drops or raises."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import numpy as np
+
+from drive.data.errors import Problems
+from drive.data.readers.base import ReaderOptions, build_recording
+from drive.recording import Recording, RecordingError
+
+__all__ = ["read", "detect"]
+
+
+def detect(path: Path) -> bool:
+    return path.is_dir() and (path / "meta.json").is_file()
+
+
+def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recording]:
+    """One canonical recording directory -> [Recording] (empty list when skipped)."""
+    try:
+        rec = Recording.open(path)
+    except RecordingError as e:
+        problems.report(str(path), None, "unreadable", str(e))
+        return []
+    meta = rec.meta
+    fields = dict(fps=meta.fps, width=meta.width, height=meta.height, camera=meta.camera, source=meta.source,
+                  conditions=meta.conditions, seed=meta.seed, storage=meta.storage, video=meta.video,
+                  extra=meta.extra)
+    if fields["camera"] is None:
+        fields["camera"] = options.calibration()
+    lines = np.arange(len(rec)) + 2  # header is line 1
+    out = build_recording(file=str(path / "log.csv"), rows=lines, log=rec.log, source=rec.source,
+                          problems=problems, meta=fields, path=path)
+    return [out] if out is not None else []

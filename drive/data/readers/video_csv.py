@@ -1,0 +1,110 @@
+"""Reader for a video file (MP4, AVI, ...) plus a timestamped CSV of steering.
+
+Frame ``i`` is taken at ``video_start_s + i / fps`` (fps from the container unless given), and
+steering and speed are interpolated linearly to those times from the CSV's own (possibly faster,
+irregular) samples. Frames outside the CSV's time range have no label: an error, or dropped with
+``on_error: skip``. A video that stops decoding before its announced length is reported as
+truncated when the cache decodes it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List
+
+import cv2
+import numpy as np
+
+from drive.data.errors import Problems
+from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
+from drive.data.readers.base import ReaderOptions, build_recording, read_csv_table, rows_as_float
+from drive.data.readers.folder_csv import _STEER_NAMES, _TIME_NAMES, _SPEED_NAMES, _pick
+from drive.recording import Recording, VideoFrames
+
+__all__ = ["read", "detect", "VIDEO_EXTENSIONS"]
+
+VIDEO_EXTENSIONS = (".mp4", ".avi", ".mkv", ".mov", ".m4v", ".hevc")
+
+
+def detect(path: Path) -> bool:
+    return path.is_file() and path.suffix.lower() in VIDEO_EXTENSIONS
+
+
+def _label_csv(video: Path, options: ReaderOptions) -> Path:
+    if options.csv:
+        given = Path(options.csv)
+        return given if given.is_absolute() else video.parent / given
+    same = video.with_suffix(".csv")
+    if same.is_file():
+        return same
+    csvs = sorted(video.parent.glob("*.csv"))
+    if len(csvs) == 1:
+        return csvs[0]
+    raise ValueError(f"{video}: cannot tell which CSV holds its labels ({len(csvs)} CSVs beside it); set csv")
+
+
+def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recording]:
+    cap = cv2.VideoCapture(str(path))
+    if not cap.isOpened():
+        problems.report(str(path), None, "unreadable", "OpenCV cannot open this video")
+        return []
+    count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+    fps = float(options.fps or cap.get(cv2.CAP_PROP_FPS) or 0.0)
+    width, height = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+    cap.release()
+    if count <= 0:
+        problems.report(str(path), None, "empty", "video has no frames")
+        return []
+    if not fps > 0:
+        raise ValueError(f"{path}: the container has no frame rate; set fps")
+    csv_path = _label_csv(path, options)
+    table = read_csv_table(csv_path, problems)
+    if len(table) < 2:
+        problems.report(str(csv_path), None, "empty", "need at least two timestamped label rows to interpolate")
+        return []
+    header = table.header
+    time_col = _pick(header, options.timestamp_column, _TIME_NAMES, "timestamp", True)
+    steer = _pick(header, options.steering_column, list(_STEER_NAMES), "steering", True)
+    default_unit = _STEER_NAMES.get(steer)
+    if options.label is None and default_unit is None:
+        raise ValueError(f"{csv_path}: the unit of steering column {steer!r} is ambiguous; set label: {{unit: ...}}")
+    spec = options.label_spec(**({"unit": default_unit} if default_unit else {}))
+    t = time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp")), options.time_unit)
+    curv = to_curvature_per_m(rows_as_float(table, table.column_index(steer, "steering")), spec)
+    speed_col = _pick(header, options.speed_column, _SPEED_NAMES, "speed", False)
+    speed = (speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), options.speed_unit)
+             if speed_col is not None else np.full(len(table), options.speed_mps))
+    # Validate the label samples themselves (bad rows named by CSV line), then interpolate.
+    labels = build_recording(file=str(csv_path), rows=np.asarray(table.lines),
+                             log={"timestamp_s": t, "curvature": curv, "speed_mps": speed},
+                             source=_NoFrames(len(table)), problems=problems,
+                             meta={"fps": 1.0, "width": 1, "height": 1})
+    if labels is None:
+        return []
+    lt = labels.log["timestamp_s"]
+    start = float(options.video_start_s) if options.video_start_s is not None else float(lt[0])
+    frame_t = start + np.arange(count) / fps
+    keep = (frame_t >= lt[0] - 1e-9) & (frame_t <= lt[-1] + 1e-9)
+    for i in np.flatnonzero(~keep)[:1]:
+        problems.report(str(path), int(i), "unlabelled_frames",
+                        f"{int((~keep).sum())} frame(s) lie outside the label time range "
+                        f"{lt[0]:.3f}..{lt[-1]:.3f} s of {csv_path.name} (first: frame {i} at {frame_t[i]:.3f} s)")
+    log = {"timestamp_s": frame_t, "curvature": np.interp(frame_t, lt, labels.log["curvature"]),
+           "speed_mps": np.interp(frame_t, lt, labels.log["speed_mps"])}
+    meta = {"fps": fps, "width": width, "height": height, "source": f"video_csv:{path}",
+            "camera": options.calibration(), "extra": {"drive": str(path), "labels": str(csv_path)}}
+    rec = build_recording(file=str(path), rows=np.arange(count), log=log, source=VideoFrames(path, count=count),
+                          problems=problems, meta=meta, keep=keep, path=path)
+    return [rec] if rec is not None else []
+
+
+class _NoFrames:
+    """A frame source for validating label rows that have no frames of their own."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def read(self, index: int) -> np.ndarray:
+        raise IndexError("label rows have no frames")

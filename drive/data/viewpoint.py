@@ -1,0 +1,97 @@
+"""Viewpoint synthesis: what the camera would see after a lateral shift and a yaw, and the label
+that steers back (REFERENCE.md §5).
+
+Geometry (camera axes x right, y down, z forward; ground plane ``n^T X = d`` with ``d`` the
+camera height and ``n = (0, cos p, sin p)`` for a camera pitched down by ``p``). The new camera
+sits at ``C`` (the lateral shift, ``C = (-shift, 0, 0)``, shift > 0 = LEFT) and is yawed by
+``yaw`` (> 0 = LEFT) about the vertical. Ground pixels map by the plane-induced homography
+H = R^T (I - C n^T / d)  (the ``R - t n^T / d`` of the reference), whose inverse, used to sample,
+is (I + C n^T / d) R; above the horizon the scene is treated as infinitely far (rotation only).
+Both are the single formula ``q = R r + C max(n^T R r, 0) / d`` for a target ray ``r``, which is
+continuous across the horizon.
+
+Where in the pipeline: the warp is defined in the SOURCE camera's pixel geometry (its
+intrinsics K), but applied to the cached, already cropped and resized frames by conjugating with
+the crop/resize affine A (source pixels -> model pixels): ``M = A K q(K^-1 A^-1 p)``. Crop and
+resize are affine, so this equals warping the source frame and then preprocessing, except that
+content outside the crop is unavailable (border pixels are replicated) and the warp resamples at
+model resolution. For the built-in world the recording already is at model size (A = I).
+Rotation is about the camera centre (mounting offsets and roll are ignored).
+
+Label correction, pure pursuit toward the original path at look-ahead ``L``:
+kappa' = kappa + 2 (-L sin(yaw) - shift cos(yaw)) / (L^2 + shift^2), i.e. for small angles
+kappa - 2 shift / (L^2 + shift^2) - 2 yaw / L (left-positive curvature, REFERENCE.md §5).
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+__all__ = ["warp_grid", "warp_frames", "corrected_curvature", "camera_geometry", "road_region_error"]
+
+
+def camera_geometry(camera: Dict[str, float]) -> Tuple[np.ndarray, np.ndarray, float]:
+    """(K [3,3], ground normal n [3] in camera axes, camera height d [m]) from a calibration dict."""
+    k = np.array([[camera["fx"], 0.0, camera["cx"]], [0.0, camera["fy"], camera["cy"]], [0.0, 0.0, 1.0]])
+    p = float(camera.get("pitch_rad", 0.0))
+    return k, np.array([0.0, math.cos(p), math.sin(p)]), float(camera["height_m"])
+
+
+def _yaw_rotation(up: np.ndarray, yaw: float) -> np.ndarray:
+    """Rodrigues rotation by ``yaw`` about the unit axis ``up`` (yaw > 0 turns forward to the left)."""
+    ux = np.array([[0.0, -up[2], up[1]], [up[2], 0.0, -up[0]], [-up[1], up[0], 0.0]])
+    return math.cos(yaw) * np.eye(3) + math.sin(yaw) * ux + (1 - math.cos(yaw)) * np.outer(up, up)
+
+
+def warp_grid(camera: Dict[str, float], a: np.ndarray, size: Tuple[int, int], shift_m: float,
+              yaw_rad: float) -> torch.Tensor:
+    """Sampling grid [H, W, 2] (grid_sample's normalized x, y) for one shift/yaw.
+
+    Args:
+        camera: calibration at the source image size (fx, fy, cx, cy, height_m, pitch_rad).
+        a: [3, 3] affine from source pixels to model pixels (:func:`drive.data.cache.source_to_model`).
+        size: (H, W) of the model frames.
+    """
+    k, n, d = camera_geometry(camera)
+    r = _yaw_rotation(-n, yaw_rad)
+    c = np.array([-shift_m, 0.0, 0.0])
+    h, w = size
+    v, u = np.mgrid[0:h, 0:w].astype(np.float64)
+    pix = np.stack([u.ravel(), v.ravel(), np.ones(h * w)])            # [3, P] target model pixels
+    rays = r @ (np.linalg.inv(k) @ np.linalg.inv(a) @ pix)            # target rays in source camera axes
+    down = np.maximum(n @ rays, 0.0)                                  # > 0 where the ray meets the ground
+    q = rays + np.outer(c, down) / d                                  # ground: (I + C n^T/d) R r; sky: R r
+    src = a @ k @ q
+    z = np.where(np.abs(src[2]) < 1e-9, 1e-9, src[2])
+    x, y = src[0] / z, src[1] / z
+    grid = np.stack([(2 * x + 1) / w - 1, (2 * y + 1) / h - 1], axis=-1).reshape(h, w, 2)
+    return torch.from_numpy(grid.astype(np.float32))
+
+
+def warp_frames(frames: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
+    """Warp float frames [T, 3, H, W] with one grid [H, W, 2] (or per-frame grids [T, H, W, 2])."""
+    if grid.dim() == 3:
+        grid = grid.unsqueeze(0).expand(frames.shape[0], -1, -1, -1)
+    return F.grid_sample(frames, grid, mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def corrected_curvature(curvature_per_m: np.ndarray, shift_m: np.ndarray, yaw_rad: np.ndarray,
+                        speed_mps: np.ndarray, lookahead_s: float = 2.0, min_lookahead_m: float = 5.0,
+                        ) -> np.ndarray:
+    """Pure-pursuit label for the shifted/yawed car [T] (1/m); see module docstring.
+
+    Look-ahead L = max(min_lookahead_m, lookahead_s x speed).
+    """
+    la = np.maximum(min_lookahead_m, lookahead_s * np.asarray(speed_mps, dtype=np.float64))
+    s, y = np.asarray(shift_m, dtype=np.float64), np.asarray(yaw_rad, dtype=np.float64)
+    return np.asarray(curvature_per_m) + 2.0 * (-la * np.sin(y) - s * np.cos(y)) / (la ** 2 + s ** 2)
+
+
+def road_region_error(a: np.ndarray, b: np.ndarray, mask: Optional[np.ndarray] = None) -> float:
+    """Mean absolute difference in [0, 255] units between two uint8 images [H, W, 3] inside ``mask``."""
+    diff = np.abs(a.astype(np.float64) - b.astype(np.float64)).mean(axis=-1)
+    return float(diff[mask].mean() if mask is not None else diff.mean())
