@@ -24,7 +24,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -33,7 +33,8 @@ from drive.data.readers.base import SubsetFrames
 from drive.preprocess import Preprocessing
 from drive.recording import ImageFiles, Recording, RecordingError, VideoFrames
 
-__all__ = ["CachedRecording", "build_cache", "cache_recordings", "fingerprint"]
+__all__ = ["CachedRecording", "build_cache", "cache_recordings", "fingerprint", "decode_frame", "frame_files",
+           "iter_decoded", "source_to_model"]
 
 CACHE_VERSION = 1
 _CHUNK = 64
@@ -85,9 +86,9 @@ class CachedRecording:
         return f"CachedRecording({self.info['source']}, {len(self)} frames, {int(self.valid.sum())} valid)"
 
 
-def _frame_files(source: Any) -> List[Path]:
+def frame_files(source: Any) -> List[Path]:
     if isinstance(source, SubsetFrames):
-        inner = _frame_files(source.source)
+        inner = frame_files(source.source)
         return [inner[i] for i in source.indices] if isinstance(source.source, ImageFiles) else inner
     if isinstance(source, ImageFiles):
         return list(source.paths)
@@ -106,7 +107,7 @@ def fingerprint(rec: Recording, preprocessing: Preprocessing) -> str:
                          "size": [rec.meta.width, rec.meta.height]}, sort_keys=True).encode())
     for column in ("timestamp_s", "curvature", "speed_mps"):
         h.update(np.ascontiguousarray(rec.log[column], dtype=np.float64).tobytes())
-    for path in _frame_files(rec.source):
+    for path in frame_files(rec.source):
         try:
             st = os.stat(path)
             h.update(f"{path}:{st.st_size}:{st.st_mtime_ns};".encode())
@@ -121,7 +122,8 @@ def _cache_name(rec: Recording) -> str:
     return f"{stem}-{hashlib.sha1(ident.encode()).hexdigest()[:12]}"
 
 
-def _decode(rec: Recording, index: int, problems: Problems, files: List[Path]) -> Optional[np.ndarray]:
+def decode_frame(rec: Recording, index: int, problems: Problems, files: List[Path]) -> Optional[np.ndarray]:
+    """Frame ``index`` as uint8 [H, W, 3], or None after reporting why it is unusable."""
     where = str(files[index]) if len(files) == len(rec) else str(files[0] if files else rec.path)
     try:
         frame = rec.frame(index)
@@ -135,6 +137,16 @@ def _decode(rec: Recording, index: int, problems: Problems, files: List[Path]) -
                         f"frame is {frame.dtype} {tuple(frame.shape)}, the recording's frames are uint8 {expected}")
         return None
     return frame
+
+
+def iter_decoded(rec: Recording, problems: Problems) -> Iterator[Tuple[int, Optional[np.ndarray]]]:
+    """(index, frame or None) for every frame in order; stops after a video truncation point."""
+    files = frame_files(rec.source)
+    for i in range(len(rec)):
+        frame = decode_frame(rec, i, problems, files)
+        yield i, frame
+        if frame is None and problems.items and problems.items[-1].kind == "truncated_video":
+            return
 
 
 def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
@@ -161,15 +173,15 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
     tmp = directory / f"frames.{os.getpid()}.tmp.npy"
     out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, 3, h, w))
     valid = np.zeros(n, dtype=bool)
-    files = _frame_files(rec.source)
+    files = frame_files(rec.source)
     parallel = isinstance(_root(rec.source), ImageFiles) and threads > 1
     pool = ThreadPoolExecutor(threads) if parallel else None
     try:
         start = 0
         while start < n:
             idx = list(range(start, min(n, start + _CHUNK)))
-            decoded = list(pool.map(lambda i: _decode(rec, i, local, files), idx)) if pool else \
-                [_decode(rec, i, local, files) for i in idx]
+            decoded = list(pool.map(lambda i: decode_frame(rec, i, local, files), idx)) if pool else \
+                [decode_frame(rec, i, local, files) for i in idx]
             good = [(i, f) for i, f in zip(idx, decoded) if f is not None]
             if good:
                 out[[i for i, _ in good]] = preprocessing(np.stack([f for _, f in good])).numpy()

@@ -1,0 +1,134 @@
+"""What the readers find in a set of logs: recordings, frames, timing, gaps, labels, every problem.
+
+:func:`inspect_logs` reads with ``on_error="skip"`` so that it can list every problem (file and
+row) instead of stopping at the first, and by default decodes every frame to find unreadable or
+mis-sized images and truncated videos. :func:`convert_logs` writes canonical recordings.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from drive.data.cache import iter_decoded
+from drive.data.errors import Problems
+from drive.data.readers import discover, read_logs
+from drive.recording import Recording, RecordingMeta, RecordingWriter
+
+__all__ = ["inspect_logs", "format_report", "convert_logs"]
+
+
+def _decode_all(rec: Recording, problems: Problems) -> int:
+    """Decode every frame, reporting bad ones; returns the number of good frames."""
+    return sum(frame is not None for _, frame in iter_decoded(rec, problems))
+
+
+def _summary(rec: Recording, gap_factor: float) -> Dict[str, Any]:
+    t, k, v = rec.log["timestamp_s"], rec.log["curvature"], rec.log["speed_mps"]
+    dt = np.diff(t)
+    med = float(np.median(dt)) if len(dt) else 0.0
+    gaps = np.flatnonzero(dt > gap_factor * med) if len(dt) else np.array([], dtype=int)
+    return {
+        "source": rec.meta.source,
+        "path": str(rec.path),
+        "frames": len(rec),
+        "size": [rec.meta.width, rec.meta.height],
+        "duration_s": float(t[-1] - t[0]) if len(t) else 0.0,
+        "fps": float(1.0 / med) if med > 0 else rec.meta.fps,
+        "dt_s": {"median": med, "min": float(dt.min()) if len(dt) else 0.0, "max": float(dt.max()) if len(dt) else 0.0},
+        "gaps": [{"after_frame": int(i), "dt_s": float(dt[i])} for i in gaps],
+        "curvature_per_m": {"min": float(k.min()), "max": float(k.max()), "mean_abs": float(np.abs(k).mean())},
+        "speed_mps": {"min": float(v.min()), "max": float(v.max())},
+        "camera": rec.meta.camera.to_dict() if rec.meta.camera else None,
+    }
+
+
+def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Optional[Dict[str, Any]] = None,
+                 decode: bool = True, gap_factor: float = 3.0) -> Dict[str, Any]:
+    """JSON-able report: ``logs`` (path, format), ``recordings`` (summaries), ``problems``."""
+    problems = Problems("skip")
+    logs = [(str(p), f) for path in paths for p, f in discover(path, format)]
+    recs = read_logs(list(paths), format, options, problems) if logs else []
+    summaries = []
+    for rec in recs:
+        s = _summary(rec, gap_factor)
+        if decode:
+            s["decodable_frames"] = _decode_all(rec, problems)
+        summaries.append(s)
+    return {
+        "logs": [{"path": p, "format": f} for p, f in logs],
+        "recordings": summaries,
+        "totals": {"recordings": len(recs), "frames": int(sum(len(r) for r in recs)),
+                   "duration_s": float(sum(s["duration_s"] for s in summaries))},
+        "problems": [{"file": p.file, "row": p.row, "kind": p.kind, "message": p.message} for p in problems.items],
+        "problem_counts": problems.counts(),
+    }
+
+
+def format_report(report: Dict[str, Any]) -> str:
+    """Human-readable text of :func:`inspect_logs`'s report."""
+    lines = [f"{len(report['logs'])} log(s): " + ", ".join(f"{l['path']} [{l['format']}]" for l in report["logs"])]
+    for s in report["recordings"]:
+        k = s["curvature_per_m"]
+        lines.append(f"- {s['source']}: {s['frames']} frames {s['size'][0]}x{s['size'][1]}, "
+                     f"{s['duration_s']:.1f} s at {s['fps']:.2f} fps (dt {s['dt_s']['min']:.3f}..{s['dt_s']['max']:.3f} s), "
+                     f"{len(s['gaps'])} gap(s), curvature {k['min']:+.4f}..{k['max']:+.4f} 1/m, "
+                     f"speed {s['speed_mps']['min']:.1f}..{s['speed_mps']['max']:.1f} m/s"
+                     + ("" if s["camera"] else ", no camera calibration")
+                     + (f", {s['decodable_frames']} decodable" if "decodable_frames" in s else ""))
+        for g in s["gaps"][:5]:
+            lines.append(f"    gap after frame {g['after_frame']}: {g['dt_s']:.3f} s")
+    tot = report["totals"]
+    lines.append(f"total: {tot['recordings']} recording(s), {tot['frames']} frames, {tot['duration_s']:.1f} s")
+    if report["problems"]:
+        counts = ", ".join(f"{n} {kind}" for kind, n in sorted(report["problem_counts"].items()))
+        lines.append(f"{len(report['problems'])} problem(s): {counts}")
+        for p in report["problems"]:
+            where = p["file"] if p["row"] is None else f"{p['file']}, row {p['row']}"
+            lines.append(f"  {where}: {p['message']} [{p['kind']}]")
+    else:
+        lines.append("no problems found")
+    return "\n".join(lines)
+
+
+def _name(rec: Recording, taken: set) -> str:
+    base = (rec.path.stem if rec.path is not None else "recording")
+    camera = rec.meta.extra.get("camera")
+    name = f"{base}-{camera}" if camera else base
+    stem, k = name, 1
+    while name in taken:
+        k += 1
+        name = f"{stem}-{k}"
+    taken.add(name)
+    return name
+
+
+def convert_logs(paths: Sequence[str], out: str, format: Optional[str] = None,
+                 options: Optional[Dict[str, Any]] = None, on_error: str = "raise", storage: str = "frames",
+                 overwrite: bool = False) -> List[Path]:
+    """Write every recording found at ``paths`` as a canonical recording under ``out``.
+
+    Frames that cannot be decoded or have the wrong size raise, or are dropped with ``on_error="skip"``
+    (the converted log then has a time gap there). Returns the written directories.
+    """
+    problems = Problems(on_error)
+    recs = read_logs(list(paths), format, options, problems)
+    written, taken = [], set()
+    for rec in recs:
+        m = rec.meta
+        meta = RecordingMeta(fps=m.fps, width=m.width, height=m.height, camera=m.camera, source=m.source,
+                             conditions=m.conditions, seed=m.seed, storage=storage, extra=m.extra)
+        target = Path(out) / _name(rec, taken)
+        with RecordingWriter(target, meta, overwrite=overwrite) as writer:
+            for i, frame in iter_decoded(rec, problems):
+                if frame is None:
+                    continue
+                extra = {c: float(v[i]) for c, v in rec.log.items()
+                         if c not in ("frame", "timestamp_s", "curvature", "speed_mps")}
+                writer.append(frame, timestamp_s=float(rec.log["timestamp_s"][i]),
+                              curvature=float(rec.log["curvature"][i]), speed_mps=float(rec.log["speed_mps"][i]), **extra)
+        written.append(target)
+    if len(problems):
+        print(problems.summary())
+    return written
