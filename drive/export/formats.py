@@ -1,0 +1,257 @@
+"""Write a :class:`~drive.export.module.DeployedPolicy` to disk: TorchScript, AOTInductor or ONNX.
+
+All three carry the same graph (raw frame + hidden -> command, hidden, status) and the same
+metadata (:func:`export_metadata`), each where its loaders find it:
+
+* ``torchscript`` (``.ts``): ``torch.jit.script`` (not traced: tracing would freeze shapes and
+  drop the safety branches); metadata as typed module attributes and the scripted ``metadata()``
+  method (C++ reads them) and as ``_extra_files["drive_meta.json"]`` (Python reads it without
+  running the module). Methods: ``step``, ``step_with_status``, ``initial_state``, ``metadata``.
+* ``aoti`` (``.pt2``): ``torch.export`` + AOTInductor package, batch 1, compiled for ``device``;
+  metadata as the package's string map (``AOTIModelPackageLoader::get_metadata()`` in C++).
+  AOTInductor does not check input shapes: loaders must (``drive_runtime`` and
+  :mod:`drive.export.runtime` do).
+* ``onnx`` (``.onnx``): ``torch.onnx.export`` (dynamo exporter, opset 18), batch 1, metadata in
+  ``metadata_props``.
+
+Checkpoints are read through :func:`drive.policy_io.load_policy` (``weights_only=True``): a file
+with a pickled payload is refused before anything in it runs.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Dict, Optional, Tuple, Union
+
+import torch
+
+from drive import __version__
+from drive.export.module import STATUS, DeployedPolicy
+from drive.nn.policy import Policy
+from drive.policy_io import load_policy
+from drive.preprocess import Preprocessing
+
+__all__ = ["export_policy", "build_deployed", "export_metadata", "FORMATS", "DEFAULT_CURVATURE_LIMIT_PER_M"]
+
+FORMATS: Dict[str, str] = {"torchscript": ".ts", "aoti": ".pt2", "onnx": ".onnx"}
+META_FILE = "drive_meta.json"
+# 1/m; a 5 m turning radius, tighter than any passenger car can steer
+DEFAULT_CURVATURE_LIMIT_PER_M = 0.2
+ONNX_OPSET = 18
+PathLike = Union[str, os.PathLike]
+
+
+def export_metadata(deployed: DeployedPolicy, meta: Dict[str, Any], fmt: str, device: str) -> Dict[str, Any]:
+    """Everything a vehicle integrator needs to feed the file and read its outputs (plain JSON)."""
+    return {
+        "format": fmt,
+        "drive_version": __version__,
+        "torch_version": torch.__version__.split("+")[0],
+        "family": str(meta.get("family", "policy")),
+        "frame_size": [deployed.frame_height, deployed.frame_width],
+        "frame_layout": "RGB HWC uint8 [B, H, W, 3] or [H, W, 3] (TorchScript also float32 in [0, 1]); "
+                        "AOTInductor and ONNX: uint8 [1, H, W, 3]",
+        "crop": list(deployed.crop) or None,
+        "model_input_size": list(deployed.model_size),
+        "fps": deployed.fps,
+        "dt_s": deployed.period_s,
+        "label": "curvature",
+        "label_units": "1/m",
+        "sign": "positive = turning left (ISO 8855)",
+        "network_units": "1/km",
+        "state_size": deployed.state_size,
+        "hidden_size": deployed.hidden_size,
+        "hidden_layout": {"recurrent_state": [0, deployed.state_size], "last_command_per_m": deployed.state_size,
+                          "status": deployed.state_size + 1, "gap_s": deployed.state_size + 2},
+        "initial_state": "zeros",
+        "curvature_limit_per_m": deployed.curvature_limit_per_m,
+        "black_level": deployed.black_level,
+        "max_gap_s": deployed.max_gap_s,
+        "status_bits": dict(STATUS),
+        "half": deployed.half,
+        "device": device,
+        "preprocessing": meta.get("preprocessing"),
+        "policy_config": meta.get("policy_config"),
+    }
+
+
+def _resolve_frame_size(meta: Dict[str, Any], frame_size: Optional[Tuple[int, int]]) -> Tuple[int, int]:
+    """Native camera size: explicit > checkpoint ``frame_size`` > checkpoint ``camera`` > network size."""
+    if frame_size is not None:
+        return int(frame_size[0]), int(frame_size[1])
+    if meta.get("frame_size"):
+        h, w = meta["frame_size"]
+        return int(h), int(w)
+    camera = meta.get("camera") or {}
+    if "height" in camera and "width" in camera:
+        return int(camera["height"]), int(camera["width"])
+    prep = Preprocessing.from_dict(meta["preprocessing"])
+    if prep.crop is not None:
+        raise ValueError("the checkpoint crops frames but does not say the camera's frame size: "
+                         "pass frame_size=(height, width) (`drive export --frame-size HxW`)")
+    return int(prep.size[0]), int(prep.size[1])
+
+
+def build_deployed(
+    policy: Policy,
+    meta: Dict[str, Any],
+    *,
+    half: bool = False,
+    curvature_limit_per_m: Optional[float] = None,
+    frame_size: Optional[Tuple[int, int]] = None,
+    black_level: float = 4.0,
+    max_gap_s: float = 1.0,
+) -> DeployedPolicy:
+    """Wrap a copy of a loaded policy (``load_policy`` output) in the deployable module (eager)."""
+    policy = copy.deepcopy(policy).eval()
+    prep = Preprocessing.from_dict(meta["preprocessing"])
+    if tuple(prep.size) != tuple(policy.input_size):
+        raise ValueError(f"preprocessing resizes to {prep.size} but the policy takes {policy.input_size}")
+    limit = curvature_limit_per_m or meta.get("curvature_limit_per_m") or DEFAULT_CURVATURE_LIMIT_PER_M
+    size = _resolve_frame_size(meta, frame_size)
+    for p in policy.parameters():
+        p.requires_grad_(False)
+    deployed = DeployedPolicy(policy, size, prep.crop_list, float(meta["fps"]), float(limit), half=half,
+                              black_level=black_level, max_gap_s=max_gap_s)
+    deployed.family = str(meta.get("family", "policy"))
+    deployed.metadata_json = json.dumps(export_metadata(deployed, meta, "eager", "cpu"), sort_keys=True)
+    return deployed.eval()
+
+
+def _atomic_target(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix="." + out.stem + ".", suffix=".tmp" + out.suffix)
+    os.close(fd)
+    return Path(tmp)
+
+
+def _example_inputs(deployed: DeployedPolicy, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    frame = torch.full((1, deployed.frame_height, deployed.frame_width, 3), 128, dtype=torch.uint8, device=device)
+    return frame, deployed.initial_state(1).to(device)
+
+
+def _export_program(deployed: DeployedPolicy, device: torch.device) -> torch.export.ExportedProgram:
+    """``torch.export`` the deployed graph at batch 1, without the cells' data-dependent checks.
+
+    The recurrent modules raise on non-finite inputs or dt <= 0 (``if not bool(...)``), which
+    torch.export cannot capture. :meth:`DeployedPolicy.step_with_status` guarantees those
+    preconditions before it calls the cell (finite features and state, dt > 0), so the checks are
+    specialised to "valid" (``draft_export``) and the runtime asserts it inserts are removed: a
+    non-finite network output is then handled by the module's own hold/reset logic, as in
+    TorchScript, instead of aborting the process.
+    """
+    quiet = [logging.getLogger(n) for n in ("torch.export._draft_export", "torch.fx.experimental.symbolic_shapes")]
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.ERROR)
+    try:
+        with torch.no_grad():
+            program = torch.export.draft_export(deployed, _example_inputs(deployed, device), strict=False)
+    finally:
+        for log, level in zip(quiet, levels):
+            log.setLevel(level)
+    graph = program.graph_module.graph
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default:
+            graph.erase_node(node)
+    graph.eliminate_dead_code()
+    program.graph_module.recompile()
+    return program
+
+
+def _write_torchscript(deployed: DeployedPolicy, meta_json: str, tmp: Path) -> None:
+    deployed.metadata_json = meta_json
+    scripted = torch.jit.script(deployed)
+    torch.jit.save(scripted, str(tmp), _extra_files={META_FILE: meta_json})
+
+
+def _write_aoti(deployed: DeployedPolicy, meta: Dict[str, Any], meta_json: str, tmp: Path, device: torch.device) -> None:
+    from torch._inductor import aoti_compile_and_package
+
+    deployed.metadata_json = meta_json
+    program = _export_program(deployed, device)
+    strings = {k: json.dumps(v) if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else str(v)
+               for k, v in meta.items()}
+    strings.update(frame_height=str(deployed.frame_height), frame_width=str(deployed.frame_width),
+                   metadata_json=meta_json)
+    aoti_compile_and_package(program, package_path=str(tmp), inductor_configs={"aot_inductor.metadata": strings})
+
+
+def _write_onnx(deployed: DeployedPolicy, meta_json: str, tmp: Path) -> None:
+    import onnx
+
+    program = torch.onnx.export(
+        _export_program(deployed, torch.device("cpu")), dynamo=True, opset_version=ONNX_OPSET,
+        input_names=["frame", "hidden"], output_names=["curvature_per_m", "hidden_out", "status"],
+        external_data=False, verbose=False,
+    )
+    model = program.model_proto
+    del model.metadata_props[:]
+    entry = model.metadata_props.add()
+    entry.key, entry.value = META_FILE, meta_json
+    onnx.save(model, str(tmp))
+
+
+def export_policy(
+    ckpt_or_policy: Union[PathLike, Tuple[Policy, Dict[str, Any]]],
+    out: PathLike,
+    format: str = "torchscript",
+    device: str = "cpu",
+    half: bool = False,
+    curvature_limit_per_m: Optional[float] = None,
+    frame_size: Optional[Tuple[int, int]] = None,
+    black_level: float = 4.0,
+    max_gap_s: float = 1.0,
+) -> Path:
+    """Export a policy for the vehicle; returns the written path (written atomically).
+
+    Args:
+        ckpt_or_policy: a checkpoint path (training ``.ckpt`` or converted ``.pt``, loaded with
+            ``weights_only=True``) or a ``(policy, meta)`` pair as :func:`load_policy` returns.
+        out: destination file (suffix conventionally ``.ts`` / ``.pt2`` / ``.onnx``).
+        format: ``torchscript`` | ``aoti`` | ``onnx``.
+        device: ``cpu`` | ``cuda``: where the saved weights live (TorchScript can be moved at load
+            time with ``map_location``; AOTInductor compiles for this device; ONNX is exported on CPU).
+        half: conv head in fp16 (a CUDA option: fp16 convolutions on CPU are slow); cell stays fp32.
+        curvature_limit_per_m: command clamp (default: the checkpoint's, else 0.2 1/m).
+        frame_size: the camera's ``(height, width)`` if the checkpoint does not record it.
+        black_level: mean pixel (0-255) at or below which a frame counts as no image.
+        max_gap_s: longest elapsed time integrated in one step after held frames.
+    """
+    if format not in FORMATS:
+        raise ValueError(f"unknown format {format!r}; choose one of {sorted(FORMATS)}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda: torch sees no CUDA device here")
+    if format == "onnx" and (half or device != "cpu"):
+        raise ValueError("ONNX export is fp32 on CPU; onnxruntime picks the execution provider at load time")
+    if isinstance(ckpt_or_policy, (str, os.PathLike)):
+        policy, meta = load_policy(ckpt_or_policy)
+    else:
+        policy, meta = ckpt_or_policy
+    deployed = build_deployed(policy, meta, half=half, curvature_limit_per_m=curvature_limit_per_m,
+                              frame_size=frame_size, black_level=black_level, max_gap_s=max_gap_s)
+    dev = torch.device(device)
+    deployed.to(dev)
+    info = export_metadata(deployed, meta, format, device)
+    meta_json = json.dumps(info, sort_keys=True)
+    out = Path(out)
+    tmp = _atomic_target(out)
+    try:
+        if format == "torchscript":
+            _write_torchscript(deployed, meta_json, tmp)
+        elif format == "aoti":
+            _write_aoti(deployed, info, meta_json, tmp, dev)
+        else:
+            _write_onnx(deployed, meta_json, tmp)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return out
+

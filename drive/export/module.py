@@ -1,0 +1,205 @@
+"""The deployed policy: one scriptable module from raw camera frame to a safe steering command.
+
+:class:`DeployedPolicy` wraps a trained :class:`~drive.nn.policy.Policy` with everything the car
+needs and nothing it must import: crop/resize (:func:`drive.preprocess.preprocess_frames`, the
+same code training used), scaling to [0, 1], the network, and a safety layer. It is stateless:
+the caller keeps one float32 tensor per camera stream,
+
+    hidden[B, S + 3] = [ recurrent state (S = policy.state_size) | last command (1/m) | status | gap (s) ]
+
+and every step maps ``(frame, hidden) -> (curvature_per_m[B], hidden, status[B])``. Keeping the
+last command, the flags and the time since the last usable frame inside ``hidden`` keeps the
+module batch-safe and lets TorchScript, torch.export and ONNX share one graph with no branches
+on data.
+
+Frames: uint8 RGB ``[B, H, W, 3]`` at the camera's native size (``[H, W, 3]`` is one frame,
+``B = 1``); float32 frames in [0, 1] are also accepted by TorchScript (quantised to uint8 first,
+as training's cache did). Any other shape or dtype raises a ``ValueError`` saying what was
+expected.
+
+Safety, per row of the batch (the status bits, :data:`STATUS`):
+
+* ``HIDDEN_RESET`` (8): a non-finite value anywhere in the incoming hidden row: the row restarts
+  from ``initial_state`` (last command 0) before the frame is used.
+* ``FRAME_NONFINITE`` (1) / ``FRAME_BLACK`` (2): a float frame with NaN/inf, or a frame whose mean
+  pixel is at most ``black_level`` (0-255 scale): the command is the last command (held), the
+  recurrent state is kept, and the skipped time is remembered in ``gap`` so the next good frame
+  integrates over the real elapsed time (``dt = period + gap``, capped at ``max_gap_s``) --
+  continuous-time cells handle irregular sampling by design.
+* ``OUTPUT_NONFINITE`` (16): the network itself produced a non-finite command or state: the last
+  command is held and the recurrent state restarts.
+* ``CLAMPED`` (4): the command exceeded ``curvature_limit_per_m`` and was clamped to it.
+
+Precision: with ``half=True`` the conv head runs in fp16 and its features are cast back to fp32;
+the recurrent cell, the readout and ``hidden`` stay fp32 (LTC's epsilon 1e-8 underflows in fp16).
+"""
+import json
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from drive.nn.policy import Policy
+from drive.preprocess import preprocess_frames
+
+__all__ = ["DeployedPolicy", "STATUS", "EXTRA_STATE", "decode_status"]
+
+FRAME_NONFINITE = 1
+FRAME_BLACK = 2
+CLAMPED = 4
+HIDDEN_RESET = 8
+OUTPUT_NONFINITE = 16
+STATUS: Dict[str, int] = {
+    "FRAME_NONFINITE": FRAME_NONFINITE,
+    "FRAME_BLACK": FRAME_BLACK,
+    "CLAMPED": CLAMPED,
+    "HIDDEN_RESET": HIDDEN_RESET,
+    "OUTPUT_NONFINITE": OUTPUT_NONFINITE,
+}
+EXTRA_STATE = 3  # last command, status, gap
+
+
+def decode_status(status: int) -> List[str]:
+    """Names of the bits set in a status value, e.g. ``6 -> ['FRAME_BLACK', 'CLAMPED']``."""
+    return [name for name, bit in STATUS.items() if int(status) & bit]
+
+
+class DeployedPolicy(nn.Module):
+    """Raw camera frame -> clamped curvature (1/m), with preprocessing and safety inside.
+
+    Args:
+        policy: the trained policy (any family, closed-form conversions included).
+        frame_size: ``(height, width)`` of the camera frames the vehicle delivers.
+        crop: ``[top, bottom, left, right]`` or ``[]`` (from the checkpoint's preprocessing).
+        fps: camera rate; the nominal step is ``dt = 1 / fps`` seconds.
+        curvature_limit_per_m: commands are clamped to ``[-limit, +limit]``.
+        half: run the conv head in fp16 (CUDA); the cell stays fp32.
+        black_level: a frame whose mean pixel (0-255) is at most this is treated as no image.
+        max_gap_s: longest elapsed time one step integrates after held frames.
+        meta: JSON-able metadata stored verbatim in :meth:`metadata`.
+    """
+
+    crop: List[int]  # may be empty: annotated so TorchScript knows the element type
+    # Plain int/float/bool/str attributes survive scripting; the C++ runtime reads them with
+    # module.attr(name): frame_height, frame_width, state_size, hidden_size, fps,
+    # curvature_limit_per_m, half, black_level, max_gap_s, family, metadata_json.
+
+    def __init__(
+        self,
+        policy: Policy,
+        frame_size: Tuple[int, int],
+        crop: List[int],
+        fps: float,
+        curvature_limit_per_m: float,
+        half: bool = False,
+        black_level: float = 4.0,
+        max_gap_s: float = 1.0,
+        meta: Optional[Dict[str, Any]] = None,
+    ) -> None:
+        super().__init__()
+        if fps <= 0 or not curvature_limit_per_m > 0 or max_gap_s <= 0:
+            raise ValueError("fps, curvature_limit_per_m and max_gap_s must be positive")
+        self.policy = policy.eval()
+        if half:
+            self.policy.head.half()
+        self.frame_height = int(frame_size[0])
+        self.frame_width = int(frame_size[1])
+        self.crop: List[int] = [int(c) for c in crop]
+        self.model_size: List[int] = [int(policy.input_size[0]), int(policy.input_size[1])]
+        self.state_size = int(policy.state_size)
+        self.hidden_size = self.state_size + EXTRA_STATE
+        self.fps = float(fps)
+        self.period_s: float = 1.0 / float(fps)
+        self.curvature_limit_per_m = float(curvature_limit_per_m)
+        self.half = bool(half)
+        self.black_level = float(black_level)
+        self.max_gap_s = float(max_gap_s)
+        self.family = str((meta or {}).get("family", "policy"))
+        self.metadata_json = json.dumps(meta or {}, sort_keys=True)
+
+    @torch.jit.export
+    def metadata(self) -> str:
+        """The export metadata as a JSON string (sizes, crop, units, fps, limits, family, version)."""
+        return self.metadata_json
+
+    @torch.jit.export
+    def initial_state(self, batch: int) -> Tensor:
+        """Fresh hidden ``[batch, S + 3]`` fp32: zero recurrent state, last command 0, no flags."""
+        rnn = self.policy.initial_state(batch)
+        return torch.cat([rnn.float(), torch.zeros((batch, 3), dtype=torch.float32, device=rnn.device)], dim=1)
+
+    def _frames_uint8(self, frame: Tensor) -> Tuple[Tensor, Tensor]:
+        """Validate; return (uint8 frames ``[B, H, W, 3]``, non-finite flag ``[B]`` bool)."""
+        if frame.dim() == 3:
+            frame = frame.unsqueeze(0)
+        if frame.dim() != 4 or frame.size(1) != self.frame_height or frame.size(2) != self.frame_width or frame.size(3) != 3:
+            raise ValueError("frame must be RGB [H, W, 3] or [B, H, W, 3] with H, W = "
+                             + str(self.frame_height) + ", " + str(self.frame_width)
+                             + " (the camera's native size); got " + str(list(frame.shape)))
+        if frame.dtype == torch.uint8:
+            return frame, torch.zeros(frame.size(0), dtype=torch.bool, device=frame.device)
+        if frame.dtype != torch.float32:
+            raise ValueError("frame must be uint8 (0-255) or float32 (0-1) RGB; got " + str(frame.dtype))
+        finite = torch.isfinite(frame).flatten(1).all(dim=1)
+        clean = torch.nan_to_num(frame, nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0)
+        return (clean * 255.0).round().to(torch.uint8), ~finite
+
+    def _check_hidden(self, hidden: Tensor, batch: int) -> None:
+        if hidden.dim() != 2 or hidden.size(0) != batch or hidden.size(1) != self.hidden_size:
+            raise ValueError("hidden must be [B, " + str(self.hidden_size) + "] with B = "
+                             + str(batch) + " (from initial_state(B)); got " + str(list(hidden.shape)))
+        if hidden.dtype != torch.float32:
+            raise ValueError("hidden must be float32; got " + str(hidden.dtype))
+
+    @torch.jit.export
+    def step_with_status(self, frame: Tensor, hidden: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """One camera frame per stream -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``, status int64 ``[B]``)."""
+        frames, nonfinite = self._frames_uint8(frame)
+        batch = frames.size(0)
+        self._check_hidden(hidden, batch)
+        s = self.state_size
+        zero = torch.zeros((batch,), dtype=torch.float32, device=hidden.device)
+
+        # 1. a corrupted hidden row restarts from the initial state
+        reset = ~torch.isfinite(hidden).all(dim=1)
+        init = self.initial_state(batch).to(hidden.device)
+        hidden = torch.where(reset.unsqueeze(1), init, hidden)
+        state, last, gap = hidden[:, :s], hidden[:, s], hidden[:, s + 2]
+
+        # 2. frames that carry no image: hold
+        black = frames.flatten(1).float().mean(dim=1) <= self.black_level
+        held = nonfinite | black
+
+        # 3. the network, on every row (results of held rows are discarded)
+        x = preprocess_frames(frames, self.crop, self.model_size).float() / 255.0
+        if self.half:
+            x = x.half()
+        dt = torch.clamp(gap + self.period_s, max=self.max_gap_s)
+        curvature, new_state = self.policy.step(x, state, dt)
+        curvature = curvature.float()
+        bad_out = ~(torch.isfinite(curvature) & torch.isfinite(new_state).all(dim=1))
+
+        # 4. combine: hold the last command for unusable frames or outputs, clamp, keep the time
+        hold = held | bad_out
+        command = torch.where(hold, last, torch.nan_to_num(curvature, nan=0.0, posinf=0.0, neginf=0.0))
+        clamped = command.abs() > self.curvature_limit_per_m
+        command = command.clamp(-self.curvature_limit_per_m, self.curvature_limit_per_m)
+        new_state = torch.where(held.unsqueeze(1), state, new_state)
+        new_state = torch.where((bad_out & ~held).unsqueeze(1), init[:, :s], new_state)
+        new_gap = torch.where(held, dt, zero)
+
+        # bit values as in STATUS (TorchScript cannot read module globals)
+        status = (nonfinite.long() * 1 + (black & ~nonfinite).long() * 2 + clamped.long() * 4
+                  + reset.long() * 8 + (bad_out & ~held).long() * 16)
+        out = torch.cat([new_state, command.unsqueeze(1), status.float().unsqueeze(1), new_gap.unsqueeze(1)], dim=1)
+        return command, out, status
+
+    @torch.jit.export
+    def step(self, frame: Tensor, hidden: Tensor) -> Tuple[Tensor, Tensor]:
+        """One camera frame per stream -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``); status in ``hidden[:, S+1]``."""
+        command, hidden, _ = self.step_with_status(frame, hidden)
+        return command, hidden
+
+    def forward(self, frame: Tensor, hidden: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """Same as :meth:`step_with_status` (the graph torch.export and ONNX capture)."""
+        return self.step_with_status(frame, hidden)

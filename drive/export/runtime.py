@@ -1,0 +1,158 @@
+"""Run exported policy files from Python: one interface over TorchScript, AOTInductor and ONNX.
+
+:func:`load_exported` opens a ``.ts`` / ``.pt2`` / ``.onnx`` file written by
+:func:`drive.export.export_policy` and returns an :class:`ExportedPolicy` with
+``initial_state()``, ``step(frame, hidden) -> (curvature_per_m, hidden, status)`` and ``meta``.
+AOTInductor packages do not check their inputs, so every backend's inputs are checked here
+against the metadata first (shape, dtype), with the same messages the TorchScript module gives.
+
+:class:`ExportedDriver` drives the built-in world (``drive evaluate --policy policy.ts``): the
+world's ``Driver`` protocol on top of an exported file, so a vehicle file can be evaluated in
+closed loop exactly as its checkpoint was.
+"""
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Any, Dict, Tuple, Union
+
+import numpy as np
+import torch
+
+__all__ = ["ExportedPolicy", "ExportedDriver", "load_exported", "read_metadata"]
+
+META_FILE = "drive_meta.json"
+PathLike = Union[str, os.PathLike]
+
+
+def read_metadata(path: PathLike) -> Dict[str, Any]:
+    """The export metadata of a ``.ts`` / ``.pt2`` / ``.onnx`` file, without running the model."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".ts":
+        with zipfile.ZipFile(path) as zf:
+            names = [n for n in zf.namelist() if n.endswith("extra/" + META_FILE)]
+            if not names:
+                raise ValueError(f"{path}: no {META_FILE} inside: not exported by drive")
+            return json.loads(zf.read(names[0]))
+    if suffix == ".pt2":
+        from torch._inductor.package import load_package
+
+        return json.loads(load_package(str(path)).get_metadata()["metadata_json"])
+    if suffix == ".onnx":
+        import onnx
+
+        model = onnx.load(str(path), load_external_data=False)
+        props = {p.key: p.value for p in model.metadata_props}
+        if META_FILE not in props:
+            raise ValueError(f"{path}: no {META_FILE} metadata: not exported by drive")
+        return json.loads(props[META_FILE])
+    raise ValueError(f"{path}: unknown export suffix {suffix!r} (.ts, .pt2, .onnx)")
+
+
+class ExportedPolicy:
+    """An exported policy file, loaded with its own runtime (torch.jit, AOTInductor or onnxruntime).
+
+    ``frame``: uint8 RGB ``[1, H, W, 3]`` or ``[H, W, 3]`` (numpy or torch) at the camera's
+    native size ``meta["frame_size"]``; ``hidden``: float32 ``[1, meta["hidden_size"]]``.
+    TorchScript files also take batches ``[B, H, W, 3]``.
+    """
+
+    def __init__(self, path: PathLike, device: str = "cpu", threads: int = 0) -> None:
+        self.path = Path(path)
+        self.meta = read_metadata(self.path)
+        self.format = self.meta["format"]
+        self.device = torch.device(device)
+        self.frame_size: Tuple[int, int] = (int(self.meta["frame_size"][0]), int(self.meta["frame_size"][1]))
+        self.hidden_size = int(self.meta["hidden_size"])
+        if self.format == "torchscript":
+            self._module = torch.jit.load(str(self.path), map_location=self.device).eval()
+        elif self.format == "aoti":
+            from torch._inductor import aoti_load_package
+
+            self.device = torch.device(self.meta["device"])
+            self._module = aoti_load_package(str(self.path))
+        elif self.format == "onnx":
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            if threads:
+                options.intra_op_num_threads = threads
+                options.inter_op_num_threads = 1
+            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+            self._session = ort.InferenceSession(str(self.path), options, providers=providers)
+            self.device = torch.device("cpu")
+        else:
+            raise ValueError(f"{self.path}: unknown export format {self.format!r}")
+
+    def initial_state(self, batch: int = 1) -> torch.Tensor:
+        """Fresh hidden ``[batch, hidden_size]`` fp32 (zeros: no state, last command 0, no flags)."""
+        return torch.zeros((batch, self.hidden_size), dtype=torch.float32, device=self.device)
+
+    def _check(self, frame: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+        if frame.dim() == 3:
+            frame = frame.unsqueeze(0)
+        h, w = self.frame_size
+        batched = self.format == "torchscript"
+        if frame.dim() != 4 or (not batched and frame.size(0) != 1) or tuple(frame.shape[1:]) != (h, w, 3):
+            raise ValueError(f"frame must be RGB [H, W, 3] or [{'B' if batched else 1}, H, W, 3] with H, W = {h}, {w} "
+                             f"(the camera's native size); got {list(frame.shape)}")
+        if frame.dtype != torch.uint8 and not (batched and frame.dtype == torch.float32):
+            raise ValueError(f"frame must be uint8 (0-255) RGB; got {frame.dtype}")
+        if hidden.dim() != 2 or hidden.size(0) != frame.size(0) or hidden.size(1) != self.hidden_size:
+            raise ValueError(f"hidden must be [B, {self.hidden_size}] with B = {frame.size(0)} "
+                             f"(from initial_state(B)); got {list(hidden.shape)}")
+        if hidden.dtype != torch.float32:
+            raise ValueError(f"hidden must be float32; got {hidden.dtype}")
+        return frame
+
+    @torch.inference_mode()
+    def step(self, frame: Union[np.ndarray, torch.Tensor], hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One frame -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``, status int64 ``[B]``)."""
+        frame = self._check(torch.as_tensor(frame), hidden)
+        if self.format == "onnx":
+            outs = self._session.run(None, {"frame": frame.cpu().numpy(), "hidden": hidden.cpu().numpy()})
+            return tuple(torch.from_numpy(np.asarray(o)) for o in outs)  # type: ignore[return-value]
+        frame, hidden = frame.to(self.device), hidden.to(self.device)
+        if self.format == "torchscript":
+            return self._module.step_with_status(frame, hidden)
+        curvature, hidden, status = self._module(frame, hidden)
+        return curvature, hidden, status
+
+
+def load_exported(path: PathLike, device: str = "cpu", threads: int = 0) -> ExportedPolicy:
+    """Open an exported policy file (``.ts``, ``.pt2``, ``.onnx``)."""
+    return ExportedPolicy(path, device=device, threads=threads)
+
+
+class ExportedDriver:
+    """An exported policy file in the world's ``Driver`` protocol (``reset()``, ``act(obs)``).
+
+    Each ``act(obs)`` hands ``obs.image`` (uint8 RGB ``[H, W, 3]``, the camera's native size) to
+    the file's own preprocessing and safety layer; ``last_status`` keeps the status bits of the
+    latest step (:func:`drive.export.decode_status` names them). The file steps at its recorded
+    fps; an observation whose ``dt_s`` differs from ``1/fps`` by more than 1% is refused, since
+    the exported module cannot integrate another step length.
+    """
+
+    def __init__(self, path: PathLike, device: str = "cpu") -> None:
+        self.policy = load_exported(path, device=device)
+        self.meta = self.policy.meta
+        self.name = f"{self.meta.get('family', 'policy')} ({self.meta['format']})"
+        self.nominal_dt_s = float(self.meta["dt_s"])
+        self.last_status = 0
+        self.hidden = self.policy.initial_state(1)
+
+    def reset(self) -> None:
+        self.hidden = self.policy.initial_state(1)
+        self.last_status = 0
+
+    def act(self, obs: Any) -> float:
+        dt_s = float(getattr(obs, "dt_s", self.nominal_dt_s))
+        if abs(dt_s - self.nominal_dt_s) > 0.01 * self.nominal_dt_s:
+            raise ValueError(f"observation dt_s {dt_s} differs from the exported policy's 1/fps = {self.nominal_dt_s}")
+        curvature, self.hidden, status = self.policy.step(np.ascontiguousarray(obs.image), self.hidden)
+        self.last_status = int(status[0])
+        return float(curvature[0])
