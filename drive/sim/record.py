@@ -4,7 +4,8 @@ Each recording is one road (``index`` of world ``(seed, split)``) under one appe
 written in the canonical format by :class:`drive.recording.RecordingWriter`. The label
 ``curvature`` is the expert's CLEAN command for the state the car is in; the executed
 command adds :class:`~drive.sim.expert.SteeringNoise` (DART), so the logs contain
-recoveries. ``lateral_offset_m`` and ``heading_error_rad`` are ground truth.
+recoveries; the noise pauses while the car is more than ``NOISE_PAUSE_LATERAL_M`` off the
+lane centre. ``lateral_offset_m`` and ``heading_error_rad`` are ground truth.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 __all__ = ["camera_calibration", "record_drive", "simulate"]
 
 DEFAULT_NOISE_STD = 0.01  # 1/m: lateral deviations of ~0.2 m RMS, up to ~0.7 m, at 30 km/h
+NOISE_PAUSE_LATERAL_M = 0.7
 
 
 def camera_calibration(camera: Camera) -> CameraCalibration:
@@ -63,7 +65,9 @@ def record_drive(out_dir: Union[str, Path], seed: int, index: int = 0, split: st
             writer.append(obs.image, timestamp_s=round(obs.timestamp_s, 6), curvature=clean,
                           speed_mps=obs.speed_mps, lateral_offset_m=obs.lateral_offset_m,
                           heading_error_rad=obs.heading_error_rad)
-            world.step(clean + noise(world.dt_s))
+            drift = noise(world.dt_s)
+            # DART noise pauses while the car is far off-centre, so recoveries stay inside the lane
+            world.step(clean + (drift if abs(obs.lateral_offset_m) < NOISE_PAUSE_LATERAL_M else 0.0))
     return Path(out_dir)
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "RoadsideObject",
     "world_seed",
     "generate_road",
+    "uniform_road",
 ]
 
 MAX_CURVATURE_PER_M = 1.0 / 25.0
@@ -211,3 +212,20 @@ def generate_road(seed: int, length_m: float, split: str = "train", index: int =
                 curvature_per_m=kappa, lane_width_m=_lane_width(rng, s), objects=[])
     road.objects = _objects(rng, road)
     return road
+
+
+def uniform_road(length_m: float, lane_width_m: float = 3.5, curvature_per_m: float = 0.0,
+                  ds_m: float = 0.5) -> Road:
+    """A treeless road of constant curvature (0 = straight) and constant lane width, for checks."""
+    if abs(curvature_per_m) > MAX_CURVATURE_PER_M:
+        raise ValueError(f"|curvature| must be <= {MAX_CURVATURE_PER_M}, got {curvature_per_m}")
+    n = int(np.ceil(length_m / ds_m)) + 1
+    s = np.arange(n) * ds_m
+    heading = curvature_per_m * s
+    if curvature_per_m == 0.0:
+        x, y = s.copy(), np.zeros_like(s)
+    else:
+        x, y = np.sin(heading) / curvature_per_m, (1.0 - np.cos(heading)) / curvature_per_m
+    return Road(seed=0, split="train", index=0, ds_m=ds_m, s_m=s, x_m=x, y_m=y, heading_rad=heading,
+                curvature_per_m=np.full(n, float(curvature_per_m)), lane_width_m=np.full(n, float(lane_width_m)),
+                objects=[])
