@@ -149,6 +149,18 @@ def iter_decoded(rec: Recording, problems: Problems) -> Iterator[Tuple[int, Opti
             return
 
 
+def _decoded(rec: Recording, problems: Problems, threads: int) -> Iterator[Tuple[int, Optional[np.ndarray]]]:
+    """Decoded frames in order; image files are decoded ``threads`` at a time (OpenCV releases the GIL)."""
+    if not (isinstance(_root(rec.source), ImageFiles) and threads > 1):
+        yield from iter_decoded(rec, problems)
+        return
+    files = frame_files(rec.source)
+    with ThreadPoolExecutor(threads) as pool:
+        for start in range(0, len(rec), _CHUNK):
+            idx = range(start, min(len(rec), start + _CHUNK))
+            yield from zip(idx, pool.map(lambda i: decode_frame(rec, i, problems, files), idx))
+
+
 def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
                 problems: Optional[Problems] = None, threads: int = 2) -> CachedRecording:
     """Return the up-to-date cache of ``rec``, building it when missing or stale."""
@@ -173,31 +185,25 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
     tmp = directory / f"frames.{os.getpid()}.tmp.npy"
     out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, 3, h, w))
     valid = np.zeros(n, dtype=bool)
-    files = frame_files(rec.source)
-    parallel = isinstance(_root(rec.source), ImageFiles) and threads > 1
-    pool = ThreadPoolExecutor(threads) if parallel else None
     try:
-        start = 0
-        while start < n:
-            idx = list(range(start, min(n, start + _CHUNK)))
-            decoded = list(pool.map(lambda i: decode_frame(rec, i, local, files), idx)) if pool else \
-                [decode_frame(rec, i, local, files) for i in idx]
-            good = [(i, f) for i, f in zip(idx, decoded) if f is not None]
-            if good:
-                out[[i for i, _ in good]] = preprocessing(np.stack([f for _, f in good])).numpy()
-                valid[[i for i, _ in good]] = True
-            start += _CHUNK
-            if isinstance(_root(rec.source), VideoFrames) and len(good) < len(idx) and \
-                    any(p.kind == "truncated_video" for p in local.items):
-                break  # nothing decodes after a truncation point; reported once
+        batch: List[Tuple[int, np.ndarray]] = []
+        for i, frame in _decoded(rec, local, threads):
+            if frame is not None:
+                batch.append((i, frame))
+            if len(batch) == _CHUNK:
+                idx = [j for j, _ in batch]
+                out[idx] = preprocessing(np.stack([f for _, f in batch])).numpy()
+                valid[idx] = True
+                batch = []
+        if batch:
+            idx = [j for j, _ in batch]
+            out[idx] = preprocessing(np.stack([f for _, f in batch])).numpy()
+            valid[idx] = True
         out.flush()
         del out
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    finally:
-        if pool:
-            pool.shutdown()
     os.replace(tmp, directory / "frames.npy")
     np.savez(directory / "index.tmp.npz", timestamp_s=rec.log["timestamp_s"], curvature=rec.log["curvature"],
              speed_mps=rec.log["speed_mps"], valid=valid)

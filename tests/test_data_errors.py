@@ -1,0 +1,124 @@
+"""Bad input: each kind raises naming the file and row, or with on_error="skip" is dropped and counted."""
+import cv2
+import h5py
+import numpy as np
+import pytest
+
+from drive.data.cache import cache_recordings
+from drive.data.errors import DataError, Problems
+from drive.data.readers import read_logs
+from drive.preprocess import Preprocessing
+
+OPTS = {"label": {"unit": "curvature_per_m"}}
+
+
+def _folder(tmp_path, n=6, rows=None):
+    for i in range(n):
+        cv2.imwrite(str(tmp_path / f"{i}.jpg"), np.full((40, 60, 3), 20 * i, np.uint8))
+    rows = rows or [f"{i}.jpg,{0.1 * i},0.01" for i in range(n)]
+    (tmp_path / "log.csv").write_text("image,timestamp,curvature\n" + "\n".join(rows) + "\n")
+    return str(tmp_path)
+
+
+def _skip(path, fmt=None):
+    problems = Problems("skip")
+    recs = read_logs(path, fmt, OPTS, problems)
+    return recs, problems
+
+
+def test_nan_label_names_file_and_line(tmp_path):
+    path = _folder(tmp_path, rows=[f"{i}.jpg,{0.1 * i},{'nan' if i == 3 else 0.01}" for i in range(6)])
+    with pytest.raises(DataError, match=r"log.csv, row 5: curvature is nan"):
+        read_logs(path, options=OPTS)
+    (rec,), problems = _skip(path)
+    assert len(rec) == 5 and problems.counts() == {"non_finite_label": 1}
+
+
+def test_inf_label_is_refused(tmp_path):
+    path = _folder(tmp_path, rows=[f"{i}.jpg,{0.1 * i},{'inf' if i == 1 else 0.0}" for i in range(6)])
+    with pytest.raises(DataError, match="row 3: curvature is inf"):
+        read_logs(path, options=OPTS)
+
+
+def test_duplicate_and_decreasing_timestamps(tmp_path):
+    times = [0.0, 0.1, 0.1, 0.05, 0.3, 0.4]
+    path = _folder(tmp_path, rows=[f"{i}.jpg,{t},0.0" for i, t in enumerate(times)])
+    with pytest.raises(DataError, match=r"row 4: .*duplicate_timestamp"):
+        read_logs(path, options=OPTS)
+    (rec,), problems = _skip(path)
+    assert problems.counts() == {"duplicate_timestamp": 1, "non_monotonic_timestamp": 1}
+    np.testing.assert_allclose(rec.log["timestamp_s"], [0.0, 0.1, 0.3, 0.4])
+
+
+def test_missing_image(tmp_path):
+    path = _folder(tmp_path)
+    (tmp_path / "2.jpg").unlink()
+    with pytest.raises(DataError, match=r"row 4: image '2.jpg' not found"):
+        read_logs(path, options=OPTS)
+    (rec,), problems = _skip(path)
+    assert len(rec) == 5 and problems.counts() == {"missing_image": 1}
+
+
+def test_corrupt_image_reported_by_cache_with_its_file(tmp_path):
+    path = _folder(tmp_path)
+    (tmp_path / "4.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    recs = read_logs(path, options=OPTS)
+    with pytest.raises(DataError, match=r"4.jpg, row 4: .*not a readable image"):
+        cache_recordings(recs, Preprocessing(size=(20, 30)), tmp_path / "cache")
+    problems = Problems("skip")
+    (cached,) = cache_recordings(recs, Preprocessing(size=(20, 30)), tmp_path / "cache2", problems)
+    assert cached.valid.tolist() == [True, True, True, True, False, True]
+    assert problems.counts() == {"unreadable_frame": 1}
+
+
+def test_wrong_image_size(tmp_path):
+    path = _folder(tmp_path)
+    cv2.imwrite(str(tmp_path / "1.jpg"), np.zeros((41, 60, 3), np.uint8))
+    with pytest.raises(DataError, match=r"1.jpg, row 1: frame is uint8 \(41, 60, 3\)"):
+        cache_recordings(read_logs(path, options=OPTS), Preprocessing(size=(20, 30)), tmp_path / "c")
+
+
+def test_truncated_video_reported_once_and_rest_dropped(tmp_path):
+    video = tmp_path / "v.avi"
+    vw = cv2.VideoWriter(str(video), cv2.VideoWriter_fourcc(*"MJPG"), 10.0, (64, 48))
+    for i in range(40):
+        vw.write(np.random.default_rng(i).integers(0, 255, (48, 64, 3), dtype=np.uint8))
+    vw.release()
+    (tmp_path / "v.csv").write_text("timestamp,curvature\n0,0\n10,0\n")
+    data = video.read_bytes()
+    video.write_bytes(data[: len(data) // 2])
+    problems = Problems("skip")
+    (rec,) = read_logs(str(video), problems=problems, on_error="skip")
+    (cached,) = cache_recordings([rec], Preprocessing(size=(24, 32)), tmp_path / "c", problems)
+    assert 5 < cached.valid.sum() < 40 and not cached.valid[-1]
+    assert problems.counts().get("truncated_video", 0) + problems.counts().get("unreadable_frame", 0) == 1
+    with pytest.raises(DataError, match=r"v.avi, row \d+"):
+        cache_recordings([rec], Preprocessing(size=(24, 32)), tmp_path / "c2")
+
+
+def test_hdf5_length_mismatch(tmp_path):
+    path = tmp_path / "d.h5"
+    with h5py.File(path, "w") as f:
+        f["camera_front"] = np.zeros((5, 8, 8, 3), np.uint8)
+        f["inverse_r"] = np.zeros(4)
+        f["timestamp"] = np.arange(5) / 10.0
+    with pytest.raises(DataError, match=r"d.h5, row 4: datasets differ in length"):
+        read_logs(str(path))
+    (rec,), problems = _skip(str(path))
+    assert len(rec) == 4 and problems.counts() == {"count_mismatch": 1}
+
+
+def test_image_folder_count_mismatch(tmp_path):
+    _folder(tmp_path, n=4)
+    (tmp_path / "log.csv").write_text("timestamp,curvature\n" + "\n".join(f"{0.1 * i},0" for i in range(6)) + "\n")
+    with pytest.raises(DataError, match="6 label rows but 4 images"):
+        read_logs(str(tmp_path), options=OPTS)
+
+
+def test_empty_recording(tmp_path):
+    (tmp_path / "log.csv").write_text("image,timestamp,curvature\n")
+    with pytest.raises(DataError, match=r"log.csv: no data rows \[empty\]"):
+        read_logs(str(tmp_path), options=OPTS)
+    recs, problems = _skip(str(tmp_path))
+    assert recs == [] and problems.counts() == {"empty": 1}
+    assert "skipped 1 bad item(s): 1 empty" in problems.summary()
