@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from drive.evaluate.robustness import RobustnessConfig, robustness_report, sensitivity_profile
+from drive.nn import LTC, lane_keeping_ncp
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
 from drive.policy_io import policy_meta, save_policy
@@ -46,7 +47,8 @@ def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("robust")
     recs = [_recording(root / "recs" / "a"), _recording(root / "recs" / "b", seed=1)]
     torch.manual_seed(1)
-    seeing = _save(root / "seeing.ckpt", Policy(NCPConvHead(), None, frame_period_s=1 / 30), "cnn_head")
+    seeing = _save(root / "seeing.ckpt", Policy(NCPConvHead(), LTC(lane_keeping_ncp()), frame_period_s=1 / 30),
+                   "ncp_ltc")
     blind = _save(root / "blind.ckpt", _blind_policy(), "blind")
     config = RobustnessConfig(noise_levels=(0.0, 0.2), other={"blur": (2.0,)}, seed=3, saliency_frames=8)
     out = robustness_report([seeing, blind], [root / "recs"], root / "report", config, workers=1)
@@ -84,6 +86,15 @@ def test_same_seed_gives_the_same_report(study):
     assert again["csv"].read_text() == out["csv"].read_text()
 
 
-def test_sensitivity_profile_is_sorted_and_empty_without_memory():
+def test_sensitivity_profile_covers_every_neuron_sorted(study):
+    _, out, *_ = study
+    rows = [r for r in out["rows"] if r["model"] == "seeing"]
+    assert all(r["lipschitz_max"] > 0 for r in rows)
+    policy = Policy(NCPConvHead(), LTC(lane_keeping_ncp()), frame_period_s=1 / 30)
+    profile = sensitivity_profile(policy, np.random.default_rng(0).random((20, 32)).astype(np.float32))
+    assert profile.shape == (19,) and np.all(np.diff(profile) <= 0) and profile[0] > 0
+
+
+def test_sensitivity_profile_is_empty_without_memory():
     policy = _blind_policy()
     assert sensitivity_profile(policy, np.random.rand(10, 32).astype(np.float32)).size == 0
