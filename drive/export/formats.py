@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
 
@@ -165,8 +166,10 @@ def _export_program(deployed: DeployedPolicy, device: torch.device) -> torch.exp
 
 def _write_torchscript(deployed: DeployedPolicy, meta_json: str, tmp: Path) -> None:
     deployed.metadata_json = meta_json
-    scripted = torch.jit.script(deployed)
-    torch.jit.save(scripted, str(tmp), _extra_files={META_FILE: meta_json})
+    with warnings.catch_warnings():  # TorchScript's deprecation notice (see docs/deploy.md)
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
+        scripted = torch.jit.script(deployed)
+        torch.jit.save(scripted, str(tmp), _extra_files={META_FILE: meta_json})
 
 
 def _write_aoti(deployed: DeployedPolicy, meta: Dict[str, Any], meta_json: str, tmp: Path, device: torch.device) -> None:

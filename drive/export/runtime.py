@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, Dict, Tuple, Union
@@ -68,7 +69,9 @@ class ExportedPolicy:
         self.frame_size: Tuple[int, int] = (int(self.meta["frame_size"][0]), int(self.meta["frame_size"][1]))
         self.hidden_size = int(self.meta["hidden_size"])
         if self.format == "torchscript":
-            self._module = torch.jit.load(str(self.path), map_location=self.device).eval()
+            with warnings.catch_warnings():  # TorchScript's deprecation notice
+                warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
+                self._module = torch.jit.load(str(self.path), map_location=self.device).eval()
         elif self.format == "aoti":
             from torch._inductor import aoti_load_package
 

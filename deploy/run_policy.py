@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Minimal Python runner for an exported drive policy: torch only, no `drive` package needed.
+
+    python deploy/run_policy.py policy.ts FRAMES [--device auto|cpu|cuda] [--no-pace]
+                                [--warmup 20] [--threads 1] [--out commands.csv] [--quiet]
+    python deploy/run_policy.py policy.ts drive.mp4 --dump-ppm frames/   # frames for drive_runtime
+
+MODEL is policy.ts (TorchScript) or policy.pt2 (AOTInductor). FRAMES is a video file (needs
+opencv-python), a folder of images (.ppm read here; .png/.jpg need opencv-python), or a raw file
+of consecutive uint8 RGB frames at the camera's native size. Output matches the C++
+`drive_runtime`: CSV rows ``frame,curvature_per_m,status,latency_ms`` and latency p50/p99 on
+stderr. Status bits: 1 non-finite frame, 2 black frame (command held), 4 clamped, 8 hidden
+reset, 16 non-finite network output (held).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+import time
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Dict, Iterator, Tuple
+
+import torch
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
+
+
+def read_metadata(model: Path) -> Dict:
+    """The drive export metadata of a .ts (zip entry) or .pt2 (package metadata) file."""
+    if model.suffix == ".pt2":
+        from torch._inductor.package import load_package
+
+        return json.loads(load_package(str(model)).get_metadata()["metadata_json"])
+    with zipfile.ZipFile(model) as zf:
+        name = next((n for n in zf.namelist() if n.endswith("extra/drive_meta.json")), None)
+        if name is None:
+            raise SystemExit(f"{model}: no drive metadata inside; export it with `drive export`")
+        return json.loads(zf.read(name))
+
+
+def read_ppm(path: Path) -> torch.Tensor:
+    """Binary PPM (P6, maxval 255) -> uint8 [H, W, 3]."""
+    data = path.read_bytes()
+    fields, pos = [], 0
+    while len(fields) < 4:
+        while data[pos:pos + 1].isspace():
+            pos += 1
+        if data[pos:pos + 1] == b"#":
+            pos = data.index(b"\n", pos) + 1
+            continue
+        end = pos
+        while not data[end:end + 1].isspace():
+            end += 1
+        fields.append(data[pos:end])
+        pos = end
+    if fields[0] != b"P6" or int(fields[3]) != 255:
+        raise SystemExit(f"{path}: only binary 8-bit PPM (P6, maxval 255)")
+    w, h = int(fields[1]), int(fields[2])
+    pixels = data[pos + 1:pos + 1 + w * h * 3]
+    return torch.frombuffer(bytearray(pixels), dtype=torch.uint8).reshape(h, w, 3)
+
+
+def write_ppm(path: Path, frame: torch.Tensor) -> None:
+    h, w = frame.shape[0], frame.shape[1]
+    path.write_bytes(b"P6\n%d %d\n255\n" % (w, h) + frame.contiguous().numpy().tobytes())
+
+
+def frames_from(source: Path, size: Tuple[int, int]) -> Iterator[torch.Tensor]:
+    """uint8 RGB [H, W, 3] frames from a video, an image folder or a raw .rgb dump."""
+    h, w = size
+    if source.is_dir():
+        files = sorted(p for p in source.iterdir() if p.suffix.lower() in (".ppm",) + IMAGE_SUFFIXES)
+        for p in files:
+            if p.suffix.lower() == ".ppm":
+                yield read_ppm(p)
+            else:
+                import cv2
+
+                yield torch.from_numpy(cv2.cvtColor(cv2.imread(str(p)), cv2.COLOR_BGR2RGB))
+    elif source.suffix.lower() in (".rgb", ".raw"):
+        raw = torch.from_file(str(source), size=source.stat().st_size, dtype=torch.uint8)
+        if raw.numel() % (h * w * 3):
+            raise SystemExit(f"{source}: {raw.numel()} bytes is not a whole number of {h}x{w}x3 frames")
+        yield from raw.reshape(-1, h, w, 3)
+    else:
+        import cv2
+
+        video = cv2.VideoCapture(str(source))
+        if not video.isOpened():
+            raise SystemExit(f"cannot open video {source}")
+        ok, bgr = video.read()
+        while ok:
+            yield torch.from_numpy(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+            ok, bgr = video.read()
+
+
+class Model:
+    """policy.ts or policy.pt2 behind one step(frame[1,H,W,3], hidden) -> (curvature, hidden, status)."""
+
+    def __init__(self, path: Path, device: torch.device) -> None:
+        self.meta = read_metadata(path)
+        self.size = tuple(self.meta["frame_size"])
+        self.hidden_size = int(self.meta["hidden_size"])
+        if path.suffix == ".pt2":
+            from torch._inductor import aoti_load_package
+
+            self.device = torch.device(self.meta["device"])
+            self.run = aoti_load_package(str(path))
+        else:
+            self.device = device
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # TorchScript's deprecation notice
+                self.run = torch.jit.load(str(path), map_location=device).eval().step_with_status
+
+    def initial_state(self) -> torch.Tensor:
+        return torch.zeros((1, self.hidden_size), dtype=torch.float32, device=self.device)
+
+    def step(self, frame: torch.Tensor, hidden: torch.Tensor):
+        # checked here because an AOTInductor package accepts wrong shapes silently
+        if tuple(frame.shape) != (1, *self.size, 3) or frame.dtype != torch.uint8:
+            raise SystemExit(f"frame must be uint8 [1, {self.size[0]}, {self.size[1]}, 3]; got "
+                             f"{frame.dtype} {list(frame.shape)} (resize on the camera side, not here)")
+        return self.run(frame.to(self.device), hidden)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model", type=Path)
+    ap.add_argument("frames", type=Path)
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--fps", type=float, default=0.0, help="override the camera rate from the metadata")
+    ap.add_argument("--no-pace", action="store_true", help="step as fast as possible, not at camera rate")
+    ap.add_argument("--out", type=Path, help="write the CSV here too")
+    ap.add_argument("--quiet", action="store_true", help="no per-frame lines on stdout")
+    ap.add_argument("--dump-ppm", type=Path, metavar="DIR", help="only write the frames as PPMs (for drive_runtime)")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    model = Model(args.model, torch.device("cuda" if cuda else "cpu"))
+    if args.dump_ppm:
+        args.dump_ppm.mkdir(parents=True, exist_ok=True)
+        n = 0
+        for n, frame in enumerate(frames_from(args.frames, model.size), 1):
+            write_ppm(args.dump_ppm / f"{n - 1:06d}.ppm", frame)
+        print(f"wrote {n} frames to {args.dump_ppm}", file=sys.stderr)
+        return 0
+
+    fps = args.fps or float(model.meta["fps"])
+    period = 1.0 / fps
+    frames = frames_from(args.frames, model.size)
+    rows, latency = ["frame,curvature_per_m,status,latency_ms"], []
+    with torch.inference_mode():
+        first = next(frames)
+        hidden = model.initial_state()
+        for _ in range(args.warmup):
+            hidden = model.step(first[None], hidden)[1]
+        hidden = model.initial_state()
+        start = time.perf_counter()
+        for i, frame in enumerate(itertools.chain([first], frames)):
+            if not args.no_pace:
+                time.sleep(max(0.0, start + i * period - time.perf_counter()))
+            t0 = time.perf_counter()
+            curvature, hidden, status = model.step(frame[None], hidden)
+            value = float(curvature[0])
+            ms = (time.perf_counter() - t0) * 1e3
+            latency.append(ms)
+            rows.append(f"{i},{value:.9g},{int(status[0])},{ms:.4f}")
+            if not args.quiet:
+                print(rows[-1])
+    if args.out:
+        args.out.write_text("\n".join(rows) + "\n")
+    lat = torch.tensor(latency, dtype=torch.float64)
+    print(f"# {len(latency)} steps: latency p50 {lat.quantile(0.5):.3f} ms, p99 {lat.quantile(0.99):.3f} ms, "
+          f"max {lat.max():.3f} ms; {int((lat > period * 1e3).sum())} over the {period * 1e3:.1f} ms frame period",
+          file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

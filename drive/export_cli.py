@@ -1,0 +1,100 @@
+"""`drive export`: write a trained policy as a vehicle file (TorchScript, AOTInductor or ONNX).
+
+    drive export --ckpt runs/ncp/last.ckpt --out policy.ts
+    drive export --ckpt last.ckpt --out policy.ts --device cuda --half
+    drive export --ckpt last.ckpt --out policy.pt2            # format from the suffix
+    drive export --ckpt last.ckpt --out policy.onnx --curvature-limit 0.15
+
+After writing, the file is loaded back with its own runtime and stepped over a few synthetic
+frames beside the eager policy; the largest difference is printed (``--no-verify`` skips it).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Tuple
+
+import torch
+
+__all__ = ["add_arguments", "run", "verify_export"]
+
+_SUFFIX_FORMAT = {".ts": "torchscript", ".pt": "torchscript", ".pt2": "aoti", ".onnx": "onnx"}
+
+
+def _frame_size(text: str) -> Tuple[int, int]:
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"frame size must be HEIGHTxWIDTH, e.g. 1208x1920; got {text!r}") from None
+    return h, w
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ckpt", required=True, type=Path, help="training checkpoint (.ckpt) or converted policy (.pt)")
+    parser.add_argument("--out", required=True, type=Path, help="output file: policy.ts | policy.pt2 | policy.onnx")
+    parser.add_argument("--format", choices=("torchscript", "aoti", "onnx"),
+                        help="default: from the --out suffix (.ts torchscript, .pt2 aoti, .onnx onnx)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="device of the saved weights (AOTInductor compiles for it)")
+    parser.add_argument("--half", action="store_true", help="conv head in fp16 (CUDA); recurrent cell stays fp32")
+    parser.add_argument("--curvature-limit", type=float, default=None, metavar="K",
+                        help="clamp commands to [-K, K] 1/m (default: checkpoint's, else 0.2)")
+    parser.add_argument("--frame-size", type=_frame_size, default=None, metavar="HxW",
+                        help="camera frame size if the checkpoint does not record it")
+    parser.add_argument("--black-level", type=float, default=4.0,
+                        help="mean pixel (0-255) at or below which a frame counts as no image (held)")
+    parser.add_argument("--max-gap", type=float, default=1.0, metavar="SECONDS",
+                        help="longest elapsed time one step integrates after held frames")
+    parser.add_argument("--no-verify", action="store_true", help="skip loading the file back for a parity check")
+
+
+def verify_export(ckpt: Path, out: Path, steps: int = 30, **build_kwargs) -> float:
+    """Largest |difference| (command and hidden) between the file and the eager module, ``steps`` random frames."""
+    from drive.export import build_deployed, load_exported, read_metadata
+    from drive.policy_io import load_policy
+
+    exported = load_exported(out, device=str(read_metadata(out)["device"]))
+    policy, meta = load_policy(ckpt)
+    eager = build_deployed(policy, meta, **build_kwargs).to(exported.device)
+    h, w = exported.frame_size
+    gen = torch.Generator().manual_seed(0)
+    frames = torch.randint(0, 256, (steps, h, w, 3), dtype=torch.uint8, generator=gen)
+    he, hx = eager.initial_state(1).to(exported.device), exported.initial_state(1)
+    worst = 0.0
+    with torch.no_grad():
+        for frame in frames:
+            ce, he, _ = eager.step_with_status(frame.to(exported.device), he)
+            cx, hx, _ = exported.step(frame, hx)
+            worst = max(worst, float((ce.cpu() - cx.cpu()).abs().max()), float((he.cpu() - hx.cpu()).abs().max()))
+    return worst
+
+
+def run(args: argparse.Namespace) -> int:
+    from drive.export import export_policy, read_metadata
+
+    fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix.lower())
+    if fmt is None:
+        raise SystemExit(f"drive export: cannot tell the format from {args.out.name!r}; pass --format")
+    build = dict(curvature_limit_per_m=args.curvature_limit, frame_size=args.frame_size,
+                 black_level=args.black_level, max_gap_s=args.max_gap)
+    start = time.perf_counter()
+    try:
+        path = export_policy(args.ckpt, args.out, format=fmt, device=args.device, half=args.half, **build)
+    except (ValueError, FileNotFoundError, RuntimeError) as err:
+        print(f"drive export: {err}")
+        return 1
+    meta = read_metadata(path)
+    h, w = meta["frame_size"]
+    print(f"wrote {path} ({fmt}, {path.stat().st_size / 1e6:.2f} MB, {time.perf_counter() - start:.1f} s): "
+          f"family {meta['family']}, frames uint8 {w}x{h} RGB at {meta['fps']:g} fps, hidden {meta['hidden_size']}, "
+          f"|curvature| <= {meta['curvature_limit_per_m']:g} 1/m, conv head {'fp16' if meta['half'] else 'fp32'}, "
+          f"device {meta['device']}")
+    if not args.no_verify:
+        worst = verify_export(args.ckpt, path, half=args.half, **build)
+        tol = 1e-3 if args.half else 1e-4
+        verdict = "ok" if worst <= tol else "MISMATCH"
+        print(f"verify: {fmt} vs eager over 30 frames: max |diff| {worst:.2e} ({verdict}, tolerance {tol:g})")
+        if worst > tol:
+            return 1
+    return 0
