@@ -1,0 +1,123 @@
+"""Cache, windows, splits, augmentation and the DataModule batch contract on real recordings."""
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from torchvision.transforms.v2 import functional as TF
+
+from drive.data.augment import AugmentConfig, Augmenter, color_matrix
+from drive.data.cache import build_cache
+from drive.data.datamodule import DriveDataModule
+from drive.data.dataset import sample_weights
+from drive.data.readers import read_logs
+from drive.data.sequences import split_ranges, stateful_windows, train_windows
+from drive.preprocess import Preprocessing
+from drive.recording import CameraCalibration, RecordingMeta, RecordingWriter
+
+CAM = CameraCalibration(fx=120, fy=120, cx=79.5, cy=59.5, height_m=1.5, pitch_rad=0.1)
+
+
+def _write(root, name, times, h=120, w=160):
+    rng = np.random.default_rng(len(times))
+    with RecordingWriter(root / name, RecordingMeta(fps=10, width=w, height=h, camera=CAM, source=name)) as wr:
+        for i, t in enumerate(times):
+            wr.append(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), timestamp_s=t,
+                      curvature=0.02 * math.sin(i / 5), speed_mps=8.0)
+    return root / name
+
+
+def test_cache_holds_exactly_the_shared_preprocessing(tmp_path):
+    path = _write(tmp_path, "a", np.arange(10) * 0.1)
+    (rec,) = read_logs(str(path))
+    pre = Preprocessing(size=(30, 40), crop=(20, 100, 0, 160))
+    cached = build_cache(rec, pre, tmp_path / "cache")
+    expect = pre(np.stack(list(rec.frames()))).numpy()
+    assert cached.frames.shape == (10, 3, 30, 40) and np.array_equal(np.asarray(cached.frames), expect)
+
+
+def test_cache_rebuilds_on_log_image_or_preprocessing_change_only(tmp_path):
+    path = _write(tmp_path, "a", np.arange(10) * 0.1)
+    pre = Preprocessing(size=(30, 40))
+    first = build_cache(read_logs(str(path))[0], pre, tmp_path / "c")
+    stamp = os.stat(first.directory / "frames.npy").st_mtime_ns
+    build_cache(read_logs(str(path))[0], pre, tmp_path / "c")
+    assert os.stat(first.directory / "frames.npy").st_mtime_ns == stamp  # unchanged: reused
+    log = (path / "log.csv").read_text().splitlines()
+    fields = log[3].split(",")
+    fields[2] = "0.5"
+    (path / "log.csv").write_text("\n".join(log[:3] + [",".join(fields)] + log[4:]) + "\n")
+    assert build_cache(read_logs(str(path))[0], pre, tmp_path / "c").curvature[2] == 0.5
+    import cv2
+    cv2.imwrite(str(path / "frames" / "000004.jpg"), np.zeros((120, 160, 3), np.uint8))
+    assert np.asarray(build_cache(read_logs(str(path))[0], pre, tmp_path / "c").frames[4]).max() == 0
+    assert build_cache(read_logs(str(path))[0], Preprocessing(size=(15, 20)), tmp_path / "c").frames.shape[2:] == (15, 20)
+    assert not list(first.directory.glob("*tmp*"))
+
+
+def test_windows_never_cross_gaps_or_invalid_frames(tmp_path):
+    times = np.concatenate([np.arange(30) * 0.1, 10 + np.arange(25) * 0.1])  # 7 s pause after frame 29
+    (rec,) = read_logs(str(_write(tmp_path, "g", times)))
+    cached = build_cache(rec, Preprocessing(size=(12, 16)), tmp_path / "c")
+    cached.valid[40] = False
+    ranges = [(0, 0, len(cached))]
+    wins = train_windows([cached], ranges, 8, 2)
+    for w in wins:
+        span = set(range(w.start, w.start + w.length))
+        assert not ({29, 30} <= span) and 40 not in span
+    assert [w.start for w in wins if w.reset] == [0, 30, 41]
+    full = stateful_windows([cached], ranges, 8)
+    covered = [i for w in full for i in range(w.start, w.start + w.length)]
+    assert covered == [i for i in range(55) if i != 40]
+    assert [w.start for w in full if w.reset] == [0, 30, 41]
+
+
+def test_ncp_split_validates_on_first_and_last_5_percent_of_each_drive(tmp_path):
+    recs = [build_cache(read_logs(str(_write(tmp_path, n, np.arange(40) * 0.1)))[0], Preprocessing(size=(12, 16)),
+                        tmp_path / "c") for n in ("a", "b")]
+    train, val = split_ranges(recs, "ncp", 0.1)
+    assert train == [(0, 2, 38), (1, 2, 38)] and val == [(0, 0, 2), (0, 38, 40), (1, 0, 2), (1, 38, 40)]
+    t1, v1 = split_ranges(recs, "drives", 0.5, seed=3)
+    assert split_ranges(recs, "drives", 0.5, seed=3) == (t1, v1) and len(t1) == len(v1) == 1
+
+
+def test_fused_colour_jitter_matches_torchvision():
+    x = torch.rand(2, 3, 20, 30) * 0.6 + 0.2
+    m = torch.from_numpy(color_matrix(1.1, 0.9, 1.2, 0.0).astype(np.float32))
+    grey = (x * torch.tensor([0.2989, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1).mean((1, 2))
+    fused = torch.einsum("ij,tjhw->tihw", m[:, :3], x) + (m[:, 3][None] * grey[:, None])[..., None, None]
+    ref = TF.adjust_saturation(TF.adjust_contrast(TF.adjust_brightness(x, 1.1), 0.9), 1.2)
+    assert (fused - ref).abs().max() < 2e-3
+
+
+def test_augmentation_is_consistent_across_a_window_unless_per_frame():
+    frames = torch.full((6, 3, 24, 32), 128, dtype=torch.uint8)
+    cfg = dict(viewpoint_p=0.0, photometric_p=1.0, shadow_p=1.0, noise_p=0.0, blur_p=0.0, jpeg_p=0.0)
+    out, _ = Augmenter(AugmentConfig(**cfg))(frames, np.zeros(6), np.full(6, 8.0), np.random.default_rng(0))
+    assert (out != 128).any() and all(torch.equal(out[0], out[i]) for i in range(6))
+    out, _ = Augmenter(AugmentConfig(per_frame=True, **cfg))(frames, np.zeros(6), np.full(6, 8.0),
+                                                             np.random.default_rng(0))
+    assert not torch.equal(out[0], out[1])
+
+
+def test_sample_weights_follow_ncp_formula():
+    np.testing.assert_allclose(sample_weights(np.array([0.0, 0.01, -0.02]), 0.1), [1.0, math.e, math.e ** 2])
+
+
+def test_datamodule_batch_contract_with_two_workers(tmp_path):
+    for name in ("a", "b"):
+        _write(tmp_path / "logs", name, np.arange(40) * 0.1)
+    dm = DriveDataModule(train=[str(tmp_path / "logs")], cache_dir=str(tmp_path / "cache"), batch_size=4,
+                         num_workers=2, augment=AugmentConfig(), seq_len=8, stride=4)
+    dm.prepare_data()
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["frames"].dtype == torch.uint8 and batch["frames"].shape == (4, 8, 3, 78, 200)
+    for key in ("curvature", "dt", "weight"):
+        assert batch[key].dtype == torch.float32 and batch[key].shape == (4, 8)
+    assert batch["reset"].shape == (4,) and batch["reset"].dtype == torch.bool
+    np.testing.assert_allclose(batch["dt"].numpy(), 0.1, atol=1e-5)
+    val = next(iter(dm.val_dataloader()))
+    assert val["mask"][:, :2].all() and not val["mask"][:, 2:].any() and val["reset"].all()
+    assert (val["weight"][:, 2:] == 0).all()
