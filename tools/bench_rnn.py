@@ -1,0 +1,185 @@
+"""Benchmark drive's recurrent modules against ncps / torch equivalents, measured in the same run.
+
+Usage: python tools/bench_rnn.py [--device cpu|cuda] [--threads 1] [--batch 16] [--length 32]
+
+For each pair (drive LTC on an NCP of 19 neurons vs ncps LTC with the same wiring and weights;
+wired CfC on AutoNCP(19, 1) vs ncps; dense CfC 64 vs ncps; drive LSTM-64 vs torch nn.LSTM) it
+prints the median time of a forward pass (no grad), a forward+backward pass (B x L x F inputs) and
+a B=1 single step (eager, and scripted for drive), with the ratio ncps / drive (> 1: drive faster).
+With ``--device cuda`` it also reports the LTC sequence cost on the GPU (forward and
+forward+backward, at the given batch and at batch 256).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+import warnings
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+from ncps import wirings
+from ncps.torch import CfC as NcpsCfC
+from ncps.torch import LTC as NcpsLTC
+from torch import nn
+
+from drive.nn import LSTM, from_ncps
+
+warnings.filterwarnings("ignore", category=FutureWarning)
+warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def median_ms(fn: Callable[[], object], repeats: int, warmup: int, device: torch.device) -> float:
+    """Median wall time of ``fn`` in ms after ``warmup`` calls (TorchScript profiles its first calls)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+class TorchLSTM(nn.Module):
+    """torch nn.LSTM(F, 64) with a linear readout, ncps-style call signature."""
+
+    def __init__(self, features: int, units: int) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(features, units, batch_first=True)
+        self.readout = nn.Linear(units, 1)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        out, (h, _) = self.lstm(x)
+        return self.readout(out), h
+
+
+def pairs(features: int) -> List[Tuple[str, nn.Module, nn.Module, Callable]]:
+    """(name, drive module, reference module, reference single-step function)."""
+    torch.manual_seed(0)
+    ncp = NcpsLTC(features, wirings.NCP(12, 6, 1, 6, 4, 6, 6))
+    wired = NcpsCfC(features, wirings.AutoNCP(19, 1))
+    dense = NcpsCfC(features, 64)
+    ref_lstm = TorchLSTM(features, 64)
+
+    def ltc_step(m: nn.Module, x: torch.Tensor, h: torch.Tensor) -> object:
+        return m.rnn_cell(x, h, 1.0)
+
+    def cfc_step(m: nn.Module, x: torch.Tensor, h: torch.Tensor) -> object:
+        return m.rnn_cell(x, h, torch.ones(1, device=x.device))
+
+    def lstm_step(m: nn.Module, x: torch.Tensor, h: torch.Tensor) -> object:
+        return m.lstm(x.unsqueeze(1), (h[:, :64].unsqueeze(0).contiguous(), h[:, 64:].unsqueeze(0).contiguous()))
+
+    return [
+        ("LTC, NCP 19 neurons", from_ncps(ncp), ncp, ltc_step),
+        ("CfC wired, AutoNCP(19,1)", from_ncps(wired), wired, cfc_step),
+        ("CfC dense, 64 units", from_ncps(dense), dense, cfc_step),
+        ("LSTM, 64 units", LSTM(features, 64, 1), ref_lstm, lstm_step),
+    ]
+
+
+def bench_pair(name: str, ours: nn.Module, ref: nn.Module, ref_step: Callable, args: argparse.Namespace,
+               device: torch.device) -> Dict[str, object]:
+    ours, ref = ours.to(device), ref.to(device)
+    x = torch.randn(args.batch, args.length, args.features, device=device)
+    scripted = torch.jit.script(ours)
+
+    def fwd(m: nn.Module) -> Callable[[], object]:
+        def run() -> object:
+            with torch.no_grad():
+                return m(x)
+        return run
+
+    def fwd_bwd(m: nn.Module) -> Callable[[], object]:
+        def run() -> None:
+            y = m(x)[0]
+            y.sum().backward()
+        return run
+
+    x1 = torch.randn(1, args.features, device=device)
+    dt1 = torch.ones(1, device=device)
+    h_ours = ours.initial_state(1)
+    h_ref = torch.zeros(1, h_ours.size(1) if name.startswith("LSTM") else ours.state_size, device=device)
+
+    def step(fn: Callable[[], object]) -> Callable[[], object]:
+        def run() -> object:
+            with torch.no_grad():
+                return fn()
+        return run
+
+    r, w = args.repeats, args.warmup
+    row: Dict[str, object] = {"model": name}
+    row["fwd_ms"] = (median_ms(fwd(ours), r, w, device), median_ms(fwd(ref), r, w, device))
+    row["fwd_bwd_ms"] = (median_ms(fwd_bwd(ours), r, w, device), median_ms(fwd_bwd(ref), r, w, device))
+    row["step_ms"] = (median_ms(step(lambda: ours.step(x1, h_ours, dt1)), r * 5, w, device),
+                      median_ms(step(lambda: ref_step(ref, x1, h_ref)), r * 5, w, device))
+    row["step_scripted_ms"] = median_ms(step(lambda: scripted.step(x1, h_ours, dt1)), r * 5, w, device)
+    return row
+
+
+def gpu_ltc(args: argparse.Namespace, device: torch.device) -> List[Dict[str, object]]:
+    """LTC sequence cost on the GPU: forward and forward+backward at the given batch and at 256."""
+    ncp = NcpsLTC(args.features, wirings.NCP(12, 6, 1, 6, 4, 6, 6))
+    ours = from_ncps(ncp).to(device)
+    ncp = ncp.to(device)
+    out = []
+    for batch in (args.batch, 256):
+        x = torch.randn(batch, args.length, args.features, device=device)
+        res: Dict[str, object] = {"batch": batch}
+        for label, m in (("drive", ours), ("ncps", ncp)):
+            def fb(m: nn.Module = m) -> None:
+                m(x)[0].sum().backward()
+
+            def f(m: nn.Module = m) -> None:
+                with torch.no_grad():
+                    m(x)
+            res[label] = (median_ms(f, args.repeats, args.warmup, device), median_ms(fb, args.repeats, args.warmup, device))
+        out.append(res)
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--length", type=int, default=32)
+    parser.add_argument("--features", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=20, help="timed calls per measurement (median)")
+    parser.add_argument("--warmup", type=int, default=6, help="untimed calls first")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but CUDA is not available")
+    rows = [bench_pair(*p, args, device) for p in pairs(args.features)]
+    gpu = gpu_ltc(args, device) if device.type == "cuda" else []
+    if args.json:
+        print(json.dumps({"device": str(device), "threads": args.threads, "rows": rows, "gpu_ltc": gpu}, indent=2))
+        return
+    print(f"device {device}, {args.threads} thread(s), B={args.batch}, L={args.length}, F={args.features}; "
+          "median ms, drive | reference (ratio reference/drive)")
+    print("| model | forward | forward+backward | step B=1 eager | step B=1 drive scripted |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        cells = []
+        for key in ("fwd_ms", "fwd_bwd_ms", "step_ms"):
+            ours, ref = r[key]
+            cells.append(f"{ours:.2f} \\| {ref:.2f} ({ref / ours:.1f}x)")
+        print(f"| {r['model']} | " + " | ".join(cells) + f" | {r['step_scripted_ms']:.3f} |")
+    print("references: ncps LTC (same wiring and weights), ncps CfC AutoNCP(19,1), ncps CfC dense 64, torch nn.LSTM")
+    for g in gpu:
+        d, n = g["drive"], g["ncps"]
+        print(f"GPU LTC B={g['batch']}: forward {d[0]:.2f} ms (ncps {n[0]:.2f}), "
+              f"forward+backward {d[1]:.2f} ms (ncps {n[1]:.2f})")
+
+
+if __name__ == "__main__":
+    main()
