@@ -42,6 +42,9 @@ from drive.sim.road import Road
 __all__ = ["Camera", "Renderer", "render_view"]
 
 _FAR_M = 250.0  # road sampled this far ahead; beyond, haze covers the ground
+_SHADOW_RES = 0.2  # m per shadow-map cell
+_SUBPIXEL_BITS = 8  # fixed-point fraction bits for antialiased cv2 drawing
+_SHADOW_HALF_M = 16.0  # shadow map covers |d| < this
 _TEX = 256
 
 
@@ -93,9 +96,37 @@ def _value_noise(rng: np.random.Generator, size: int, octaves: Tuple[int, ...]) 
     return out / np.abs(out).max()
 
 
-def _box(x: np.ndarray, edge: np.ndarray, footprint: np.ndarray) -> np.ndarray:
-    """Fraction of a pixel footprint centred at ``x`` lying below ``edge`` (exact box filter)."""
-    return np.clip((edge - x) / footprint + 0.5, 0.0, 1.0)
+def _box(x: np.ndarray, edge: np.ndarray, inv_footprint: np.ndarray) -> np.ndarray:
+    """Fraction of a pixel footprint (width ``1 / inv_footprint``) centred at ``x`` lying below ``edge``
+    (exact box filter)."""
+    v = (edge - x) * inv_footprint + 0.5
+    np.minimum(v, 1.0, out=v)
+    return np.maximum(v, 0.0, out=v)
+
+
+def _shadow_map(road: Road, app: Appearance) -> np.ndarray:
+    """Light factor over the whole road in (s, d) cells of ``_SHADOW_RES`` metres, float32 [S, D].
+
+    Each tree casts an elliptical canopy shadow displaced away from the sun (0.7 x height /
+    tan(elevation)) and stretched along the sun direction; edges are blurred (penumbra).
+    """
+    n_s = int(road.length_m / _SHADOW_RES) + 2
+    n_d = int(2 * _SHADOW_HALF_M / _SHADOW_RES)
+    cover = np.zeros((n_s, n_d), np.float32)
+    cot = 1.0 / np.tan(app.sun_elevation_rad)
+    ca, sa = np.cos(app.sun_azimuth_rad), np.sin(app.sun_azimuth_rad)
+    stretch = min(1.0 / np.sin(app.sun_elevation_rad), 3.0)
+    for o in road.objects:
+        reach = 0.7 * o.height_m * cot
+        cs, cd = o.s_m - reach * ca, o.d_m - reach * sa
+        rs = o.radius_m * (1.0 + abs(ca) * (stretch - 1.0))
+        rd = o.radius_m * (1.0 + abs(sa) * (stretch - 1.0))
+        centre = (int((cd + _SHADOW_HALF_M) / _SHADOW_RES * 16), int(cs / _SHADOW_RES * 16))
+        axes = (int(rd / _SHADOW_RES * 16), int(rs / _SHADOW_RES * 16))
+        cv2.ellipse(cover, centre, axes, 0.0, 0.0, 360.0, 1.0, -1, cv2.LINE_8, 4)
+    cover = cv2.GaussianBlur(cover, (0, 0), 0.25 / _SHADOW_RES)
+    cover[:, [0, -1]] = 0.0  # outside the map: no shadow
+    return 1.0 - app.shadow_strength * np.minimum(cover, 1.0)
 
 
 def _dashes(s: np.ndarray, period: float, on: float, footprint: np.ndarray) -> np.ndarray:
@@ -128,11 +159,15 @@ class Renderer:
         xs = (np.arange(cam.width) - cam.cx) / cam.fx
         self._Y = (-t[:, None] * xs[None, :]).astype(np.float32)  # left per pixel, m
         self._foot_lat = (t / cam.fx).astype(np.float32)[:, None]
+        self._inv_foot_lat = 1.0 / self._foot_lat
         def fwd(vv: np.ndarray) -> np.ndarray:
             y = (vv - cam.cy) / cam.fy
             return cam.height_m * (c - y * s) / np.maximum(s + y * c, 1e-6)
         foot = np.abs(fwd(np.maximum(vr - 0.5, horizon + 1e-3)) - fwd(vr + 0.5))
         self._foot_s = np.clip(foot, 1e-3, 200.0).astype(np.float32)[:, None]
+        self._detail = 1.0 / (1.0 + 4.0 * self._foot_s)
+        self._shadow_cache: Dict[Tuple[int, Appearance], Tuple[Road, np.ndarray]] = {}
+        self._tree_cache: Optional[Tuple[Road, np.ndarray]] = None
         self._ground_cover = cover.astype(np.float32)[:, None, None]
         self._sky_rows = np.arange(0, self._first_ground + (1 if cover[0] < 1 else 0))
         elev = -np.arctan((v - cam.cy) / cam.fy) - cam.pitch_rad  # elevation of each row, rad
@@ -173,65 +208,49 @@ class Renderer:
 
     def _ground(self, road: Road, app: Appearance, x: float, y: float, yaw: float, s_car: float) -> np.ndarray:
         s, d, w, srow = self._frenet(road, x, y, yaw, s_car)
-        fl, fs = self._foot_lat, self._foot_s
+        fl, fs, inv_fl = self._foot_lat, self._foot_s, self._inv_foot_lat
         ad = np.abs(d)
         fine = self._tex_fine.take((np.mod(s * 12.0, _TEX).astype(np.int32) * _TEX
                                     + np.mod(d * 12.0, _TEX).astype(np.int32)))
         coarse = self._tex_coarse.take((np.mod(s * 2.0, _TEX).astype(np.int32) * _TEX
                                         + np.mod(d * 2.0, _TEX).astype(np.int32)))
-        detail = 1.0 / (1.0 + fs * 4.0)  # mip-map-like fade of fine texture with footprint
-        asphalt_edge = w + 0.3
+        fine *= self._detail  # mip-map-like fade of the fine grain with footprint
+        edge = w + 0.3  # asphalt extends 30 cm beyond the edge line, then 60 cm of gravel
         if app.road_snow > 0:
-            asphalt_edge = asphalt_edge - app.road_snow * (0.6 + 0.4 * coarse)
-        w_asph = _box(ad, asphalt_edge, fl)
-        w_shoulder = _box(ad, w + 0.9, fl) - w_asph
+            edge = edge - app.road_snow * (0.6 + 0.4 * coarse)
+        w_asph = _box(ad, edge, inv_fl)
+        w_shoulder = _box(ad, w + 0.9, inv_fl) - w_asph
         w_ground = 1.0 - w_asph - w_shoulder
-        grain = 1.0 + app.asphalt_texture * (fine * detail + 0.5 * coarse)
-        weights = [w_ground * (1.0 + app.ground_texture * (coarse + 0.5 * fine * detail)),
-                   w_shoulder * (1.0 + 0.15 * fine * detail), w_asph * grain]
+        weights = [w_ground * (1.0 + app.ground_texture * (coarse + 0.5 * fine)),
+                   w_shoulder * (1.0 + 0.15 * fine),
+                   w_asph * (1.0 + app.asphalt_texture * (fine + 0.5 * coarse))]
         colors = [app.ground_rgb, app.shoulder_rgb, app.asphalt_rgb]
         if app.marking_wear < 1.0:
-            centre = (_box(d, 0.06, fl) - _box(d, -0.06, fl)) * _dashes(s, 12.0, 4.0, fs)
-            edges = _box(ad, w - 0.02, fl) - _box(ad, w - 0.17, fl)
+            # dashes 4 m on / 8 m off; the row's arc length at the centre line sets the phase
+            centre = (_box(d, 0.06, inv_fl) - _box(d, -0.06, inv_fl)) * _dashes(srow, 12.0, 4.0, fs)
+            edges = _box(ad, w - 0.02, inv_fl) - _box(ad, w - 0.17, inv_fl)
             paint = (centre + edges) * np.clip((coarse + 1.0 - 2.0 * app.marking_wear) * 2.5, 0.0, 1.0)
-            paint *= np.clip(1.0 - app.marking_wear * 0.5, 0.0, 1.0)
+            paint *= 1.0 - 0.5 * app.marking_wear
             weights = [wt * (1.0 - paint) for wt in weights] + [paint]
             colors.append(app.marking_rgb)
         rgb = np.stack(weights, axis=-1) @ np.asarray(colors, np.float32)
         if app.shadow_strength > 0:
-            rgb *= self._shadows(road, app, s, d, fl, fs, srow, s_car)[..., None]
+            rgb *= self._shadow_light(road, app, s, d)[..., None]
         haze = (1.0 - np.exp(-self._X / app.visibility_m))[..., None]
         return rgb * (1.0 - haze) + haze * np.asarray(app.haze_rgb, np.float32)
 
-    def _shadows(self, road: Road, app: Appearance, s: np.ndarray, d: np.ndarray, fl: np.ndarray,
-                 fs: np.ndarray, srow: np.ndarray, s_car: float) -> np.ndarray:
-        """Light factor in [1 - strength, 1] from tree shadows, boxes in (s, d)."""
-        light = np.zeros(s.shape, np.float32)
-        cot = 1.0 / np.tan(app.sun_elevation_rad)
-        ca, sa = np.cos(app.sun_azimuth_rad), np.sin(app.sun_azimuth_rad)
-        stretch = min(1.0 / np.sin(app.sun_elevation_rad), 3.0)
-        row_s = srow[::-1, 0]  # increasing
-        lo_s, hi_s = s_car - 10.0, s_car + 120.0
-        for obj in road.objects:
-            if obj.s_m < lo_s - 40.0 or obj.s_m > hi_s + 40.0:
-                continue
-            reach = 0.7 * obj.height_m * cot
-            cs, cd = obj.s_m - reach * ca, obj.d_m - reach * sa
-            rs = obj.radius_m * (1.0 + abs(ca) * (stretch - 1.0))
-            rd = obj.radius_m * (1.0 + abs(sa) * (stretch - 1.0))
-            if cs + rs < lo_s or cs - rs > hi_s or abs(cd) - rd > 6.0:
-                continue
-            n = len(row_s)
-            r1 = n - int(np.searchsorted(row_s, cs - rs - 20.0))
-            r0 = n - int(np.searchsorted(row_s, cs + rs + 20.0, side="right"))
-            if r1 <= r0:
-                continue
-            ss, dd = s[r0:r1], d[r0:r1]
-            pen_s, pen_d = fs[r0:r1] + 0.4, fl[r0:r1] + 0.4  # footprint + penumbra
-            box = ((_box(ss, cs + rs, pen_s) - _box(ss, cs - rs, pen_s))
-                   * (_box(dd, cd + rd, pen_d) - _box(dd, cd - rd, pen_d)))
-            light[r0:r1] += box
-        return 1.0 - app.shadow_strength * np.minimum(light, 1.0)
+    def _shadow_light(self, road: Road, app: Appearance, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """Light factor in [1 - strength, 1] per pixel, looked up in the road's shadow map."""
+        key = (id(road), app)
+        cached = self._shadow_cache.get(key)
+        if cached is None or cached[0] is not road:
+            if len(self._shadow_cache) >= 4:  # a few (road, appearance) pairs in flight at most
+                self._shadow_cache.pop(next(iter(self._shadow_cache)))
+            cached = self._shadow_cache[key] = (road, _shadow_map(road, app))
+        light = cached[1]
+        i = np.clip((s * (1.0 / _SHADOW_RES)).astype(np.int32), 0, light.shape[0] - 1)
+        j = np.clip(((d + _SHADOW_HALF_M) * (1.0 / _SHADOW_RES)).astype(np.int32), 0, light.shape[1] - 1)
+        return light.ravel().take(i * light.shape[1] + j)
 
     # ---------------------------------------------------------------- sky + trees
     def _sky(self, app: Appearance, yaw: float) -> np.ndarray:
@@ -249,45 +268,47 @@ class Renderer:
 
     def _trees(self, img: np.ndarray, road: Road, app: Appearance, x: float, y: float, yaw: float,
                s_car: float, gain: np.ndarray) -> None:
+        """Billboard trees (trunk + crown or cone), hazed by distance, drawn far to near with LINE_AA."""
         cam = self.camera
+        if self._tree_cache is None or self._tree_cache[0] is not road:
+            table = np.array([[o.s_m, o.x_m, o.y_m, o.height_m, o.radius_m, o.kind] for o in road.objects],
+                             np.float64).reshape(-1, 6)
+            self._tree_cache = (road, table)
+        table = self._tree_cache[1]
+        lo, hi = np.searchsorted(table[:, 0], [s_car - 30.0, s_car + 150.0])
+        tr = table[lo:hi]
         c, s = np.cos(yaw), np.sin(yaw)
-        near = [o for o in road.objects if s_car - 30.0 < o.s_m < s_car + 150.0]
-        placed = []
-        for o in near:
-            X = (o.x_m - x) * c + (o.y_m - y) * s
-            Y = -(o.x_m - x) * s + (o.y_m - y) * c
-            if X > 1.0:
-                placed.append((X, Y, o))
-        placed.sort(key=lambda p: -p[0])
-        haze_rgb = np.asarray(app.haze_rgb)
-        sh = 8  # fixed-point bits for sub-pixel antialiased drawing
-        for X, Y, o in placed:
-            u0, v0 = cam.project_ground(X, Y)
-            zc = X * np.cos(cam.pitch_rad) + cam.height_m * np.sin(cam.pitch_rad)
-            ppm = cam.fx / zc  # pixels per metre at that depth
-            if u0 < -o.radius_m * ppm * 2 or u0 > cam.width + o.radius_m * ppm * 2:
-                continue
-            haze = 1.0 - np.exp(-X / app.visibility_m)
-            def color(rgb: Tuple[float, float, float]) -> Tuple[float, ...]:
-                mixed = (np.asarray(rgb) * (1 - haze) + haze_rgb * haze) * gain
-                return tuple(float(v) for v in np.clip(mixed * 255.0, 0, 255))
-            top = v0 - o.height_m * ppm
-            r = o.radius_m * ppm
-            trunk_w = max(0.3 * ppm, 1.0)
-            pts = lambda arr: (np.asarray(arr) * (1 << sh)).astype(np.int32)  # noqa: E731
-            cv2.fillConvexPoly(img, pts([[u0 - trunk_w / 2, v0], [u0 + trunk_w / 2, v0],
-                                         [u0 + trunk_w / 4, top + r], [u0 - trunk_w / 4, top + r]]),
-                               color(app.trunk_rgb), cv2.LINE_AA, sh)
-            if o.kind == 1:  # conifer: dark green cone, snow-dusted in winter
-                canopy = (0.10, 0.22, 0.12) if app.season != "winter" else (0.38, 0.45, 0.42)
-                base = v0 - 0.12 * o.height_m * ppm
-                cv2.fillConvexPoly(img, pts([[u0 - 0.8 * r, base], [u0 + 0.8 * r, base], [u0, top]]),
-                                   color(canopy), cv2.LINE_AA, sh)
+        X = (tr[:, 1] - x) * c + (tr[:, 2] - y) * s
+        Y = -(tr[:, 1] - x) * s + (tr[:, 2] - y) * c
+        zc = X * np.cos(cam.pitch_rad) + cam.height_m * np.sin(cam.pitch_rad)
+        ppm = cam.fx / np.maximum(zc, 1e-3)  # pixels per metre at the tree's depth
+        u0 = cam.cx - Y * ppm
+        v0 = cam.cy + cam.fy * (cam.height_m * np.cos(cam.pitch_rad) - X * np.sin(cam.pitch_rad)) / np.maximum(zc, 1e-3)
+        reach = 2.0 * tr[:, 4] * ppm
+        keep = (X > 1.0) & (u0 > -reach) & (u0 < cam.width + reach)
+        order = np.nonzero(keep)[0][np.argsort(-X[keep], kind="stable")]
+        if len(order) == 0:
+            return
+        haze = (1.0 - np.exp(-X[order] / app.visibility_m))[:, None]
+        conifer = (0.10, 0.22, 0.12) if app.season != "winter" else (0.38, 0.45, 0.42)
+        crown = np.where(tr[order, 5:6] > 0.5, np.asarray(conifer), np.asarray(app.canopy_rgb))
+        def shade(rgb: np.ndarray) -> list:
+            return np.clip((rgb * (1.0 - haze) + np.asarray(app.haze_rgb) * haze) * gain * 255.0, 0, 255).tolist()
+        trunk_col, crown_col = shade(np.asarray(app.trunk_rgb)[None, :]), shade(crown)
+        f = 1 << _SUBPIXEL_BITS
+        rows = np.stack([u0[order], v0[order], ppm[order], tr[order, 3], tr[order, 4], tr[order, 5]], 1).tolist()
+        for (u, v, p, height, radius, kind), tc, cc in zip(rows, trunk_col, crown_col):
+            top, r, half = v - height * p, radius * p, max(0.15 * p, 0.5)
+            trunk = [[u - half, v], [u + half, v], [u + half / 2, top + r], [u - half / 2, top + r]]
+            cv2.fillConvexPoly(img, (np.asarray(trunk) * f).astype(np.int32), tc, cv2.LINE_AA, _SUBPIXEL_BITS)
+            if kind > 0.5:  # conifer: a cone from near the ground to the top
+                base = v - 0.12 * height * p
+                cone = [[u - 0.8 * r, base], [u + 0.8 * r, base], [u, top]]
+                cv2.fillConvexPoly(img, (np.asarray(cone) * f).astype(np.int32), cc, cv2.LINE_AA, _SUBPIXEL_BITS)
             else:  # broadleaf: a crown over the upper 60 % of the tree
-                ry = 0.3 * o.height_m * ppm
-                centre = (int(u0 * (1 << sh)), int((top + ry) * (1 << sh)))
-                axes = (max(int(r * (1 << sh)), 1), max(int(ry * (1 << sh)), 1))
-                cv2.ellipse(img, centre, axes, 0.0, 0.0, 360.0, color(app.canopy_rgb), -1, cv2.LINE_AA, sh)
+                ry = 0.3 * height * p
+                cv2.ellipse(img, (int(u * f), int((top + ry) * f)), (max(int(r * f), 1), max(int(ry * f), 1)),
+                            0.0, 0.0, 360.0, cc, -1, cv2.LINE_AA, _SUBPIXEL_BITS)
 
     # ---------------------------------------------------------------- public
     def render(self, road: Road, appearance: Appearance, x_m: float, y_m: float, yaw_rad: float,
@@ -307,7 +328,10 @@ class Renderer:
         if len(sky) > g0:  # the row the horizon crosses: blend sky and ground by coverage
             img[g0] = ground[0] * cover[0] + sky[g0] * (1.0 - cover[0])
         gain = appearance.brightness * np.asarray(appearance.tint, np.float32)
-        out = np.clip(img * (gain * 255.0) + 0.5, 0.0, 255.0).astype(np.uint8)
+        img *= gain * 255.0
+        img += 0.5
+        np.clip(img, 0.0, 255.0, out=img)
+        out = img.astype(np.uint8)
         self._trees(out, road, appearance, x_m, y_m, yaw_rad, s_hint_m, gain)
         return out
 
