@@ -4,11 +4,12 @@ Training follows the NCP lane-keeping recipe (Lechner et al. 2020, REFERENCE.md 
 (lr 5e-4), batches of sequences (20 x 16 frames, set by the datamodule), global grad-norm clip 10
 (``trainer.gradient_clip_val``), and the curve-weighted MSE in 1/km
 
-    loss = sum_i w_i (yhat_i - y_i)^2 / sum_i w_i,   w_i = exp(c |y_i|),   c = curve_factor (0.1)
+    loss = sum_i w_i (yhat_i - y_i)^2 / sum_i w_i,   w_i = exp(c |y_i|),   c = 0.1
 
-Weight constraints of the recurrent cell (LTC with ``positivity="clip"``) are applied after every
-optimizer step. Validation and test are *stateful*: the datamodule streams whole recordings as
-consecutive windows, and the hidden state is carried from one window to the next and zeroed where
+The weights come with every batch (``batch["weight"]``, set by the datamodule's ``curve_factor``,
+0 on padding), so the curve factor has one home: ``--data.curve_factor``. Weight constraints of
+the recurrent cell (LTC with ``positivity="clip"``) are applied after every optimizer step.
+Validation and test are *stateful*: the datamodule streams whole recordings as consecutive windows, and the hidden state is carried from one window to the next and zeroed where
 the stream says ``reset`` (a new recording or a time gap) -- the way the policy runs on the car.
 Metrics are MSE / MAE in 1/km, overall and per recording.
 
@@ -18,25 +19,32 @@ checkpoint alone rebuilds and runs the policy (:func:`drive.policy_io.load_polic
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from torch import Tensor
 
 from drive.nn.policy import Policy
 from drive.policy_io import policy_meta
 from drive.preprocess import Preprocessing
+from drive.data.sequences import median_dt
 from drive.train.families import FAMILIES, build_policy
 
-__all__ = ["PolicyModule", "weighted_mse"]
+__all__ = ["PolicyModule", "weighted_mse", "curve_weights"]
 
 
-def weighted_mse(pred_km: Tensor, target_km: Tensor, curve_factor: float) -> Tensor:
-    """Curve-weighted MSE (REFERENCE.md §2): weights ``exp(c |y|)`` normalised to sum 1; 1/km units."""
-    weights = torch.exp(curve_factor * target_km.abs())
-    return (weights * (pred_km - target_km) ** 2).sum() / weights.sum()
+def weighted_mse(pred_km: Tensor, target_km: Tensor, weight: Tensor) -> Tensor:
+    """Weighted MSE normalised by the weights (REFERENCE.md §2), in (1/km)^2; all ``[B, L]``."""
+    return (weight * (pred_km - target_km) ** 2).sum() / weight.sum().clamp_min(1e-12)
+
+
+def curve_weights(target_km: Tensor, curve_factor: float) -> Tensor:
+    """NCP sample weights ``exp(c |y|)``, y in 1/km (the datamodule's ``weight``)."""
+    return torch.exp(curve_factor * target_km.abs())
 
 
 class PolicyModule(pl.LightningModule):
@@ -56,9 +64,11 @@ class PolicyModule(pl.LightningModule):
         input_hw: network input (H, W); must equal the datamodule's preprocessing size.
         lr: Adam learning rate (paper: 5e-4).
         weight_decay: Adam weight decay.
-        curve_factor: ``c`` of the curve weights exp(c |y|) with y in 1/km (paper: 0.1; 0 = plain MSE).
-        lr_schedule: ``cosine`` (to ``lr * lr_min_ratio`` over the run), ``step`` (x ``lr_gamma``
-            every ``lr_step_epochs``) or ``constant``.
+        lr_schedule: ``cosine`` (from ``lr`` down to ``lr * lr_min_ratio`` over the run), ``step``
+            (x ``lr_gamma`` every ``lr_step_epochs``) or ``constant``; updated every step.
+        lr_min_ratio: final learning rate of the cosine schedule, as a fraction of ``lr``.
+        lr_step_epochs: epochs between learning-rate drops of the step schedule.
+        lr_gamma: factor of each drop of the step schedule.
         warmup_steps: linear warm-up steps before the schedule.
         head_precision: autocast dtype for the conv head on CUDA: ``bf16``, ``fp16`` or ``fp32``.
     """
@@ -76,7 +86,6 @@ class PolicyModule(pl.LightningModule):
         input_hw: Tuple[int, int] = (78, 200),
         lr: float = 5e-4,
         weight_decay: float = 0.0,
-        curve_factor: float = 0.1,
         lr_schedule: str = "cosine",
         lr_min_ratio: float = 0.1,
         lr_step_epochs: int = 10,
@@ -106,6 +115,7 @@ class PolicyModule(pl.LightningModule):
         self.preprocessing = Preprocessing(size=(int(input_hw[0]), int(input_hw[1])))
         self.fps = 1.0 / self.policy.frame_period_s
         self._stream_hidden: Optional[Tensor] = None
+        self._stream_pos: Optional[Tuple[int, Optional[int]]] = None
         self._stats: Dict[str, Tensor] = {}
         self._recording_names: List[str] = []
 
@@ -122,9 +132,9 @@ class PolicyModule(pl.LightningModule):
                     f"input_hw is {tuple(self.hparams.input_hw)}; set model.input_hw to match"
                 )
             self.preprocessing = preprocessing
-        fps = getattr(datamodule, "fps", None)
-        if fps:
-            self.fps = float(fps)
+        recordings = [r for ds in getattr(datamodule, "datasets", {}).values() for r in ds.recordings]
+        if recordings and stage == "fit":
+            self.fps = 1.0 / float(np.median([median_dt(r.timestamp_s) for r in recordings]))
             self.policy.frame_period_s = 1.0 / self.fps
 
     def drive_meta(self) -> Dict[str, Any]:
@@ -133,7 +143,9 @@ class PolicyModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         checkpoint["drive"] = self.drive_meta()
-        checkpoint["hyper_parameters"] = {k: _plain(v) for k, v in checkpoint.get("hyper_parameters", {}).items()}
+        for key in ("hyper_parameters", "datamodule_hyper_parameters"):
+            if key in checkpoint:
+                checkpoint[key] = _plain(dict(checkpoint[key]))
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         meta = checkpoint.get("drive", {})
@@ -148,22 +160,28 @@ class PolicyModule(pl.LightningModule):
         self, frames_u8: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
     ) -> Tuple[Tensor, Tensor]:
         """uint8 frames ``[B, L, 3, H, W]`` -> (curvature 1/km ``[B, L]``, hidden); head under autocast on GPU."""
+        features = self._encode(frames_u8)
+        with torch.autocast(device_type=features.device.type, enabled=False):
+            return self.policy.decode(features, hidden, timespans)
+
+    def _encode(self, frames_u8: Tensor) -> Tensor:
+        """Head on every frame -> fp32 features ``[B, L, F]`` (autocast to ``head_precision`` on CUDA)."""
         frames = frames_u8.float().div_(255.0) if frames_u8.dtype == torch.uint8 else frames_u8
         precision = self.hparams.head_precision
         use_amp = frames.is_cuda and precision != "fp32"
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16
         with torch.autocast(device_type=frames.device.type, dtype=dtype, enabled=use_amp):
             features = self.policy.encode(frames)
-        with torch.autocast(device_type=frames.device.type, enabled=False):
-            return self.policy.decode(features.float(), hidden, timespans)
+        return features.float()
 
     # -- training ------------------------------------------------------------------------------
     def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Tensor:
         target = batch["curvature"].float() * 1000.0
-        pred, _ = self.forward_km(batch["frames"], None, _timespans(batch))
-        loss = weighted_mse(pred, target, self.hparams.curve_factor)
-        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=target.shape[0])
-        self.log("train/mae_km", (pred - target).abs().mean().detach(), on_epoch=True, batch_size=target.shape[0])
+        pred, _ = self.forward_km(batch["frames"], None, batch.get("dt"))
+        loss = weighted_mse(pred, target, batch["weight"])
+        n = target.shape[0]
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=n)
+        self.log("train/mae_km", (pred - target).abs().mean().detach(), on_epoch=True, batch_size=n)
         return loss
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
@@ -172,20 +190,43 @@ class PolicyModule(pl.LightningModule):
             constrain()
 
     # -- stateful evaluation -------------------------------------------------------------------
-    def _eval_step(self, batch: Mapping[str, Tensor], prefix: str) -> None:
+    def _stream(self, batch: Mapping[str, Tensor]) -> Tensor:
+        """Curvature (1/km) ``[B, L]`` for consecutive windows, the hidden state carried across them.
+
+        The head runs on all ``B x L`` frames at once; the recurrent part runs window after window.
+        A window continues the stream when it follows the previous one in the same recording
+        (``start`` = previous start + L) and does not ``reset``; otherwise it starts from zeros.
+        Correct for any eval batch size and for shards of a distributed sampler.
+        """
+        frames = batch["frames"]
+        b, length = frames.shape[0], frames.shape[1]
+        features = self._encode(frames)
+        dt = batch.get("dt")
+        reset = batch["reset"].bool().tolist() if "reset" in batch else [False] * b
+        rec = batch["recording"].tolist() if "recording" in batch else [0] * b
+        start = batch["start"].tolist() if "start" in batch else [None] * b
+        outputs = []
+        for i in range(b):
+            follows = (self._stream_pos is not None and not reset[i]
+                       and (start[i] is None or self._stream_pos == (rec[i], start[i])))
+            hidden = self._stream_hidden if follows else None
+            y, hidden = self.policy.decode(features[i:i + 1], hidden, None if dt is None else dt[i:i + 1])
+            outputs.append(y)
+            self._stream_hidden = hidden.detach()
+            self._stream_pos = (rec[i], None if start[i] is None else start[i] + length)
+        return torch.cat(outputs, 0)
+
+    def _eval_step(self, batch: Mapping[str, Tensor]) -> None:
         target = batch["curvature"].float() * 1000.0
-        hidden = self._carry_hidden(batch)
-        pred, hidden = self.forward_km(batch["frames"], hidden, _timespans(batch))
-        self._stream_hidden = hidden.detach()
-        valid = batch["valid"].bool() if "valid" in batch else torch.ones_like(target, dtype=torch.bool)
-        weights = torch.exp(self.hparams.curve_factor * target.abs()) * valid
-        err = (pred - target) * valid
-        rec = batch["recording"].long().view(-1, 1).expand_as(target) if "recording" in batch else torch.zeros_like(target, dtype=torch.long)
-        n_rec = max(len(self._recording_names), int(rec.max()) + 1 if rec.numel() else 1)
-        sums = {
-            "sq": err**2, "abs": err.abs(), "n": valid.float(), "wsq": weights * err**2, "w": weights,
-        }
-        for key, value in sums.items():
+        pred = self._stream(batch)
+        mask = batch["mask"].bool() if "mask" in batch else torch.ones_like(target, dtype=torch.bool)
+        weight = batch["weight"].float() * mask if "weight" in batch else mask.float()
+        err = (pred - target) * mask
+        rec = batch["recording"].long().view(-1, 1).expand_as(target) if "recording" in batch \
+            else torch.zeros_like(target, dtype=torch.long)
+        n_rec = max(len(self._recording_names), int(rec.max()) + 1)
+        values = {"sq": err**2, "abs": err.abs(), "n": mask.float(), "wsq": weight * err**2, "w": weight}
+        for key, value in values.items():
             acc = self._stats.get(key)
             if acc is None or acc.numel() < n_rec:
                 grown = torch.zeros(n_rec, device=value.device)
@@ -194,46 +235,39 @@ class PolicyModule(pl.LightningModule):
                 acc = grown
             self._stats[key] = acc.index_add(0, rec.reshape(-1), value.reshape(-1).float())
 
-    def _carry_hidden(self, batch: Mapping[str, Tensor]) -> Optional[Tensor]:
-        hidden = self._stream_hidden
-        b = batch["frames"].shape[0]
-        if hidden is None or hidden.shape[0] != b:
-            return None
-        reset = batch.get("reset")
-        if reset is not None:
-            hidden = hidden * (~reset.bool()).to(hidden.dtype).view(-1, 1)
-        return hidden
-
-    def _start_stream(self, stage: str) -> None:
-        self._stream_hidden = None
-        self._stats = {}
+    def _start_stream(self, split: str) -> None:
+        self._stream_hidden, self._stream_pos, self._stats = None, None, {}
         datamodule = getattr(self.trainer, "datamodule", None)
-        names = getattr(datamodule, f"{stage}_recording_names", None) if datamodule is not None else None
-        self._recording_names = list(names() if callable(names) else names or [])
+        try:
+            self._recording_names = [str(n) for n in datamodule.recordings(split)]
+        except (AttributeError, KeyError, ValueError):
+            self._recording_names = []
 
     def _end_stream(self, prefix: str) -> None:
         if not self._stats:
             return
-        stats = {k: self.trainer.strategy.reduce(v, reduce_op="sum") if self.trainer.world_size > 1 else v
-                 for k, v in self._stats.items()}
-        n = stats["n"].clamp_min(1.0)
-        total_n = stats["n"].sum().clamp_min(1.0)
-        self.log(f"{prefix}/loss", stats["wsq"].sum() / stats["w"].sum().clamp_min(1e-12), prog_bar=True, sync_dist=False)
-        self.log(f"{prefix}/mse_km", stats["sq"].sum() / total_n, prog_bar=True)
-        self.log(f"{prefix}/mae_km", stats["abs"].sum() / total_n)
+        stats = self._stats
+        if self.trainer.world_size > 1:
+            size = torch.tensor(float(stats["n"].numel()), device=stats["n"].device)
+            longest = int(self.trainer.strategy.reduce(size, reduce_op="max").item())
+            stats = {k: self.trainer.strategy.reduce(torch.nn.functional.pad(v, (0, longest - v.numel())),
+                                                     reduce_op="sum") for k, v in stats.items()}
+        total = stats["n"].sum().clamp_min(1.0)
+        self.log(f"{prefix}/loss", stats["wsq"].sum() / stats["w"].sum().clamp_min(1e-12), prog_bar=True)
+        self.log(f"{prefix}/mse_km", stats["sq"].sum() / total, prog_bar=True)
+        self.log(f"{prefix}/mae_km", stats["abs"].sum() / total)
         for i in range(stats["n"].numel()):
             if stats["n"][i] > 0:
                 name = self._recording_names[i] if i < len(self._recording_names) else str(i)
-                self.log(f"{prefix}_recording/{name}/mse_km", stats["sq"][i] / n[i])
-                self.log(f"{prefix}_recording/{name}/mae_km", stats["abs"][i] / n[i])
-        self._stats = {}
-        self._stream_hidden = None
+                self.log(f"{prefix}_recording/{name}/mse_km", stats["sq"][i] / stats["n"][i])
+                self.log(f"{prefix}_recording/{name}/mae_km", stats["abs"][i] / stats["n"][i])
+        self._stats, self._stream_hidden, self._stream_pos = {}, None, None
 
     def on_validation_epoch_start(self) -> None:
         self._start_stream("val")
 
     def validation_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "val")
+        self._eval_step(batch)
 
     def on_validation_epoch_end(self) -> None:
         self._end_stream("val")
@@ -242,21 +276,18 @@ class PolicyModule(pl.LightningModule):
         self._start_stream("test")
 
     def test_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, "test")
+        self._eval_step(batch)
 
     def on_test_epoch_end(self) -> None:
         self._end_stream("test")
 
     def on_predict_epoch_start(self) -> None:
-        self._stream_hidden = None
+        self._stream_hidden, self._stream_pos = None, None
 
     def predict_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Dict[str, Tensor]:
-        """Stateful prediction: ``{"curvature_per_m": [B, L], ...}`` over the streamed recordings."""
-        hidden = self._carry_hidden(batch)
-        pred, hidden = self.forward_km(batch["frames"], hidden, _timespans(batch))
-        self._stream_hidden = hidden.detach()
-        out = {"curvature_per_m": (pred / 1000.0).cpu()}
-        for key in ("recording", "frame_index", "curvature"):
+        """Stateful prediction over the streamed recordings: ``curvature_per_m [B, L]`` and the batch's ids."""
+        out = {"curvature_per_m": (self._stream(batch) / 1000.0).cpu()}
+        for key in ("recording", "start", "mask", "curvature"):
             if key in batch:
                 out[key] = batch[key].cpu()
         return out
@@ -282,14 +313,10 @@ class PolicyModule(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
 
-def _timespans(batch: Mapping[str, Tensor]) -> Optional[Tensor]:
-    """Elapsed seconds per frame ``[B, L]`` from the batch (``dt_s``), or None (nominal period)."""
-    dt = batch.get("dt_s")
-    return None if dt is None else dt.float()
-
-
 def _plain(value: Any) -> Any:
-    """Hyperparameters as weights_only-safe plain types (tuples -> lists)."""
+    """Hyperparameters as weights_only-safe plain types (tuples -> lists, dataclasses -> dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     if isinstance(value, dict):

@@ -1,0 +1,82 @@
+"""``drive fit | validate | test | predict``: LightningCLI over :class:`PolicyModule` and the datamodule.
+
+Every hyperparameter comes from type hints, so ``drive fit --help`` lists them all and any of them
+can be set in YAML (``--config configs/ncp_ltc.yaml``, several ``--config`` files stack) or on the
+command line (``--model.lr 1e-3``, ``--data.batch_size 8``, ``--trainer.max_epochs 5``)::
+
+    drive fit --config configs/ncp_ltc.yaml --config configs/trainer/cpu.yaml --data.root data/
+    drive fit --config configs/ncp_ltc.yaml --ckpt_path last       # resume a killed run
+    drive test --config configs/ncp_ltc.yaml --ckpt_path runs/ncp_ltc/checkpoints/last.ckpt
+
+Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV loggers under
+``trainer.default_root_dir``, and a ``--checkpoint.*`` group (Lightning's ``ModelCheckpoint``):
+best by ``val/loss`` plus ``last.ckpt``, written to ``<default_root_dir>/checkpoints`` so that
+``--ckpt_path last`` finds them again after a kill.
+"""
+from __future__ import annotations
+
+import os
+from typing import List, Optional
+
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from drive.data.datamodule import DriveDataModule
+from drive.train.module import PolicyModule
+
+__all__ = ["DriveCLI", "lightning_main"]
+
+DEFAULT_ROOT = "runs/fit"
+
+
+class DriveCLI(LightningCLI):
+    """LightningCLI with drive's checkpointing and logging defaults."""
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.set_defaults({
+            "checkpoint.monitor": "val/loss",
+            "checkpoint.mode": "min",
+            "checkpoint.save_last": True,
+            "checkpoint.save_top_k": 1,
+            "checkpoint.filename": "best-epoch{epoch}-step{step}",
+            "checkpoint.auto_insert_metric_name": False,
+        })
+
+    def before_instantiate_classes(self) -> None:
+        cfg = self.config[self.subcommand] if self.subcommand else self.config
+        root = cfg.trainer.default_root_dir or DEFAULT_ROOT
+        cfg.trainer.default_root_dir = root
+        if cfg.checkpoint.dirpath is None:
+            cfg.checkpoint.dirpath = os.path.join(root, "checkpoints")
+        if cfg.trainer.logger is None or cfg.trainer.logger is True:
+            cfg.trainer.logger = [
+                {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                 "init_args": {"save_dir": root, "name": "tensorboard"}},
+                {"class_path": "lightning.pytorch.loggers.CSVLogger",
+                 "init_args": {"save_dir": root, "name": "csv"}},
+            ]
+            cfg.trainer.callbacks = list(cfg.trainer.callbacks or []) + [
+                {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor",
+                 "init_args": {"logging_interval": "step"}},
+            ]
+
+
+def lightning_main(argv: Optional[List[str]] = None) -> int:
+    """Run ``fit | validate | test | predict`` with the rest of ``argv`` (as ``drive <subcommand>``)."""
+    DriveCLI(
+        PolicyModule,
+        DriveDataModule,
+        args=argv,
+        seed_everything_default=1234,
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs={"prog": "drive", "default_env": False},
+        auto_configure_optimizers=False,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(lightning_main(sys.argv[1:]))

@@ -1,0 +1,113 @@
+"""Training throughput per model family, and how much of a step is spent outside the conv head.
+
+For every family: build the :class:`drive.train.module.PolicyModule`, feed uint8 batches of
+``batch x seq`` frames (the paper's 20 x 16 by default; the ``cnn`` family gets the same number of
+single frames), and time full optimizer steps (forward, curve-weighted loss, backward, grad clip,
+Adam, weight constraints) -> training frames per second. Then time the conv head alone on the same
+frames (forward + backward of its features) in the same run: the share of step time outside the
+head = (step - head) / step. Target for ``ncp_ltc``: <= 25 % (the recurrent part is not the
+bottleneck). The data pipeline is measured by tools/bench_data.py; here frames come from memory.
+
+    python tools/bench_train.py                       # all families, this CPU
+    python tools/bench_train.py --device cuda --batch 64   # on a GPU (head under bf16 autocast)
+    python tools/bench_train.py --families ncp_ltc --threads 1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Callable, Dict, List
+
+import torch
+
+from drive.train.families import FAMILIES
+from drive.train.module import PolicyModule, weighted_mse
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _timeit(fn: Callable[[], None], device: torch.device, warmup: int, iters: int) -> float:
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    best = float("inf")
+    for _ in range(iters):  # min over repeats: robust to other processes on a shared machine
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def bench_family(family: str, batch: int, seq: int, device: torch.device, warmup: int, iters: int) -> Dict[str, float]:
+    torch.manual_seed(0)
+    module = PolicyModule(family=family).to(device)
+    optimizer = torch.optim.Adam(module.parameters(), lr=5e-4)
+    b, length = (batch * seq, 1) if family == "cnn" else (batch, seq)
+    frames = torch.randint(0, 256, (b, length, 3, 78, 200), dtype=torch.uint8, device=device)
+    target = torch.randn(b, length, device=device) * 20.0
+    dt = torch.full((b, length), 1.0 / 30.0, device=device)
+    module.policy.frame_period_s = 1.0 / 30.0
+
+    def train_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        pred, _ = module.forward_km(frames, None, dt)
+        weighted_mse(pred, target, 0.1).backward()
+        torch.nn.utils.clip_grad_norm_(module.parameters(), 10.0)
+        optimizer.step()
+        module.on_train_batch_end(None, None, 0)
+
+    def head_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        x = frames.float().div_(255.0)
+        use_amp = device.type == "cuda"
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_amp):
+            features = module.policy.encode(x)
+        features.float().square().mean().backward()
+
+    step_s = _timeit(train_step, device, warmup, iters)
+    head_s = _timeit(head_step, device, warmup, iters)
+    n = b * length
+    return {
+        "family": family,
+        "frames_per_s": n / step_s,
+        "step_ms": step_s * 1e3,
+        "head_ms": head_s * 1e3,
+        "outside_head_share": max(0.0, (step_s - head_s) / step_s),
+    }
+
+
+def main(argv: List[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated families")
+    parser.add_argument("--batch", type=int, default=20, help="sequences per batch (paper: 20)")
+    parser.add_argument("--seq", type=int, default=16, help="frames per sequence (paper: 16)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--json", default="", help="also write the rows to this JSON file")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    rows = []
+    print(f"device {device}, {torch.get_num_threads()} threads, batch {args.batch} x {args.seq} frames")
+    print(f"{'family':<9} {'frames/s':>9} {'step ms':>9} {'head ms':>9} {'outside head':>13}")
+    for family in args.families.split(","):
+        row = bench_family(family.strip(), args.batch, args.seq, device, args.warmup, args.iters)
+        rows.append(row)
+        print(f"{row['family']:<9} {row['frames_per_s']:>9.1f} {row['step_ms']:>9.1f} {row['head_ms']:>9.1f} "
+              f"{100 * row['outside_head_share']:>12.1f}%")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
