@@ -10,7 +10,7 @@ import numpy as np
 
 from drive.sim.render import Camera
 
-__all__ = ["plot_drive", "DriveVideo"]
+__all__ = ["plot_drive", "DriveVideo", "conditions_sheet"]
 
 
 def plot_drive(segments: Sequence[Any], path: Union[str, Path], title: str = "") -> Path:
@@ -70,3 +70,34 @@ class DriveVideo:
 
     def close(self) -> None:
         self.writer.release()
+
+
+def conditions_sheet(path: Union[str, Path], seed: int = 0, scale: int = 2) -> Path:
+    """Contact sheet: every season x light (rows) under every markings style (columns), labelled."""
+    from drive.sim.appearance import CONDITION_AXES, sample_appearance
+    from drive.sim.render import Renderer
+    from drive.sim.road import generate_road
+
+    renderer = Renderer(Camera.default())
+    road = generate_road(seed, 3000.0, "train")
+    tiles = []
+    for r, (season, light) in enumerate((s, li) for s in CONDITION_AXES["season"] for li in CONDITION_AXES["light"]):
+        row = []
+        for c, markings in enumerate(CONDITION_AXES["markings"]):
+            app = sample_appearance(seed, "train", r * 3 + c, {"season": season, "light": light, "markings": markings})
+            img = renderer.render_at(road, app, 60.0 + 97.0 * (r * 3 + c))
+            img = cv2.resize(img, None, fx=scale, fy=scale, interpolation=cv2.INTER_NEAREST)
+            cv2.putText(img, f"{season} / {light} / {markings}", (4, 12), cv2.FONT_HERSHEY_SIMPLEX, 0.38,
+                        (255, 255, 255), 1, cv2.LINE_AA)
+            row.append(np.pad(img, ((1, 1), (1, 1), (0, 0)), constant_values=255))
+        tiles.append(np.concatenate(row, axis=1))
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cv2.imwrite(str(out), cv2.cvtColor(np.concatenate(tiles, axis=0), cv2.COLOR_RGB2BGR))
+    return out
+
+
+if __name__ == "__main__":  # python -m drive.sim.plot docs/conditions.png
+    import sys
+
+    print(conditions_sheet(sys.argv[1] if len(sys.argv) > 1 else "docs/conditions.png"))

@@ -42,7 +42,7 @@ from drive.sim.road import Road
 __all__ = ["Camera", "Renderer", "render_view"]
 
 _FAR_M = 250.0  # road sampled this far ahead; beyond, haze covers the ground
-_SHADOW_RES = 0.2  # m per shadow-map cell
+_SHADOW_RES = 0.15  # m per shadow-map cell
 _SUBPIXEL_BITS = 8  # fixed-point fraction bits for antialiased cv2 drawing
 _SHADOW_HALF_M = 16.0  # shadow map covers |d| < this
 _TEX = 256
@@ -124,7 +124,7 @@ def _shadow_map(road: Road, app: Appearance) -> np.ndarray:
         centre = (int((cd + _SHADOW_HALF_M) / _SHADOW_RES * 16), int(cs / _SHADOW_RES * 16))
         axes = (int(rd / _SHADOW_RES * 16), int(rs / _SHADOW_RES * 16))
         cv2.ellipse(cover, centre, axes, 0.0, 0.0, 360.0, 1.0, -1, cv2.LINE_8, 4)
-    cover = cv2.GaussianBlur(cover, (0, 0), 0.25 / _SHADOW_RES)
+    cover = cv2.GaussianBlur(cover, (0, 0), 0.4 / _SHADOW_RES)
     cover[:, [0, -1]] = 0.0  # outside the map: no shadow
     return 1.0 - app.shadow_strength * np.minimum(cover, 1.0)
 
