@@ -149,7 +149,7 @@ def test_scripted_module_matches_eager_with_irregular_timespans(method: str) -> 
 @pytest.mark.parametrize("bad", [0.0, -0.1, float("nan"), float("inf")])
 def test_step_rejects_non_positive_or_non_finite_dt(bad: float) -> None:
     scripted = torch.jit.script(ClosedFormLTC(FullyConnected(3, output_dim=1, input_dim=2)))
-    with pytest.raises(torch.jit.Error, match="dt must be"):  # scripted code re-raises as jit.Error
+    with pytest.raises(torch.jit.Error, match="must be finite and > 0"):  # scripted code re-raises as jit.Error
         scripted.step(torch.zeros(2, 2), scripted.initial_state(2), torch.tensor([1.0, bad]))
 
 

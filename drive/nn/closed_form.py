@@ -42,6 +42,11 @@ the step (Alg. 1 feeds recorded LTC activity instead). The memory of x0 fades as
 
 The parameters are the LTC's *effective* values (positivity map and masks already applied), under the
 LTC's names, so ``effective_parameters()`` of a converted module equals the source's.
+
+Speed: input-only terms are computed for all steps at once and the sequential loop is a scripted
+kernel (as in drive.nn.ltc); in eager inference (grad disabled) the constants derived from the
+parameters (w erev, -sigma mu, ...) are cached and rebuilt when a parameter changes (version,
+storage), so a batch-1 ``step`` runs about twenty small ops.
 """
 from __future__ import annotations
 
@@ -55,39 +60,86 @@ from drive.nn.wiring import Wiring, as_wiring
 __all__ = ["ClosedFormLTC", "convert", "exact_step", "eq8_state", "METHODS", "PARAMETER_NAMES"]
 
 METHODS = ("exact", "approx")
-NEURON_PARAMETERS = ("gleak", "vleak", "cm")
-SYNAPSE_PARAMETERS = ("w", "sigma", "mu", "erev")
-SENSORY_PARAMETERS = ("sensory_w", "sensory_sigma", "sensory_mu", "sensory_erev")
-AFFINE_PARAMETERS = ("input_w", "input_b", "output_w", "output_b")
-PARAMETER_NAMES = NEURON_PARAMETERS + SYNAPSE_PARAMETERS + SENSORY_PARAMETERS + AFFINE_PARAMETERS
+PARAMETER_NAMES = (
+    "gleak", "vleak", "cm", "w", "sigma", "mu", "erev",
+    "sensory_w", "sensory_sigma", "sensory_mu", "sensory_erev",
+    "input_w", "input_b", "output_w", "output_b",
+)
 
 
-def exact_step(v: Tensor, g_total: Tensor, i_total: Tensor, cm: Tensor, dt: Tensor) -> Tensor:
-    """Exact solution of ``cm dv/dt = i_total - g_total v`` after ``dt`` (closed-form appendix,
-    Corollary 1): ``e^{-a dt} v + b dt phi(a dt)``, ``a = g_total/cm``, ``b = i_total/cm``.
+def exact_step(v: Tensor, g: Tensor, i: Tensor, neg_h_over_cm: Tensor) -> Tensor:
+    """Exact solution of ``cm dv/dt = i - g v`` after ``h`` (closed-form appendix, Corollary 1):
+    ``e^{-a h} (v - b/a) + b/a`` with ``a = g / cm``, ``b/a = i / g``, as one ``lerp``.
 
-    Shapes broadcast (e.g. v, g_total, i_total ``[B, N]``, cm ``[N]``, dt ``[B, 1]``); g_total >= 0.
+    v, i ``[B, N]``; g ``[B, N]`` > 0 (callers clamp the leak conductance at 1e-30, so a neuron
+    without conductance keeps v: i = 0, e^0 = 1); ``neg_h_over_cm = -h / cm`` broadcastable.
+    ``i / g`` is a conductance-weighted mean of reversal potentials, so nothing cancels for a -> 0.
     """
-    z = g_total / cm * dt
-    positive = z > 0
-    z_safe = torch.where(positive, z, torch.ones_like(z))
-    phi = torch.where(positive, -torch.expm1(-z_safe) / z_safe, torch.ones_like(z))
-    return v * torch.exp(-z) + i_total / cm * dt * phi
+    return torch.lerp(i / g, v, torch.exp(g * neg_h_over_cm))
 
 
-def eq8_state(
-    x0: Tensor, g_total: Tensor, i_total: Tensor, g_comp: Tensor, i_comp: Tensor, cm: Tensor, t: Tensor
-) -> Tensor:
+def eq8_state(x0: Tensor, g: Tensor, i: Tensor, gc: Tensor, ic: Tensor, neg_t_over_cm: Tensor) -> Tensor:
     """CfC paper Eq. 8 per channel, conductance-weighted over a neuron's channels (module docstring).
 
-    ``x~(t) = (i_total + e^{-(g_total/cm) t} (x0 g_comp - i_comp)) / g_total`` where
-    ``g_comp = sum_k G_k c_k`` and ``i_comp = sum_k G_k c_k E_k``; a neuron with no conductance
-    keeps x0. Shapes broadcast like :func:`exact_step`; t is the time since x0.
+    ``x~(t) = (i + e^{-g t / cm} (x0 gc - ic)) / g`` with ``g = sum_k G_k``, ``i = sum_k G_k E_k``,
+    ``gc = sum_k G_k c_k``, ``ic = sum_k G_k c_k E_k``. All ``[B, N]`` except
+    ``neg_t_over_cm = -t / cm`` (broadcastable); t is the time since x0; g > 0 as in :func:`exact_step`
+    (a neuron without conductance keeps x0).
     """
-    driven = g_total > 0
-    g_safe = torch.where(driven, g_total, torch.ones_like(g_total))
-    decay = torch.exp(-(g_total / cm) * t)
-    return torch.where(driven, (i_total + decay * (x0 * g_comp - i_comp)) / g_safe, x0)
+    return (i + torch.exp(g * neg_t_over_cm) * (x0 * gc - ic)) / g
+
+
+@torch.jit.script
+def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Tensor, pre_sigma: Tensor, neg_sigma_mu: Tensor,
+                   q: Tensor, substeps: int) -> Tensor:
+    """Corollary 1 over a sequence on the E present synapses.
+
+    v ``[B, N]``; gi0 ``[L, B, 2N]`` leak + sensory [conductance | current]; ``-h / cm``
+    ``[L, B, N]`` (h = dt / substeps); synapse e (pre i -> post j) enters through pre_sigma
+    ``[N, E]`` (sigma_e in row i), neg_sigma_mu ``[E]`` and q ``[E, 2N]`` (w_e in column j,
+    w_e erev_e in column N + j). Returns the state after every step ``[L, B, N]``.
+    """
+    states: List[Tensor] = []
+    for base, nh in zip(gi0.unbind(0), neg_h_over_cm.unbind(0)):
+        for _ in range(substeps):
+            s = torch.sigmoid(torch.addmm(neg_sigma_mu, v, pre_sigma))
+            g, i = torch.addmm(base, s, q).chunk(2, 1)
+            v = exact_step(v, g, i, nh)
+        states.append(v)
+    return torch.stack(states)
+
+
+@torch.jit.script
+def approx_sequence(v: Tensor, x0: Tensor, elapsed: Tensor, gi0: Tensor, gic0: Tensor, dt: Tensor,
+                    neg_inv_cm: Tensor, pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor) -> Tuple[Tensor, Tensor]:
+    """Eq. 8 over a sequence. v, x0 ``[B, N]``; elapsed ``[B, 1]`` seconds since x0; gi0 / gic0
+    ``[L, B, 2N]`` leak + sensory [G | I] and complement-weighted [G c | I c]; dt ``[L, B, 1]``;
+    ``-1 / cm`` ``[N]``; synapses as in :func:`exact_sequence`.
+    Returns (states ``[L, B, N]``, elapsed after every step ``[L, B, 1]``)."""
+    states: List[Tensor] = []
+    times: List[Tensor] = []
+    for base, base_c, step in zip(gi0.unbind(0), gic0.unbind(0), dt.unbind(0)):
+        elapsed = elapsed + step
+        s = torch.sigmoid(torch.addmm(neg_sigma_mu, v, pre_sigma))
+        g, i = torch.addmm(base, s, q).chunk(2, 1)
+        gc, ic = torch.addmm(base_c, s - s * s, q).chunk(2, 1)
+        v = eq8_state(x0, g, i, gc, ic, elapsed * neg_inv_cm)
+        states.append(v)
+        times.append(elapsed)
+    return torch.stack(states), torch.stack(times)
+
+
+def _synapse_index(adjacency: Any, rows: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Present synapses of a polarity matrix ``[rows, N]``: flat index ``[E]``, pre one-hot
+    ``[rows, E]`` and post one-hot ``[E, N]`` (float), and their count as a 0-d tensor."""
+    present = torch.as_tensor(adjacency).ne(0)
+    pre, post = present.nonzero(as_tuple=True)
+    n = present.shape[1]
+    pre_onehot = torch.zeros(rows, pre.numel())
+    pre_onehot[pre, torch.arange(pre.numel())] = 1.0
+    post_onehot = torch.zeros(pre.numel(), n)
+    post_onehot[torch.arange(pre.numel()), post] = 1.0
+    return pre * n + post, pre_onehot, post_onehot, torch.tensor(pre.numel())
 
 
 class ClosedFormLTC(nn.Module):
@@ -96,11 +148,12 @@ class ClosedFormLTC(nn.Module):
     Args:
         wiring: :class:`drive.nn.wiring.Wiring` or its JSON dict (N neurons, F inputs, M motors).
         method: "exact" (Corollary 1 per step, hidden ``[B, N]``) or "approx" (CfC Eq. 8,
-            hidden ``[B, 2N + 1]`` = v, x0, elapsed time).
+            hidden ``[B, 2N + 1]`` = v, x0, seconds since x0).
         substeps: exact only: recurrent activations re-evaluated this many times per step.
 
-    Parameters carry the LTC's names and effective values (set by :func:`convert`); a module built
-    directly starts from the LTC's initial ranges (REFERENCE.md §3) with erev = wiring polarity.
+    Parameters carry the LTC's names and *effective* values (set by :func:`convert`); only the
+    wiring's synapses are evaluated (entries of absent synapses are ignored). A module built directly
+    starts from the LTC's initial ranges (REFERENCE.md §3) with erev = the wiring's polarity.
     ``forward(x[B, L, F], hidden=None, timespans=None[B, L] seconds) -> (y[B, L, M], hidden)``.
     """
 
@@ -123,6 +176,11 @@ class ClosedFormLTC(nn.Module):
         sensory_polarity = torch.as_tensor(self.wiring.sensory_adjacency, dtype=torch.float32)
         self.register_buffer("mask", polarity.abs())
         self.register_buffer("sensory_mask", sensory_polarity.abs())
+        for prefix, adjacency, rows in (("syn", polarity, n), ("sens", sensory_polarity, f)):
+            flat, pre_onehot, post_onehot, _ = _synapse_index(adjacency, rows)
+            self.register_buffer(prefix + "_flat", flat, persistent=False)
+            self.register_buffer(prefix + "_pre_onehot", pre_onehot, persistent=False)
+            self.register_buffer(prefix + "_post_onehot", post_onehot, persistent=False)
 
         def uniform(shape: Tuple[int, ...], low: float, high: float) -> nn.Parameter:
             return nn.Parameter(torch.empty(shape).uniform_(low, high))
@@ -131,135 +189,153 @@ class ClosedFormLTC(nn.Module):
         self.vleak = uniform((n,), -0.2, 0.2)
         self.cm = uniform((n,), 0.4, 0.6)
         self.w = nn.Parameter(torch.empty(n, n).uniform_(0.001, 1.0) * self.mask)
-        self.sigma = uniform((n, n), 3.0, 8.0)
-        self.mu = uniform((n, n), 0.3, 0.8)
+        self.sigma = nn.Parameter(torch.empty(n, n).uniform_(3.0, 8.0) * self.mask)
+        self.mu = nn.Parameter(torch.empty(n, n).uniform_(0.3, 0.8) * self.mask)
         self.erev = nn.Parameter(polarity.clone())
         self.sensory_w = nn.Parameter(torch.empty(f, n).uniform_(0.001, 1.0) * self.sensory_mask)
-        self.sensory_sigma = uniform((f, n), 3.0, 8.0)
-        self.sensory_mu = uniform((f, n), 0.3, 0.8)
+        self.sensory_sigma = nn.Parameter(torch.empty(f, n).uniform_(3.0, 8.0) * self.sensory_mask)
+        self.sensory_mu = nn.Parameter(torch.empty(f, n).uniform_(0.3, 0.8) * self.sensory_mask)
         self.sensory_erev = nn.Parameter(sensory_polarity.clone())
         self.input_w = nn.Parameter(torch.ones(f))
         self.input_b = nn.Parameter(torch.zeros(f))
         self.output_w = nn.Parameter(torch.ones(m))
         self.output_b = nn.Parameter(torch.zeros(m))
+        self._cache: List[Tensor] = []
+        self._cache_key: List[int] = []
 
     def config(self) -> Dict[str, Any]:
         """JSON-able constructor kwargs: ``ClosedFormLTC(**m.config())`` rebuilds the architecture."""
         return {"wiring": self.wiring.to_dict(), "method": self.method, "substeps": self.substeps}
 
     def effective_parameters(self) -> Dict[str, Tensor]:
-        """The values the closed form uses (masks applied), under the LTC's names."""
+        """The values the closed form uses, under the LTC's names (absent synapses masked to 0)."""
         out = {name: getattr(self, name) for name in PARAMETER_NAMES}
-        out["w"] = self.w * self.mask
-        out["sensory_w"] = self.sensory_w * self.sensory_mask
+        for name in ("w", "sigma", "mu", "erev"):
+            out[name] = out[name] * self.mask
+        for name in ("sensory_w", "sensory_sigma", "sensory_mu", "sensory_erev"):
+            out[name] = out[name] * self.sensory_mask
         return out
 
-    # -- the two halves of the conductance sum -------------------------------------------------
-    def _sensory(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Sensory channels of inputs ``x[..., F]`` -> (G, I, G_comp, I_comp) each ``[..., N]``."""
-        u = x * self.input_w + self.input_b
-        s = torch.sigmoid(self.sensory_sigma * (u.unsqueeze(-1) - self.sensory_mu))
-        ws = s * (self.sensory_w * self.sensory_mask)
-        g, i = ws.sum(-2), (ws * self.sensory_erev).sum(-2)
-        if self.exact:
-            return g, i, g, i
-        wsc = ws * (1.0 - s)
-        return g, i, wsc.sum(-2), (wsc * self.sensory_erev).sum(-2)
+    def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        for name in ("mask", "sensory_mask"):
+            theirs = state_dict.get(prefix + name)
+            ours = getattr(self, name)
+            if theirs is not None and (theirs.shape != ours.shape or not torch.equal(theirs.to(ours), ours)):
+                raise ValueError(f"wiring mismatch: the state_dict's {prefix + name} differs from this module's "
+                                 "wiring; build the module from the checkpoint's wiring instead")
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def _advance(self, state: Tensor, sens: Tuple[Tensor, Tensor, Tensor, Tensor], dt: Tensor) -> Tensor:
-        """One step of elapsed time ``dt[B]`` from hidden ``state[B, H]`` given sensory channels."""
-        n = self.units
-        w = self.w * self.mask
-        w_erev = w * self.erev
-        leak_i = self.gleak * self.vleak
-        if self.exact:
-            v = state
-            h = (dt / float(self.substeps)).unsqueeze(-1)
-            for _ in range(self.substeps):
-                s = torch.sigmoid(self.sigma * (v.unsqueeze(-1) - self.mu))
-                g = self.gleak + sens[0] + (s * w).sum(1)
-                i = leak_i + sens[1] + (s * w_erev).sum(1)
-                v = exact_step(v, g, i, self.cm, h)
-            return v
-        v, x0, t = state[:, :n], state[:, n : 2 * n], state[:, 2 * n :] + dt.unsqueeze(-1)
-        s = torch.sigmoid(self.sigma * (v.unsqueeze(-1) - self.mu))
-        ws = s * w
-        wsc = ws * (1.0 - s)
-        g = self.gleak + sens[0] + ws.sum(1)
-        i = leak_i + sens[1] + (ws * self.erev).sum(1)
-        gc = self.gleak + sens[2] + wsc.sum(1)
-        ic = leak_i + sens[3] + (wsc * self.erev).sum(1)
-        return torch.cat([eq8_state(x0, g, i, gc, ic, self.cm, t), x0, t], dim=1)
+    # -- constants derived from the parameters ---------------------------------------------------
+    def _synapses(self, sigma: Tensor, mu: Tensor, w: Tensor, erev: Tensor, flat: Tensor, pre_onehot: Tensor,
+                  post_onehot: Tensor) -> List[Tensor]:
+        """[pre_sigma [rows, E], -sigma mu [E], q [E, 2N] = (w | w erev) in the post neuron's columns]."""
+        sig = sigma.flatten().index_select(0, flat)
+        qg = post_onehot * w.flatten().index_select(0, flat).unsqueeze(1)
+        qi = qg * erev.flatten().index_select(0, flat).unsqueeze(1)
+        return [pre_onehot * sig, -sig * mu.flatten().index_select(0, flat), torch.cat([qg, qi], 1)]
 
-    def _readout(self, state: Tensor) -> Tensor:
-        return state[:, : self.output_size] * self.output_w + self.output_b
+    def _derive(self) -> List[Tensor]:
+        """Sensory [pre_sigma, -sigma mu, q], recurrent [the same], leak [G | I] ``[2N]``, -1/cm.
 
-    def _check_hidden(self, hidden: Tensor, batch: int) -> None:
-        if hidden.dim() != 2 or hidden.shape[0] != batch or hidden.shape[1] != self.state_size:
-            raise ValueError(f"ClosedFormLTC: hidden must be [B, {self.state_size}] for this method and batch")
+        The leak conductance is clamped at 1e-30 (the kernels divide by the total conductance)."""
+        sens = self._synapses(self.sensory_sigma, self.sensory_mu, self.sensory_w, self.sensory_erev,
+                              self.sens_flat, self.sens_pre_onehot, self.sens_post_onehot)
+        rec = self._synapses(self.sigma, self.mu, self.w, self.erev, self.syn_flat, self.syn_pre_onehot,
+                             self.syn_post_onehot)
+        gleak = self.gleak.clamp_min(1e-30)
+        return sens + rec + [torch.cat([gleak, gleak * self.vleak]), -1.0 / self.cm]
+
+    def _constants(self) -> List[Tensor]:
+        if torch.jit.is_scripting():
+            return self._derive()
+        return self._cached_constants()
+
+    @torch.jit.unused
+    def _cached_constants(self) -> List[Tensor]:
+        """``_derive()``, cached in inference until a parameter changes (in place or its storage)."""
+        if torch.is_grad_enabled():
+            return self._derive()
+        tensors = [getattr(self, name) for name in PARAMETER_NAMES]
+        key = [k for t in tensors for k in (t.data_ptr(), t._version)]
+        if key != self._cache_key:
+            self._cache, self._cache_key = self._derive(), key
+        return self._cache
 
     # -- the recurrent-module contract ---------------------------------------------------------
     def forward(
         self, x: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
     ) -> Tuple[Tensor, Tensor]:
-        """``x[B, L, F]``, hidden ``[B, H]`` or None, timespans ``[B, L]`` seconds (None: 1.0)
+        """``x[B, L, F]``, hidden ``[B, H]`` or None (zeros), timespans ``[B, L]`` seconds (None: 1.0)
         -> (``y[B, L, M]``, hidden ``[B, H]``)."""
-        if x.dim() != 3 or x.shape[2] != self.input_size:
-            raise ValueError(f"ClosedFormLTC: x must be [B, L, {self.input_size}]")
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError("ClosedFormLTC: input has non-finite values")
-        batch, length = x.shape[0], x.shape[1]
+        if x.dim() != 3:
+            raise ValueError("ClosedFormLTC expects x of shape [B, L, F]")
         if timespans is None:
-            timespans = torch.ones(batch, length, dtype=x.dtype, device=x.device)
-        if timespans.dim() != 2 or timespans.shape[0] != batch or timespans.shape[1] != length:
-            raise ValueError("ClosedFormLTC: timespans must be [B, L]")
-        if not bool(((timespans > 0) & torch.isfinite(timespans)).all()):
-            raise ValueError("ClosedFormLTC: elapsed time must be finite and > 0")
-        state = self.initial_state(batch).to(x.dtype) if hidden is None else hidden
-        self._check_hidden(state, batch)
-        g, i, gc, ic = self._sensory(x)
-        outputs: List[Tensor] = []
-        for k in range(length):
-            state = self._advance(state, (g[:, k], i[:, k], gc[:, k], ic[:, k]), timespans[:, k].to(x.dtype))
-            outputs.append(self._readout(state))
-        return torch.stack(outputs, dim=1), state
+            timespans = torch.ones(x.size(0), x.size(1), dtype=x.dtype, device=x.device)
+        return self._run(x, hidden, timespans)
 
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
         """One step: ``x[B, F]``, hidden ``[B, H]``, dt ``[B]`` seconds -> (``y[B, M]``, hidden)."""
-        if x.dim() != 2 or x.shape[1] != self.input_size:
-            raise ValueError(f"ClosedFormLTC.step: x must be [B, {self.input_size}]")
-        self._check_hidden(hidden, x.shape[0])
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError("ClosedFormLTC.step: input has non-finite values")
-        if dt.dim() != 1 or dt.shape[0] != x.shape[0] or not bool(((dt > 0) & torch.isfinite(dt)).all()):
-            raise ValueError("ClosedFormLTC.step: dt must be [B], finite and > 0")
-        state = self._advance(hidden, self._sensory(x), dt.to(x.dtype))
-        return self._readout(state), state
+        if x.dim() != 2 or dt.dim() != 1:
+            raise ValueError("ClosedFormLTC.step expects x [B, F] and dt [B]")
+        y, h = self._run(x.unsqueeze(1), hidden, dt.unsqueeze(1))
+        return y.squeeze(1), h
 
     @torch.jit.export
     def initial_state(self, batch: int) -> Tensor:
         """Zeros ``[batch, state_size]`` fp32 on the module's device (approx: x0 = 0 at t = 0)."""
         return torch.zeros(batch, self.state_size, device=self.gleak.device)
 
+    def _run(self, x: Tensor, hidden: Optional[Tensor], timespans: Tensor) -> Tuple[Tensor, Tensor]:
+        batch, length = x.size(0), x.size(1)
+        if x.size(2) != self.input_size:
+            raise ValueError("ClosedFormLTC expects " + str(self.input_size) + " input features")
+        if timespans.dim() != 2 or timespans.size(0) != batch or timespans.size(1) != length:
+            raise ValueError("timespans / dt must have shape [B, L] (step: [B])")
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError("ClosedFormLTC input contains non-finite values")
+        if not bool(((timespans > 0) & (timespans < float("inf"))).all()):
+            raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
+        if hidden is None:
+            hidden = self.initial_state(batch).to(x.dtype)
+        elif hidden.dim() != 2 or hidden.size(0) != batch or hidden.size(1) != self.state_size:
+            raise ValueError("hidden must have shape [B, " + str(self.state_size) + "] for method " + self.method)
+        c = self._constants()
+        n = self.units
+        # Input-only terms for all steps at once, time-major [L, B, 2N]: leak + sensory [G | I].
+        u = torch.addcmul(self.input_b, x.transpose(0, 1), self.input_w).reshape(length * batch, self.input_size)
+        s = torch.sigmoid(torch.addmm(c[1], u, c[0]))
+        gi0 = torch.addmm(c[6], s, c[2]).view(length, batch, 2 * n)
+        dt = timespans.transpose(0, 1).unsqueeze(2).to(x.dtype)
+        if self.exact:
+            states = exact_sequence(hidden, gi0, dt * (c[7] / float(self.substeps)), c[3], c[4], c[5], self.substeps)
+            last = states[-1]
+        else:
+            gic0 = gi0 - torch.mm(s * s, c[2]).view(length, batch, 2 * n)
+            x0 = hidden[:, n : 2 * n]
+            states, times = approx_sequence(hidden[:, :n], x0, hidden[:, 2 * n :], gi0, gic0, dt, c[7], c[3], c[4],
+                                            c[5])
+            last = torch.cat([states[-1], x0, times[-1]], dim=1)
+        y = torch.addcmul(self.output_b, states[:, :, : self.output_size], self.output_w)
+        return y.transpose(0, 1), last
+
 
 def convert(ltc: nn.Module, method: str = "exact", substeps: int = 1) -> ClosedFormLTC:
-    """Closed-form copy of a trained LTC (``drive.nn.ltc.LTC``): same wiring, its effective
-    parameter values (``ltc.effective_parameters()``), same device and dtype; the LTC is unchanged."""
+    """Closed-form copy of a trained LTC (``drive.nn.ltc.LTC``): same wiring, its effective parameter
+    values (``ltc.effective_parameters()``), same device and dtype; the LTC is left unchanged."""
     wiring = getattr(ltc, "wiring", None)
-    if wiring is None:
-        wiring = ltc.config()["wiring"]
-    out = ClosedFormLTC(wiring, method=method, substeps=substeps)
+    out = ClosedFormLTC(wiring if wiring is not None else ltc.config()["wiring"], method=method, substeps=substeps)
     values = ltc.effective_parameters()
     missing = [name for name in PARAMETER_NAMES if name not in values]
     if missing:
         raise ValueError(f"convert: the LTC's effective_parameters() lacks {missing}")
+    ref = values["gleak"]
+    out = out.to(device=ref.device, dtype=ref.dtype)
     with torch.no_grad():
         for name in PARAMETER_NAMES:
-            src = values[name].detach()
             dst = getattr(out, name)
-            if src.shape != dst.shape:
-                raise ValueError(f"convert: {name} has shape {tuple(src.shape)}, wiring expects {tuple(dst.shape)}")
-            dst.data = src.clone().to(dst.device)
-    ref = values["gleak"]
-    return out.to(device=ref.device, dtype=ref.dtype)
+            if values[name].shape != dst.shape:
+                raise ValueError(f"convert: {name} has shape {tuple(values[name].shape)}, the wiring expects "
+                                 f"{tuple(dst.shape)}")
+            dst.copy_(values[name].detach())
+    return out

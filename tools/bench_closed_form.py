@@ -1,0 +1,130 @@
+"""Closed-form LTC vs the ODE LTC (fused solver, 6 unfolds): speed ratios and fidelity, one run.
+
+    python tools/bench_closed_form.py                      # lane-keeping NCP, random LTC, 1 thread
+    python tools/bench_closed_form.py --ckpt run.ckpt      # the LTC inside a trained policy
+    python tools/bench_closed_form.py --device cuda --json out.json
+
+Timings: forward at B=16, L=32 (32 features) and a batch-1 ``step``, eager and TorchScript, in
+inference (no grad). Every round times each model once in turn (interleaved, so machine load hits
+all alike); the median over rounds is reported with the ratio ODE time / closed-form time.
+Fidelity: output MSE and max error of each closed form against the ODE LTC on smooth random input
+sequences (random walks, like consecutive camera features), in the module's output units (1/km for
+a trained policy's LTC).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Callable, Dict, List
+
+import torch
+from torch import Tensor, nn
+
+from drive.nn.closed_form import convert
+from drive.nn.ltc import LTC
+from drive.nn.wiring import lane_keeping_ncp
+
+
+def smooth_inputs(batch: int, length: int, features: int, seed: int, device: torch.device) -> Tensor:
+    """Random walks with unit-scale steps, squashed to about [-2, 2]: ``[B, L, F]``."""
+    g = torch.Generator().manual_seed(seed)
+    walk = torch.cumsum(torch.randn(batch, length, features, generator=g) * 0.3, dim=1)
+    return (2.0 * torch.tanh(walk + torch.randn(batch, 1, features, generator=g))).to(device)
+
+
+def fidelity(ltc: nn.Module, closed: nn.Module, x: Tensor) -> Dict[str, float]:
+    with torch.no_grad():
+        y_ode, _ = ltc(x)
+        y_cf, _ = closed(x)
+    err = y_cf - y_ode
+    return {"mse": float((err**2).mean()), "max_abs_err": float(err.abs().max()),
+            "ode_output_var": float(y_ode.var())}
+
+
+def interleaved_medians(calls: Dict[str, Callable[[], object]], rounds: int, inner: int,
+                        sync: Callable[[], None]) -> Dict[str, float]:
+    """Median milliseconds per call of each entry, timed in alternation."""
+    for f in calls.values():
+        for _ in range(3):
+            f()
+    sync()
+    times: Dict[str, List[float]] = {k: [] for k in calls}
+    for _ in range(rounds):
+        for name, f in calls.items():
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                f()
+            sync()
+            times[name].append((time.perf_counter() - t0) / inner * 1e3)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ckpt", help="policy checkpoint whose recurrent module is an LTC (default: random LTC)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    if args.ckpt:
+        from drive.policy_io import load_policy
+
+        ltc = load_policy(args.ckpt)[0].rnn
+        if not isinstance(ltc, LTC):
+            raise SystemExit(f"{args.ckpt}: the recurrent module is {type(ltc).__name__}, not an LTC")
+        source = args.ckpt
+    else:
+        ltc = LTC(lane_keeping_ncp())
+        source = "random LTC on the lane-keeping NCP (19 neurons, 32 inputs)"
+    ltc = ltc.to(device).eval()
+    models: Dict[str, nn.Module] = {"ode": ltc, "exact": convert(ltc, "exact"), "approx": convert(ltc, "approx")}
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    f_in = ltc.input_size
+
+    x_fid = smooth_inputs(64, 200, f_in, args.seed + 1, device)
+    fid = {k: fidelity(ltc, models[k], x_fid) for k in ("exact", "approx")}
+
+    x = smooth_inputs(16, 32, f_in, args.seed + 2, device)
+    x1 = x[:1, 0]
+    dt1 = torch.ones(1, device=device)
+    results: Dict[str, Dict[str, float]] = {}
+    with torch.no_grad():
+        for mode in ("eager", "script"):
+            mods = {k: (torch.jit.script(m) if mode == "script" else m) for k, m in models.items()}
+            hidden = {k: m.initial_state(1) for k, m in mods.items()}
+            fwd = interleaved_medians({k: (lambda m=m: m(x)) for k, m in mods.items()}, args.rounds, 5, sync)
+            step = interleaved_medians({k: (lambda m=m, k=k: m.step(x1, hidden[k], dt1)) for k, m in mods.items()},
+                                       args.rounds, 100, sync)
+            results[mode] = {f"{k}_{what}_ms": t[k] for k in mods for what, t in (("forward", fwd), ("step", step))}
+
+    print(f"source: {source}; device {device}, {args.threads} thread(s), median of {args.rounds} interleaved rounds")
+    print(f"{'model':<8}{'mode':<8}{'fwd B16 L32 ms':>16}{'x faster':>10}{'step B1 ms':>12}{'x faster':>10}"
+          f"{'MSE vs ODE':>14}{'max |err|':>11}")
+    report: Dict[str, object] = {"source": source, "device": str(device), "threads": args.threads, "rows": []}
+    for mode, r in results.items():
+        for k in models:
+            fr = r["ode_forward_ms"] / r[f"{k}_forward_ms"]
+            sr = r["ode_step_ms"] / r[f"{k}_step_ms"]
+            mse = fid[k]["mse"] if k in fid else 0.0
+            mx = fid[k]["max_abs_err"] if k in fid else 0.0
+            print(f"{k:<8}{mode:<8}{r[f'{k}_forward_ms']:>16.3f}{fr:>10.2f}{r[f'{k}_step_ms']:>12.4f}{sr:>10.2f}"
+                  f"{mse:>14.3g}{mx:>11.3g}")
+            report["rows"].append({"model": k, "mode": mode, "forward_ms": r[f"{k}_forward_ms"],
+                                   "forward_speedup": fr, "step_ms": r[f"{k}_step_ms"], "step_speedup": sr,
+                                   **fid.get(k, {})})
+    print(f"fidelity on 64 random-walk sequences of 200 steps (timespan 1); ODE output variance "
+          f"{fid['exact']['ode_output_var']:.3g}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()
