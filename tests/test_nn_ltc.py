@@ -239,3 +239,13 @@ def test_clip_mode_uses_raw_values_and_apply_constraints_clips():
     m.apply_constraints()
     assert (m.w == 0).all() and m.gleak[0] == 0 and (m.cm > 0.39).all()
     torch.testing.assert_close(m.effective_parameters()["cm"], m.cm)
+
+
+def test_autocast_keeps_the_cell_in_fp32():
+    torch.manual_seed(8)
+    m = LTC(small_ncp())
+    x = torch.randn(2, 4, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, h = m(x)
+    assert y.dtype == torch.float32 and h.dtype == torch.float32
+    torch.testing.assert_close(y, m(x)[0])

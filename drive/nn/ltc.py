@@ -276,7 +276,17 @@ class LTC(nn.Module):
             timespans = torch.ones(x.size(0), x.size(1), dtype=x.dtype, device=x.device)
         elif timespans.dim() == 3 and timespans.size(2) == 1:
             timespans = timespans.squeeze(2)
+        if not torch.jit.is_scripting():
+            if torch.is_autocast_enabled(x.device.type):
+                return self._run_fp32(x, hidden, timespans)
         return self._run(x, hidden, timespans)
+
+    @torch.jit.unused
+    def _run_fp32(self, x: Tensor, hidden: Optional[Tensor], timespans: Tensor) -> Tuple[Tensor, Tensor]:
+        """Under autocast (mixed-precision training) the cell still runs in fp32: its epsilon and
+        conductance sums underflow in fp16."""
+        with torch.autocast(x.device.type, enabled=False):
+            return self._run(x.float(), None if hidden is None else hidden.float(), timespans.float())
 
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
