@@ -165,6 +165,7 @@ def test_batched_irregular_timespans_equal_per_sample_runs():
             torch.testing.assert_close(yi, y[i: i + 1], rtol=0, atol=1e-6)
         y_fast, _ = m(x, timespans=dts / 10)
     assert (y_fast - y).abs().max() > 1e-3  # elapsed time matters
+    torch.testing.assert_close(m(x, timespans=dts.double())[0], y)  # any float dtype of timespans
     assert m(x)[0].shape == (3, 5, 2)
 
 

@@ -306,6 +306,7 @@ class LTC(nn.Module):
             raise ValueError("LTC input contains NaN or infinite values")
         if not bool((timespans > 0).all()) or not bool(torch.isfinite(timespans).all()):
             raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
+        timespans = timespans.to(x.dtype)
         if hidden is None:
             hidden = self.initial_state(batch)
         elif hidden.dim() != 2 or hidden.size(0) != batch or hidden.size(1) != self.state_size:

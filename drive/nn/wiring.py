@@ -178,7 +178,7 @@ class Wiring:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.patches import FancyArrowPatch
+        from matplotlib.patches import Circle, FancyArrowPatch
 
         columns: Layers = [("sensory", list(range(self.input_dim)))] + self.layers
         pos_sens: Dict[int, Tuple[float, float]] = {}
@@ -192,6 +192,9 @@ class Wiring:
         colours = {1: "tab:green", -1: "tab:red"}
 
         def edge(p: Tuple[float, float], q: Tuple[float, float], pol: int, alpha: float) -> None:
+            if p == q:  # self-synapse: a small loop beside the neuron
+                ax.add_patch(Circle((p[0] + 0.12, p[1]), 0.12, fill=False, lw=0.8, color=colours[pol], alpha=alpha))
+                return
             rad = 0.4 if abs(p[0] - q[0]) < 1e-9 else 0.0
             ax.add_patch(FancyArrowPatch(p, q, arrowstyle="-|>", mutation_scale=7, lw=0.6,
                                          color=colours[pol], alpha=alpha,
