@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from drive.sim import evaluate_cli
 from drive.sim.closed_loop import evaluate
@@ -124,3 +125,22 @@ def test_evaluate_cli_runs_expert_and_reports_bad_policy(tmp_path, capsys):
         assert evaluate_cli.run(args) == 2
     err = capsys.readouterr().err
     assert "missing.ckpt" in err and "constant:K" in err and "--km must be positive" in err
+
+
+def test_evaluate_drives_a_saved_policy_checkpoint(tmp_path):
+    from drive.nn.heads import NCPConvHead
+    from drive.nn.policy import Policy
+    from drive.policy_io import policy_meta, save_policy
+    from drive.preprocess import Preprocessing
+
+    policy = Policy(NCPConvHead())
+    path = save_policy(tmp_path / "p.pt", policy, policy_meta(policy, Preprocessing(size=(78, 200)), 30.0, "cnn"))
+    driver = evaluate_cli.make_driver(str(path))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # batch-1 steps: extra threads only fight over the shared cores
+    try:
+        result = evaluate(driver, km=0.03, seed=0)
+    finally:
+        torch.set_num_threads(threads)
+    assert result.metrics["km"] == pytest.approx(0.03, abs=0.005)
+    assert np.isfinite(result.segments[0].curvature_cmd_per_m).all()

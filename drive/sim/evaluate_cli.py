@@ -31,8 +31,11 @@ from drive.sim.road import SPLITS
 __all__ = ["add_arguments", "run", "make_driver", "gaussian_perturbation"]
 
 
-def make_driver(spec: str, device: str = "cpu") -> Any:
-    """``expert`` | ``constant:K`` (K in 1/m) | a checkpoint or exported policy file."""
+def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
+    """``expert`` | ``constant:K`` (K in 1/m) | a checkpoint or exported policy file.
+
+    ``threads`` > 0 sets torch's CPU threads for policy files (batch-1 steps gain little from more).
+    """
     if spec == "expert":
         return PurePursuitExpert()
     if spec.startswith("constant:"):
@@ -44,8 +47,12 @@ def make_driver(spec: str, device: str = "cpu") -> Any:
     path = Path(spec)
     if not path.exists():
         raise ValueError(f"--policy {spec!r} is neither 'expert', 'constant:K' nor an existing file")
+    import torch
+
     from drive.policy_io import load_driver
 
+    if threads > 0:
+        torch.set_num_threads(threads)
     return load_driver(path, device=device)
 
 
@@ -78,6 +85,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--width", type=int, default=200, help="camera image width (default 200)")
     parser.add_argument("--height", type=int, default=78, help="camera image height (default 78)")
     parser.add_argument("--device", default="cpu", help="torch device for checkpoint policies (default cpu)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for policy files (default 1; 0 = torch's default)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
         if not args.noise_std >= 0:
             raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
-        driver = make_driver(args.policy, args.device)
+        driver = make_driver(args.policy, args.device, args.threads)
         perturb: Optional[Callable] = gaussian_perturbation(args.noise_std, args.seed) if args.noise_std > 0 else None
         out = Path(args.out)
 
