@@ -90,21 +90,39 @@ def eq8_state(x0: Tensor, g: Tensor, i: Tensor, gc: Tensor, ic: Tensor, neg_t_ov
 
 
 @torch.jit.script
+def exact_update(v: Tensor, base: Tensor, neg_h_over_cm: Tensor, pre_sigma: Tensor, neg_sigma_mu: Tensor,
+                 q: Tensor, substeps: int) -> Tensor:
+    """One step of Corollary 1 on the E present synapses, recurrent activations re-evaluated
+    ``substeps`` times. v ``[B, N]``; base ``[B, 2N]`` leak + sensory [conductance | current];
+    ``-h / cm`` ``[B, N]`` (h = dt / substeps); synapse e (pre i -> post j) enters through
+    pre_sigma ``[N, E]`` (sigma_e in row i), neg_sigma_mu ``[E]`` and q ``[E, 2N]`` (w_e in column j,
+    w_e erev_e in column N + j)."""
+    for _ in range(substeps):
+        s = torch.sigmoid(torch.addmm(neg_sigma_mu, v, pre_sigma))
+        g, i = torch.addmm(base, s, q).chunk(2, 1)
+        v = exact_step(v, g, i, neg_h_over_cm)
+    return v
+
+
+@torch.jit.script
+def approx_update(v: Tensor, x0: Tensor, elapsed: Tensor, base: Tensor, base_c: Tensor, neg_inv_cm: Tensor,
+                  pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor) -> Tensor:
+    """Eq. 8 at ``elapsed`` ``[B, 1]`` seconds since x0 ``[B, N]``, recurrent presynaptic signals v
+    ``[B, N]``; base / base_c ``[B, 2N]`` leak + sensory [G | I] and complement-weighted [G c | I c];
+    ``-1 / cm`` ``[N]``; synapses as in :func:`exact_update`."""
+    s = torch.sigmoid(torch.addmm(neg_sigma_mu, v, pre_sigma))
+    g, i = torch.addmm(base, s, q).chunk(2, 1)
+    gc, ic = torch.addmm(base_c, s - s * s, q).chunk(2, 1)
+    return eq8_state(x0, g, i, gc, ic, elapsed * neg_inv_cm)
+
+
+@torch.jit.script
 def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Tensor, pre_sigma: Tensor, neg_sigma_mu: Tensor,
                    q: Tensor, substeps: int) -> Tensor:
-    """Corollary 1 over a sequence on the E present synapses.
-
-    v ``[B, N]``; gi0 ``[L, B, 2N]`` leak + sensory [conductance | current]; ``-h / cm``
-    ``[L, B, N]`` (h = dt / substeps); synapse e (pre i -> post j) enters through pre_sigma
-    ``[N, E]`` (sigma_e in row i), neg_sigma_mu ``[E]`` and q ``[E, 2N]`` (w_e in column j,
-    w_e erev_e in column N + j). Returns the state after every step ``[L, B, N]``.
-    """
+    """:func:`exact_update` over gi0 ``[L, B, 2N]`` and ``-h / cm`` ``[L, B, N]`` -> states ``[L, B, N]``."""
     states: List[Tensor] = []
     for base, nh in zip(gi0.unbind(0), neg_h_over_cm.unbind(0)):
-        for _ in range(substeps):
-            s = torch.sigmoid(torch.addmm(neg_sigma_mu, v, pre_sigma))
-            g, i = torch.addmm(base, s, q).chunk(2, 1)
-            v = exact_step(v, g, i, nh)
+        v = exact_update(v, base, nh, pre_sigma, neg_sigma_mu, q, substeps)
         states.append(v)
     return torch.stack(states)
 
@@ -112,18 +130,13 @@ def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Tensor, pre_sigma: Ten
 @torch.jit.script
 def approx_sequence(v: Tensor, x0: Tensor, elapsed: Tensor, gi0: Tensor, gic0: Tensor, dt: Tensor,
                     neg_inv_cm: Tensor, pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor) -> Tuple[Tensor, Tensor]:
-    """Eq. 8 over a sequence. v, x0 ``[B, N]``; elapsed ``[B, 1]`` seconds since x0; gi0 / gic0
-    ``[L, B, 2N]`` leak + sensory [G | I] and complement-weighted [G c | I c]; dt ``[L, B, 1]``;
-    ``-1 / cm`` ``[N]``; synapses as in :func:`exact_sequence`.
-    Returns (states ``[L, B, N]``, elapsed after every step ``[L, B, 1]``)."""
+    """:func:`approx_update` over gi0 / gic0 ``[L, B, 2N]`` and dt ``[L, B, 1]``
+    -> (states ``[L, B, N]``, elapsed after every step ``[L, B, 1]``)."""
     states: List[Tensor] = []
     times: List[Tensor] = []
     for base, base_c, step in zip(gi0.unbind(0), gic0.unbind(0), dt.unbind(0)):
         elapsed = elapsed + step
-        s = torch.sigmoid(torch.addmm(neg_sigma_mu, v, pre_sigma))
-        g, i = torch.addmm(base, s, q).chunk(2, 1)
-        gc, ic = torch.addmm(base_c, s - s * s, q).chunk(2, 1)
-        v = eq8_state(x0, g, i, gc, ic, elapsed * neg_inv_cm)
+        v = approx_update(v, x0, elapsed, base, base_c, neg_inv_cm, pre_sigma, neg_sigma_mu, q)
         states.append(v)
         times.append(elapsed)
     return torch.stack(states), torch.stack(times)
@@ -276,30 +289,47 @@ class ClosedFormLTC(nn.Module):
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
         """One step: ``x[B, F]``, hidden ``[B, H]``, dt ``[B]`` seconds -> (``y[B, M]``, hidden)."""
-        if x.dim() != 2 or dt.dim() != 1:
-            raise ValueError("ClosedFormLTC.step expects x [B, F] and dt [B]")
-        y, h = self._run(x.unsqueeze(1), hidden, dt.unsqueeze(1))
-        return y.squeeze(1), h
+        batch = x.size(0)
+        if x.dim() != 2 or x.size(1) != self.input_size or dt.dim() != 1 or dt.size(0) != batch:
+            raise ValueError("ClosedFormLTC.step expects x [B, " + str(self.input_size) + "] and dt [B]")
+        self._check(x, hidden, dt)
+        c = self._constants()
+        s = torch.sigmoid(torch.addmm(c[1], torch.addcmul(self.input_b, x, self.input_w), c[0]))
+        base = torch.addmm(c[6], s, c[2])
+        dt = dt.to(x.dtype).unsqueeze(1)
+        if self.exact:
+            state = exact_update(hidden, base, dt * (c[7] / float(self.substeps)), c[3], c[4], c[5], self.substeps)
+        else:
+            n = self.units
+            x0 = hidden[:, n : 2 * n]
+            elapsed = hidden[:, 2 * n :] + dt
+            v = approx_update(hidden[:, :n], x0, elapsed, base, base - torch.mm(s * s, c[2]), c[7], c[3], c[4],
+                              c[5])
+            state = torch.cat([v, x0, elapsed], dim=1)
+        return torch.addcmul(self.output_b, state[:, : self.output_size], self.output_w), state
 
     @torch.jit.export
     def initial_state(self, batch: int) -> Tensor:
         """Zeros ``[batch, state_size]`` fp32 on the module's device (approx: x0 = 0 at t = 0)."""
         return torch.zeros(batch, self.state_size, device=self.gleak.device)
 
+    def _check(self, x: Tensor, hidden: Tensor, timespans: Tensor) -> None:
+        if hidden.dim() != 2 or hidden.size(0) != x.size(0) or hidden.size(1) != self.state_size:
+            raise ValueError("hidden must have shape [B, " + str(self.state_size) + "] for method " + self.method)
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError("ClosedFormLTC input contains non-finite values")
+        if not bool(((timespans > 0) & (timespans < float("inf"))).all()):
+            raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
+
     def _run(self, x: Tensor, hidden: Optional[Tensor], timespans: Tensor) -> Tuple[Tensor, Tensor]:
         batch, length = x.size(0), x.size(1)
         if x.size(2) != self.input_size:
             raise ValueError("ClosedFormLTC expects " + str(self.input_size) + " input features")
         if timespans.dim() != 2 or timespans.size(0) != batch or timespans.size(1) != length:
-            raise ValueError("timespans / dt must have shape [B, L] (step: [B])")
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError("ClosedFormLTC input contains non-finite values")
-        if not bool(((timespans > 0) & (timespans < float("inf"))).all()):
-            raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
+            raise ValueError("timespans must have shape [B, L]")
         if hidden is None:
             hidden = self.initial_state(batch).to(x.dtype)
-        elif hidden.dim() != 2 or hidden.size(0) != batch or hidden.size(1) != self.state_size:
-            raise ValueError("hidden must have shape [B, " + str(self.state_size) + "] for method " + self.method)
+        self._check(x, hidden, timespans)
         c = self._constants()
         n = self.units
         # Input-only terms for all steps at once, time-major [L, B, 2N]: leak + sensory [G | I].
