@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from drive.evaluate.perturb import KINDS
+from drive.perturb import KINDS
 
 DEFAULT_OTHER = "salt_pepper=0.05 blur=2 brightness=-0.3,0.3 occlusion=0.1"
 

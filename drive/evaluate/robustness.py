@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from drive.evaluate.perturb import Perturbation
+from drive.perturb import Perturbation
 from drive.evaluate.ssim import ssim
 from drive.explain.visual_backprop import visual_backprop
 from drive.nn.policy import Policy

@@ -17,10 +17,10 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
-import numpy as np
 
+from drive.perturb import Perturbation
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
@@ -28,7 +28,7 @@ from drive.sim.expert import PurePursuitExpert
 from drive.sim.render import Camera
 from drive.sim.road import SPLITS
 
-__all__ = ["add_arguments", "run", "make_driver", "gaussian_perturbation"]
+__all__ = ["add_arguments", "run", "make_driver"]
 
 
 def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
@@ -54,17 +54,6 @@ def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
     if threads > 0:
         torch.set_num_threads(threads)
     return load_driver(path, device=device)
-
-
-def gaussian_perturbation(std: float, seed: int = 0) -> Callable[[np.ndarray], np.ndarray]:
-    """Zero-mean Gaussian noise of ``std`` on [0, 1] images, clipped (the NCP robustness test)."""
-    rng = np.random.default_rng(seed)
-
-    def perturb(image: np.ndarray) -> np.ndarray:
-        noisy = image.astype(np.float32) / 255.0 + rng.normal(0.0, std, image.shape).astype(np.float32)
-        return (np.clip(noisy, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
-
-    return perturb
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.noise_std >= 0:
             raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
         driver = make_driver(args.policy, args.device, args.threads)
-        perturb: Optional[Callable] = gaussian_perturbation(args.noise_std, args.seed) if args.noise_std > 0 else None
+        perturb = Perturbation("gaussian", args.noise_std, seed=args.seed) if args.noise_std > 0 else None
         out = Path(args.out)
 
         def progress(seg: Any) -> None:

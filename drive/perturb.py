@@ -1,4 +1,7 @@
-"""Seeded image perturbations for robustness studies: what a dirty or failing camera does.
+"""Seeded camera-image perturbations: what a dirty or failing camera does.
+
+Upstream of everything that consumes frames (the world's closed loop, saliency, robustness), so
+every part of drive corrupts images the same way.
 
 Every perturbation maps uint8 RGB frames [H, W, 3] to uint8 RGB frames of the same size, so it can
 sit anywhere a camera frame flows: over recorded frames (open loop), in front of a driver in the

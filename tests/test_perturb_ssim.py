@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy import ndimage
 
-from drive.evaluate.perturb import Perturbation, gaussian_noise
+from drive.perturb import Perturbation, gaussian_noise
 from drive.evaluate.ssim import gaussian_window, ssim, ssim_map
 
 
