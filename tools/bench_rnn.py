@@ -16,7 +16,7 @@ import json
 import statistics
 import time
 import warnings
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from ncps import wirings
@@ -30,20 +30,24 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
-def median_ms(fn: Callable[[], object], repeats: int, warmup: int, device: torch.device) -> float:
-    """Median wall time of ``fn`` in ms after ``warmup`` calls (TorchScript profiles its first calls)."""
-    for _ in range(warmup):
-        fn()
-    times = []
+def paired_median_ms(fns: Sequence[Callable[[], object]], repeats: int, warmup: int,
+                     device: torch.device) -> List[float]:
+    """Median wall time (ms) of each function, calls interleaved so that load on a shared machine
+    hits all of them alike; ``warmup`` untimed calls first (TorchScript profiles its first calls)."""
+    for fn in fns:
+        for _ in range(warmup):
+            fn()
+    times: List[List[float]] = [[] for _ in fns]
     for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+        for fn, bucket in zip(fns, times):
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            bucket.append((time.perf_counter() - t0) * 1e3)
+    return [statistics.median(b) for b in times]
 
 
 class TorchLSTM(nn.Module):
@@ -115,11 +119,13 @@ def bench_pair(name: str, ours: nn.Module, ref: nn.Module, ref_step: Callable, a
 
     r, w = args.repeats, args.warmup
     row: Dict[str, object] = {"model": name}
-    row["fwd_ms"] = (median_ms(fwd(ours), r, w, device), median_ms(fwd(ref), r, w, device))
-    row["fwd_bwd_ms"] = (median_ms(fwd_bwd(ours), r, w, device), median_ms(fwd_bwd(ref), r, w, device))
-    row["step_ms"] = (median_ms(step(lambda: ours.step(x1, h_ours, dt1)), r * 5, w, device),
-                      median_ms(step(lambda: ref_step(ref, x1, h_ref)), r * 5, w, device))
-    row["step_scripted_ms"] = median_ms(step(lambda: scripted.step(x1, h_ours, dt1)), r * 5, w, device)
+    row["fwd_ms"] = paired_median_ms([fwd(ours), fwd(ref)], r, w, device)
+    row["fwd_bwd_ms"] = paired_median_ms([fwd_bwd(ours), fwd_bwd(ref)], r, w, device)
+    ours_step, ref_step_ms, scripted_step = paired_median_ms(
+        [step(lambda: ours.step(x1, h_ours, dt1)), step(lambda: ref_step(ref, x1, h_ref)),
+         step(lambda: scripted.step(x1, h_ours, dt1))], r * 5, w, device)
+    row["step_ms"] = [ours_step, ref_step_ms]
+    row["step_scripted_ms"] = scripted_step
     return row
 
 
@@ -139,7 +145,7 @@ def gpu_ltc(args: argparse.Namespace, device: torch.device) -> List[Dict[str, ob
             def f(m: nn.Module = m) -> None:
                 with torch.no_grad():
                     m(x)
-            res[label] = (median_ms(f, args.repeats, args.warmup, device), median_ms(fb, args.repeats, args.warmup, device))
+            res[label] = paired_median_ms([f, fb], args.repeats, args.warmup, device)
         out.append(res)
     return out
 
