@@ -45,45 +45,35 @@ POSITIVE = ("gleak", "cm", "w", "sensory_w")
 
 
 def fused_solver(v: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor, neg_sm: Tensor, q: Tensor,
-                 unfolds: int, save: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+                 unfolds: int, save: bool) -> Tuple[Tensor, Tensor]:
     """Fused solver over a whole sequence (LTC Eq. 3) on the E present synapses.
 
     v [B,N] initial state; nd0 [L,B,2N] = [gleak vleak + S_num | gleak + S_den + cm/h + eps] and
     cm_t [L,B,N] = cm/h per step; synapse e (pre i -> post j) enters through pre_sigma [N,E]
     (sigma_e in row i), neg_sm [E] = -sigma_e mu_e, and q [E,2N] (w_e erev_e and w_e in columns j
     and N + j). Per unfold: x = v pre_sigma + neg_sm, s = sigmoid(x), [n | d] = nd0 + s q,
-    v <- (n + cm_t v) / d. Returns the states after each step [L,B,N] and, when ``save``, what the
-    backward needs: the state entering each unfold and the final one [K+1,B,N], [1/d | -v'/d]
-    [K,B,2N] and s [K,B,E] (K = L * unfolds); empty tensors otherwise.
+    v <- (n + cm_t v) / d. Returns the states after each step [L,B,N] and, when ``save``, the
+    state entering each unfold plus the final one [K+1,B,N] (K = L * unfolds; the backward
+    recomputes s and d from them in two batched matmuls), else an empty tensor.
     """
     n = v.size(1)
     states: List[Tensor] = []
     v_in: List[Tensor] = [v]
-    dens: List[Tensor] = []
-    sigs: List[Tensor] = []
     for t in range(nd0.size(0)):
         base = nd0[t]
         c = cm_t[t]
         for _ in range(unfolds):
             s = torch.sigmoid(torch.addmm(neg_sm, v, pre_sigma))
             nd = torch.addmm(base, s, q)
-            den = nd[:, n:]
-            v = torch.addcmul(nd[:, :n], c, v) / den
+            v = torch.addcmul(nd[:, :n], c, v) / nd[:, n:]
             if save:
                 v_in.append(v)
-                dens.append(den)
-                sigs.append(s)
         states.append(v)
-    if save:
-        v_all = torch.stack(v_in)
-        inv_d = 1.0 / torch.stack(dens)
-        return torch.stack(states), v_all, torch.cat([inv_d, -v_all[1:] * inv_d], 2), torch.stack(sigs)
-    empty = v.new_empty(0)
-    return torch.stack(states), empty, empty, empty
+    return torch.stack(states), torch.stack(v_in) if save else v.new_empty(0)
 
 
-def fused_solver_backward(g_states: Tensor, v_in: Tensor, factors: Tensor, sigs: Tensor, cm_t: Tensor,
-                          pre_sigma: Tensor, q: Tensor, unfolds: int
+def fused_solver_backward(g_states: Tensor, v_in: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor,
+                          neg_sm: Tensor, q: Tensor, unfolds: int
                           ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Reverse pass of ``fused_solver``: gradients w.r.t. (v, nd0, cm_t, pre_sigma, neg_sm, q).
 
@@ -94,6 +84,12 @@ def fused_solver_backward(g_states: Tensor, v_in: Tensor, factors: Tensor, sigs:
     batch = g_states.size(1)
     n = g_states.size(2)
     k_total = length * unfolds
+    v_before = v_in[:k_total]
+    sigs = torch.sigmoid(torch.addmm(neg_sm, v_before.reshape(k_total * batch, n), pre_sigma))
+    den = torch.mm(sigs, q[:, n:]).view(length, unfolds, batch, n) + nd0[:, :, n:].unsqueeze(1)
+    inv_d = 1.0 / den.view(k_total, batch, n)
+    factors = torch.cat([inv_d, -v_in[1:] * inv_d], 2)
+    sigs = sigs.view(k_total, batch, -1)
     f_list = factors.view(k_total, batch, 2, n).unbind(0)
     ds_list = (sigs - sigs * sigs).unbind(0)
     q_t = q.t()
@@ -113,7 +109,6 @@ def fused_solver_backward(g_states: Tensor, v_in: Tensor, factors: Tensor, sigs:
             g_xs.append(g_x)
     g_nd_all = torch.stack(g_nds).flip(0)
     g_x_all = torch.stack(g_xs).flip(0)
-    v_before = v_in[:k_total]
     g_nd0 = g_nd_all.view(length, unfolds, batch, 2 * n).sum(1)
     g_cm_t = (g_nd_all[:, :, :n] * v_before).view(length, unfolds, batch, n).sum(1)
     g_q = torch.mm(sigs.reshape(k_total * batch, -1).t(), g_nd_all.reshape(k_total * batch, 2 * n))
@@ -141,15 +136,15 @@ class _FusedSolver(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, v: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor, neg_sm: Tensor, q: Tensor,
                 unfolds: int) -> Tensor:
-        states, v_in, factors, sigs = fused_solver(v, nd0, cm_t, pre_sigma, neg_sm, q, unfolds, True)
-        ctx.save_for_backward(v_in, factors, sigs, cm_t, pre_sigma, q)
+        states, v_in = fused_solver(v, nd0, cm_t, pre_sigma, neg_sm, q, unfolds, True)
+        ctx.save_for_backward(v_in, nd0, cm_t, pre_sigma, neg_sm, q)
         ctx.unfolds = unfolds
         return states
 
     @staticmethod
     def backward(ctx: Any, g_states: Tensor) -> Tuple[Optional[Tensor], ...]:
-        v_in, factors, sigs, cm_t, pre_sigma, q = ctx.saved_tensors
-        grads = fused_solver_backward(g_states.contiguous(), v_in, factors, sigs, cm_t, pre_sigma, q, ctx.unfolds)
+        v_in, nd0, cm_t, pre_sigma, neg_sm, q = ctx.saved_tensors
+        grads = fused_solver_backward(g_states.contiguous(), v_in, nd0, cm_t, pre_sigma, neg_sm, q, ctx.unfolds)
         return tuple(g if need else None for g, need in zip(grads, ctx.needs_input_grad)) + (None,)
 
 
