@@ -168,3 +168,30 @@ def test_config_rebuilds_the_architecture() -> None:
     assert torch.equal(rebuilt.mask, m.mask) and rebuilt.state_size == 4
     with pytest.raises(ValueError, match="method"):
         ClosedFormLTC(FullyConnected(4, output_dim=1, input_dim=2), method="rk4")
+
+
+def test_convert_copies_the_ltc_effective_parameters_and_agrees_with_its_ode() -> None:
+    from drive.nn.closed_form import convert
+    from drive.nn.ltc import LTC
+    from drive.nn.wiring import lane_keeping_ncp
+
+    torch.manual_seed(4)
+    ltc = LTC(lane_keeping_ncp(), ode_unfolds=6, positivity="softplus")
+    closed = convert(ltc, "exact", substeps=6)
+    for name, value in ltc.effective_parameters().items():
+        torch.testing.assert_close(closed.effective_parameters()[name], value, rtol=0, atol=0)
+    x = torch.tanh(torch.cumsum(torch.randn(4, 40, 32) * 0.4, 1))
+    ts = torch.rand(4, 40) + 0.5
+    with torch.no_grad():
+        y_ode6, _ = ltc(x, None, ts)
+        y_cf6, _ = closed(x, None, ts)
+        ltc.ode_unfolds, closed.substeps = 200, 200  # both discretisations converge to the same ODE
+        y_ode, _ = ltc(x, None, ts)
+        y_cf, _ = closed(x, None, ts)
+    assert (y_cf - y_ode).abs().max() < 5e-3 < (y_ode6 - y_ode).abs().max()
+
+    def rms(a: torch.Tensor) -> float:
+        return float(a.pow(2).mean().sqrt())
+
+    # At 6 evaluations of the recurrent synapses per step the exact kernel is the better solver.
+    assert rms(y_cf6 - y_ode) < 0.75 * rms(y_ode6 - y_ode)
