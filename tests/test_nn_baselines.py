@@ -7,14 +7,16 @@ from drive.nn.baselines import CTRNN, LSTM
 
 
 def count(module):
-    return sum(p.numel() for p in module.parameters())
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
 def test_parameter_counts_match_the_papers():
     ct = CTRNN(32, 64, 1)
     assert count(ct) == 6273                      # slides: CT-RNN 6,273 trainable
     assert count(ct) - count(ct.readout) == 6208  # 64 x (32 + 64 + 1) without the readout
-    assert count(LSTM(32, 64, 1)) == 24897 + 4 * 64  # slides' 24,897 + torch's second bias vector
+    lstm = LSTM(32, 64, 1)
+    assert count(lstm) == 24897                   # slides: one bias per gate (Keras)
+    assert not lstm.lstm.bias_hh_l0.any()         # torch's redundant second bias stays zero
 
 
 def test_ctrnn_matches_explicit_euler_by_hand():

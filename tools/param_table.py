@@ -36,6 +36,8 @@ def trainable(module: nn.Module) -> int:
     buffers = dict(module.named_buffers())
     total = 0
     for name, p in module.named_parameters():
+        if not p.requires_grad:
+            continue
         mask = buffers.get(MASKS.get(name, ""))
         total += int((mask != 0).sum()) if mask is not None and mask.shape == p.shape else p.numel()
     return total
@@ -55,7 +57,7 @@ def rows() -> List[Dict[str, Optional[object]]]:
     add("CNN (PilotNet-style)", PilotNetCNN(), 5_068_900, 2_124_901, "whole network; Table 3's CNN differs")
     add("conv head (CT-RNN/LSTM/NCP)", NCPConvHead(), 79_420, None, "71,388 conv + 8,032 dense")
     add("CT-RNN 64", CTRNN(32, 64, 1), 6_273, None, "6,208 without the 65-parameter readout")
-    add("LSTM 64", LSTM(32, 64, 1), 24_897, 33_089, "torch keeps 2 bias vectors: +256 vs Keras")
+    add("LSTM 64", LSTM(32, 64, 1), 24_897, 33_089, "one bias per gate as Keras (torch's 2nd bias frozen at 0)")
     add("NCP (LTC, 19 neurons)", ltc, 1_065, 6_495,
         f"paper count 3/neuron + 4/synapse at {wiring.total_synapse_count} synapses (paper: 253)",
         count=wiring.paper_parameter_count)
