@@ -1,0 +1,138 @@
+"""Shared CfC cell math (CfC, Hasani et al. 2022) used by ``drive.nn.cfc`` and ``drive.nn.wired_cfc``.
+
+Everything here scripts with TorchScript. The hand-written backward of these updates lives in
+``drive.nn.cfc_bptt``; both must change together.
+"""
+
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+MODES = ("default", "no_gate", "pure")
+ACTIVATIONS = ("lecun_tanh", "tanh", "relu", "gelu", "silu")
+
+
+def activate(x: Tensor, kind: int) -> Tensor:
+    """Backbone activation by code (lecun_tanh arrives pre-scaled, so it is a plain tanh here)."""
+    if kind <= 1:
+        return torch.tanh(x)
+    if kind == 2:
+        return torch.relu(x)
+    if kind == 3:
+        return F.gelu(x)
+    return F.silu(x)
+
+
+def dropout_mask(like: Tensor, p: float) -> Tensor:
+    """Inverted-dropout mask (0 or 1/(1-p)) shaped like ``like``. The autograd loop and the BPTT
+    fast path draw these in the same order, so one seed gives both the same masks."""
+    return torch.empty_like(like).bernoulli_(1.0 - p).div_(1.0 - p)
+
+
+def cfc_update(z: Tensor, t: Tensor, n: int, mode: int, w_tau: Tensor, a: Tensor) -> Tensor:
+    """New state [B, n] from fused head pre-activations z [B, K n] and elapsed time t [B, 1].
+
+    mode 0 default (Eq. 10), 1 no_gate, 2 pure (Eq. 9; z = ff1, w_tau = |w_tau| already). Slices,
+    not ``split``: fewer, cheaper ops per step (this loop is dispatch-bound)."""
+    if mode == 2:
+        decay = torch.exp(-t * (w_tau + z.abs()))
+        return torch.addcmul(a, a * decay, z, value=-1.0)
+    gh = torch.tanh(z[:, : 2 * n])  # g = tanh(ff1), h = tanh(ff2)
+    gate = torch.sigmoid(torch.addcmul(z[:, 3 * n:], z[:, 2 * n: 3 * n], t))
+    if mode == 0:
+        return torch.lerp(gh[:, :n], gh[:, n:], gate)
+    return torch.addcmul(gh[:, :n], gate, gh[:, n:])
+
+
+def lstm_update(z: Tensor, c: Tensor, n: int) -> Tuple[Tensor, Tensor]:
+    """ncps's LSTMCell given z = W_in I + b + W_rec x (+1 already added to the forget gate);
+    gate order: input activation, input gate, forget gate, output gate."""
+    gates = torch.sigmoid(z[:, n:])
+    c = torch.addcmul(gates[:, n: 2 * n] * c, torch.tanh(z[:, :n]), gates[:, :n])
+    return torch.tanh(c) * gates[:, 2 * n:], c
+
+
+def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int) -> Tensor:
+    """Validate x [B, L, F] and timespans [B, L]; return elapsed time as [B, L, 1] fp32."""
+    if x.dim() != 3 or x.size(2) != input_size:
+        raise ValueError("expected input [B, L, " + str(input_size) + "], got " + str(x.shape))
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("input contains NaN or inf")
+    b, steps = x.size(0), x.size(1)
+    if timespans is None:
+        return torch.ones(1, 1, 1, dtype=x.dtype, device=x.device).expand(b, steps, 1)
+    if timespans.dim() != 2 or timespans.size(0) != b or timespans.size(1) != steps:
+        raise ValueError("expected timespans [B, L] = [" + str(b) + ", " + str(steps) + "], got "
+                         + str(timespans.shape))
+    if not bool(((timespans > 0) & torch.isfinite(timespans)).all()):
+        raise ValueError("timespans (elapsed seconds) must be finite and > 0")
+    return timespans.to(x.dtype).unsqueeze(2)
+
+
+def check_hidden(hidden: Optional[Tensor], x: Tensor, state_size: int) -> Tensor:
+    """Validate hidden [B, H] (None: zeros)."""
+    if hidden is None:
+        return torch.zeros(x.size(0), state_size, dtype=x.dtype, device=x.device)
+    if hidden.dim() != 2 or hidden.size(0) != x.size(0) or hidden.size(1) != state_size:
+        raise ValueError("expected hidden [B, " + str(state_size) + "] with B = " + str(x.size(0))
+                         + ", got " + str(hidden.shape))
+    return hidden
+
+
+def check_config(mode: str, input_size: int) -> int:
+    """Mode code (index in MODES) after validating mode and input_size."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
+    if input_size < 1:
+        raise ValueError(f"input_size must be >= 1, got {input_size}")
+    return MODES.index(mode)
+
+
+def register_pure(module: nn.Module, mode: str, units: int) -> None:
+    """Cf-S's per-neuron ``w_tau`` (init 0) and ``A`` (init 1) as parameters in pure mode; empty
+    non-persistent buffers otherwise, so the scripted code sees tensors either way."""
+    for name, value in (("w_tau", 0.0), ("A", 1.0)):
+        if mode == "pure":
+            module.register_parameter(name, nn.Parameter(torch.full((units,), value)))
+        else:
+            module.register_buffer(name, torch.zeros(0), persistent=False)
+
+
+def needs_grad(module: nn.Module, *inputs: Tensor) -> bool:
+    """Whether a call will be differentiated (grad mode on and a parameter or input requires grad)."""
+    return torch.is_grad_enabled() and (any(t.requires_grad for t in inputs)
+                                        or any(p.requires_grad for p in module.parameters()))
+
+
+class MixedMemory(nn.Module):
+    """The LSTM memory of CfC-mmRNN (ncps's LSTMCell: xavier/orthogonal, biases U(-0.1, 0.1),
+    forget-gate offset +1). Gate order: input activation, input gate, forget gate, output gate."""
+
+    def __init__(self, input_size: int, units: int) -> None:
+        super().__init__()
+        self.input_map = nn.Linear(input_size, 4 * units)
+        self.recurrent_map = nn.Linear(units, 4 * units, bias=False)
+        nn.init.xavier_uniform_(self.input_map.weight)
+        nn.init.uniform_(self.input_map.bias, -0.1, 0.1)
+        nn.init.orthogonal_(self.recurrent_map.weight)
+        self.register_buffer("forget_offset", torch.cat([torch.zeros(2 * units), torch.ones(units),
+                                                         torch.zeros(units)]), persistent=False)
+
+
+class PreparedCache:
+    """Eager-only cache of a module's prepared (masked, signed, scaled, reordered) weights for calls
+    that need no gradient; keyed on every parameter's and buffer's storage, version, device and
+    dtype, so an optimizer step, ``load_state_dict`` or ``.to()`` invalidates it."""
+
+    def __init__(self) -> None:
+        self.key: Optional[tuple] = None
+        self.value: List[Tensor] = []
+
+    def get(self, module: nn.Module, build) -> List[Tensor]:
+        key = tuple((t.data_ptr(), t._version, t.dtype) for t in module.parameters()) + \
+            tuple((t.data_ptr(), t._version) for t in module.buffers())
+        if key != self.key:
+            self.value, self.key = build(), key
+        return self.value
