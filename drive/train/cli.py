@@ -9,9 +9,10 @@ command line (``--model.lr 1e-3``, ``--data.batch_size 8``, ``--trainer.max_epoc
     drive test --config configs/ncp_ltc.yaml --ckpt_path runs/ncp_ltc/checkpoints/last.ckpt
 
 Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV loggers under
-``trainer.default_root_dir``, and a ``--checkpoint.*`` group (Lightning's ``ModelCheckpoint``):
-best by ``val/loss`` plus ``last.ckpt``, written to ``<default_root_dir>/checkpoints`` so that
-``--ckpt_path last`` finds them again after a kill.
+``trainer.default_root_dir``, and two of Lightning's ``ModelCheckpoint`` groups writing to
+``<default_root_dir>/checkpoints``: ``--checkpoint.*`` keeps the best by ``val/loss``;
+``--last_checkpoint.*`` rewrites ``last.ckpt`` every ``every_n_train_steps`` (100) steps and at
+every epoch end, independent of validation, so ``--ckpt_path last`` resumes a killed run.
 """
 from __future__ import annotations
 
@@ -34,21 +35,27 @@ class DriveCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
         parser.set_defaults({
             "checkpoint.monitor": "val/loss",
             "checkpoint.mode": "min",
-            "checkpoint.save_last": True,
             "checkpoint.save_top_k": 1,
             "checkpoint.filename": "best-epoch{epoch}-step{step}",
             "checkpoint.auto_insert_metric_name": False,
+            # last.ckpt: independent of validation, every N steps and at every epoch end
+            "last_checkpoint.monitor": None,
+            "last_checkpoint.save_top_k": 0,
+            "last_checkpoint.save_last": True,
+            "last_checkpoint.every_n_train_steps": 100,
         })
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         root = cfg.trainer.default_root_dir or DEFAULT_ROOT
         cfg.trainer.default_root_dir = root
-        if cfg.checkpoint.dirpath is None:
-            cfg.checkpoint.dirpath = os.path.join(root, "checkpoints")
+        for group in (cfg.checkpoint, cfg.last_checkpoint):
+            if group.dirpath is None:
+                group.dirpath = os.path.join(root, "checkpoints")
         if cfg.trainer.logger is None or cfg.trainer.logger is True:
             cfg.trainer.logger = [
                 {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",

@@ -134,7 +134,8 @@ class PolicyModule(pl.LightningModule):
             self.preprocessing = preprocessing
         recordings = [r for ds in getattr(datamodule, "datasets", {}).values() for r in ds.recordings]
         if recordings and stage == "fit":
-            self.fps = 1.0 / float(np.median([median_dt(r.timestamp_s) for r in recordings]))
+            period_s = float(np.median([median_dt(r.timestamp_s) for r in recordings]))
+            self.fps = round(1.0 / period_s, 6)  # timestamps are rounded: 10 Hz, not 10.000000000014
             self.policy.frame_period_s = 1.0 / self.fps
 
     def drive_meta(self) -> Dict[str, Any]:
