@@ -142,6 +142,51 @@ def approx_sequence(v: Tensor, x0: Tensor, elapsed: Tensor, gi0: Tensor, gic0: T
     return torch.stack(states), torch.stack(times)
 
 
+@torch.jit.script
+def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Tensor, input_w: Tensor, input_b: Tensor,
+                         c: List[Tensor], output_w: Tensor, output_b: Tensor, exact: bool,
+                         substeps: int) -> Tuple[Tensor, Tensor]:
+    """Either method over a sequence: x ``[B, L, F]``, hidden ``[B, H]``, timespans ``[B, L]``
+    seconds, c = :meth:`ClosedFormLTC._derive` -> (y ``[B, L, M]``, hidden ``[B, H]``).
+
+    The input-only terms (leak + sensory [G | I]) are computed for all steps at once, time-major."""
+    batch, length, features = x.size(0), x.size(1), x.size(2)
+    n = c[7].size(0)
+    u = torch.addcmul(input_b, x.transpose(0, 1), input_w).reshape(length * batch, features)
+    s = torch.sigmoid(torch.addmm(c[1], u, c[0]))
+    gi0 = torch.addmm(c[6], s, c[2]).view(length, batch, 2 * n)
+    dt = timespans.transpose(0, 1).unsqueeze(2).to(x.dtype)
+    if exact:
+        states = exact_sequence(hidden, gi0, dt * (c[7] / float(substeps)), c[3], c[4], c[5], substeps)
+        last = states[-1]
+    else:
+        gic0 = gi0 - torch.mm(s * s, c[2]).view(length, batch, 2 * n)
+        x0 = hidden[:, n : 2 * n]
+        states, times = approx_sequence(hidden[:, :n], x0, hidden[:, 2 * n :], gi0, gic0, dt, c[7], c[3], c[4], c[5])
+        last = torch.cat([states[-1], x0, times[-1]], dim=1)
+    y = torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w)
+    return y.transpose(0, 1), last
+
+
+@torch.jit.script
+def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, input_w: Tensor, input_b: Tensor, c: List[Tensor],
+                     output_w: Tensor, output_b: Tensor, exact: bool, substeps: int) -> Tuple[Tensor, Tensor]:
+    """One step of either method as a single scripted call (batch-1 latency): x ``[B, F]``, hidden
+    ``[B, H]``, dt ``[B]`` seconds, c = :meth:`ClosedFormLTC._derive` -> (y ``[B, M]``, hidden)."""
+    s = torch.sigmoid(torch.addmm(c[1], torch.addcmul(input_b, x, input_w), c[0]))
+    base = torch.addmm(c[6], s, c[2])
+    dt = dt.to(x.dtype).unsqueeze(1)
+    n = c[7].size(0)
+    if exact:
+        state = exact_update(hidden, base, dt * (c[7] / float(substeps)), c[3], c[4], c[5], substeps)
+    else:
+        x0 = hidden[:, n : 2 * n]
+        elapsed = hidden[:, 2 * n :] + dt
+        v = approx_update(hidden[:, :n], x0, elapsed, base, base - torch.mm(s * s, c[2]), c[7], c[3], c[4], c[5])
+        state = torch.cat([v, x0, elapsed], dim=1)
+    return torch.addcmul(output_b, state[:, : output_w.size(0)], output_w), state
+
+
 def _synapse_index(adjacency: Any, rows: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """Present synapses of a polarity matrix ``[rows, N]``: flat index ``[E]``, pre one-hot
     ``[rows, E]`` and post one-hot ``[E, N]`` (float), and their count as a 0-d tensor."""
@@ -280,11 +325,18 @@ class ClosedFormLTC(nn.Module):
     ) -> Tuple[Tensor, Tensor]:
         """``x[B, L, F]``, hidden ``[B, H]`` or None (zeros), timespans ``[B, L]`` seconds (None: 1.0)
         -> (``y[B, L, M]``, hidden ``[B, H]``)."""
-        if x.dim() != 3:
-            raise ValueError("ClosedFormLTC expects x of shape [B, L, F]")
+        if x.dim() != 3 or x.size(2) != self.input_size:
+            raise ValueError("ClosedFormLTC expects x of shape [B, L, " + str(self.input_size) + "]")
+        batch, length = x.size(0), x.size(1)
         if timespans is None:
-            timespans = torch.ones(x.size(0), x.size(1), dtype=x.dtype, device=x.device)
-        return self._run(x, hidden, timespans)
+            timespans = torch.ones(batch, length, dtype=x.dtype, device=x.device)
+        if timespans.dim() != 2 or timespans.size(0) != batch or timespans.size(1) != length:
+            raise ValueError("timespans must have shape [B, L]")
+        if hidden is None:
+            hidden = self.initial_state(batch).to(x.dtype)
+        self._check(x, hidden, timespans)
+        return closed_form_sequence(x, hidden, timespans, self.input_w, self.input_b, self._constants(),
+                                    self.output_w, self.output_b, self.exact, self.substeps)
 
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
@@ -293,20 +345,8 @@ class ClosedFormLTC(nn.Module):
         if x.dim() != 2 or x.size(1) != self.input_size or dt.dim() != 1 or dt.size(0) != batch:
             raise ValueError("ClosedFormLTC.step expects x [B, " + str(self.input_size) + "] and dt [B]")
         self._check(x, hidden, dt)
-        c = self._constants()
-        s = torch.sigmoid(torch.addmm(c[1], torch.addcmul(self.input_b, x, self.input_w), c[0]))
-        base = torch.addmm(c[6], s, c[2])
-        dt = dt.to(x.dtype).unsqueeze(1)
-        if self.exact:
-            state = exact_update(hidden, base, dt * (c[7] / float(self.substeps)), c[3], c[4], c[5], self.substeps)
-        else:
-            n = self.units
-            x0 = hidden[:, n : 2 * n]
-            elapsed = hidden[:, 2 * n :] + dt
-            v = approx_update(hidden[:, :n], x0, elapsed, base, base - torch.mm(s * s, c[2]), c[7], c[3], c[4],
-                              c[5])
-            state = torch.cat([v, x0, elapsed], dim=1)
-        return torch.addcmul(self.output_b, state[:, : self.output_size], self.output_w), state
+        return closed_form_step(x, hidden, dt, self.input_w, self.input_b, self._constants(), self.output_w,
+                                self.output_b, self.exact, self.substeps)
 
     @torch.jit.export
     def initial_state(self, batch: int) -> Tensor:
@@ -320,34 +360,6 @@ class ClosedFormLTC(nn.Module):
             raise ValueError("ClosedFormLTC input contains non-finite values")
         if not bool(((timespans > 0) & (timespans < float("inf"))).all()):
             raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
-
-    def _run(self, x: Tensor, hidden: Optional[Tensor], timespans: Tensor) -> Tuple[Tensor, Tensor]:
-        batch, length = x.size(0), x.size(1)
-        if x.size(2) != self.input_size:
-            raise ValueError("ClosedFormLTC expects " + str(self.input_size) + " input features")
-        if timespans.dim() != 2 or timespans.size(0) != batch or timespans.size(1) != length:
-            raise ValueError("timespans must have shape [B, L]")
-        if hidden is None:
-            hidden = self.initial_state(batch).to(x.dtype)
-        self._check(x, hidden, timespans)
-        c = self._constants()
-        n = self.units
-        # Input-only terms for all steps at once, time-major [L, B, 2N]: leak + sensory [G | I].
-        u = torch.addcmul(self.input_b, x.transpose(0, 1), self.input_w).reshape(length * batch, self.input_size)
-        s = torch.sigmoid(torch.addmm(c[1], u, c[0]))
-        gi0 = torch.addmm(c[6], s, c[2]).view(length, batch, 2 * n)
-        dt = timespans.transpose(0, 1).unsqueeze(2).to(x.dtype)
-        if self.exact:
-            states = exact_sequence(hidden, gi0, dt * (c[7] / float(self.substeps)), c[3], c[4], c[5], self.substeps)
-            last = states[-1]
-        else:
-            gic0 = gi0 - torch.mm(s * s, c[2]).view(length, batch, 2 * n)
-            x0 = hidden[:, n : 2 * n]
-            states, times = approx_sequence(hidden[:, :n], x0, hidden[:, 2 * n :], gi0, gic0, dt, c[7], c[3], c[4],
-                                            c[5])
-            last = torch.cat([states[-1], x0, times[-1]], dim=1)
-        y = torch.addcmul(self.output_b, states[:, :, : self.output_size], self.output_w)
-        return y.transpose(0, 1), last
 
 
 def convert(ltc: nn.Module, method: str = "exact", substeps: int = 1) -> ClosedFormLTC:
