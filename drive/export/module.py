@@ -26,7 +26,7 @@ Safety, per row of the batch (the status bits, :data:`STATUS`):
   recurrent state is kept, and the skipped time is remembered in ``gap`` so the next good frame
   integrates over the real elapsed time (``dt = period + gap``, capped at ``max_gap_s``) --
   continuous-time cells handle irregular sampling by design.
-* ``OUTPUT_NONFINITE`` (16): the network itself produced a non-finite command or state: the last
+* ``OUTPUT_NONFINITE`` (16): the network produced a non-finite feature, command or state: the last
   command is held and the recurrent state restarts.
 * ``CLAMPED`` (4): the command exceeded ``curvature_limit_per_m`` and was clamped to it.
 
@@ -62,6 +62,18 @@ EXTRA_STATE = 3  # last command, status, gap
 def decode_status(status: int) -> List[str]:
     """Names of the bits set in a status value, e.g. ``6 -> ['FRAME_BLACK', 'CLAMPED']``."""
     return [name for name, bit in STATUS.items() if int(status) & bit]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    """``str(dtype)`` in TorchScript gives a number; name the usual suspects."""
+    names = [(torch.float64, "torch.float64"), (torch.float16, "torch.float16"), (torch.bfloat16, "torch.bfloat16"),
+             (torch.int8, "torch.int8"), (torch.int16, "torch.int16"), (torch.int32, "torch.int32"),
+             (torch.int64, "torch.int64"), (torch.bool, "torch.bool"), (torch.float32, "torch.float32"),
+             (torch.uint8, "torch.uint8")]
+    for candidate, name in names:
+        if dtype == candidate:
+            return name
+    return "dtype code " + str(dtype)
 
 
 class DeployedPolicy(nn.Module):
@@ -130,16 +142,17 @@ class DeployedPolicy(nn.Module):
 
     def _frames_uint8(self, frame: Tensor) -> Tuple[Tensor, Tensor]:
         """Validate; return (uint8 frames ``[B, H, W, 3]``, non-finite flag ``[B]`` bool)."""
+        given = list(frame.shape)
         if frame.dim() == 3:
             frame = frame.unsqueeze(0)
         if frame.dim() != 4 or frame.size(1) != self.frame_height or frame.size(2) != self.frame_width or frame.size(3) != 3:
             raise ValueError("frame must be RGB [H, W, 3] or [B, H, W, 3] with H, W = "
                              + str(self.frame_height) + ", " + str(self.frame_width)
-                             + " (the camera's native size); got " + str(list(frame.shape)))
+                             + " (the camera's native size); got " + str(given))
         if frame.dtype == torch.uint8:
             return frame, torch.zeros(frame.size(0), dtype=torch.bool, device=frame.device)
         if frame.dtype != torch.float32:
-            raise ValueError("frame must be uint8 (0-255) or float32 (0-1) RGB; got " + str(frame.dtype))
+            raise ValueError("frame must be uint8 (0-255) or float32 (0-1) RGB; got " + _dtype_name(frame.dtype))
         finite = torch.isfinite(frame).flatten(1).all(dim=1)
         clean = torch.nan_to_num(frame, nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0)
         return (clean * 255.0).round().to(torch.uint8), ~finite
@@ -149,7 +162,7 @@ class DeployedPolicy(nn.Module):
             raise ValueError("hidden must be [B, " + str(self.hidden_size) + "] with B = "
                              + str(batch) + " (from initial_state(B)); got " + str(list(hidden.shape)))
         if hidden.dtype != torch.float32:
-            raise ValueError("hidden must be float32; got " + str(hidden.dtype))
+            raise ValueError("hidden must be float32; got " + _dtype_name(hidden.dtype))
 
     @torch.jit.export
     def step_with_status(self, frame: Tensor, hidden: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -175,9 +188,14 @@ class DeployedPolicy(nn.Module):
         if self.half:
             x = x.half()
         dt = torch.clamp(gap + self.period_s, max=self.max_gap_s)
-        curvature, new_state = self.policy.step(x, state, dt)
-        curvature = curvature.float()
-        bad_out = ~(torch.isfinite(curvature) & torch.isfinite(new_state).all(dim=1))
+        # Policy.step, split so that non-finite head features (e.g. fp16 overflow) never reach the
+        # cell, which would raise: they are zeroed and the row is flagged and held instead.
+        features = self.policy.head(x).float()
+        features_ok = torch.isfinite(features).all(dim=1)
+        features = torch.where(features_ok.unsqueeze(1), features, torch.zeros_like(features))
+        y, new_state = self.policy.rnn.step(features, state, dt / self.policy.frame_period_s)
+        curvature = self.policy.readout(y).squeeze(-1) / self.policy.km_per_m
+        bad_out = ~(features_ok & torch.isfinite(curvature) & torch.isfinite(new_state).all(dim=1))
 
         # 4. combine: hold the last command for unusable frames or outputs, clamp, keep the time
         hold = held | bad_out
