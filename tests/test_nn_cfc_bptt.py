@@ -18,7 +18,8 @@ def make(kind, mode, mixed, **kw):
     if kind == "dense":
         m = CfC(5, 6, output_size=2, mode=mode, mixed_memory=mixed, backbone_units=7, **kw)
     else:
-        m = WiredCfC(small_wiring(), mode=mode, mixed_memory=mixed, output_size=2 if mixed else None)
+        m = WiredCfC(small_wiring(), mode=mode, mixed_memory=mixed, output_size=2 if mixed else None,
+                     ncps_compatible=kind == "wired_ncps")
     with torch.no_grad():
         for p in m.parameters():  # off the init (pure: w_tau = 0, A = 1) so every term matters
             p.add_(0.3 * torch.randn_like(p))
@@ -37,7 +38,7 @@ def grads(m, x, h, ts, autograd_path):
     return [p.grad.clone() for p in m.parameters()] + [x.grad, h.grad, y.detach(), hn.detach()]
 
 
-@pytest.mark.parametrize("kind", ["dense", "wired"])
+@pytest.mark.parametrize("kind", ["dense", "wired", "wired_ncps"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("mixed", [False, True])
 def test_fast_backward_equals_autograd(kind, mode, mixed):
@@ -96,3 +97,16 @@ def test_cached_weights_follow_optimizer_steps_and_load_state_dict(kind):
         other.weight.mul_(-1.0) if kind == "wired" else other.layers[0].weight.mul_(-1.0)
         m.load_state_dict(other.state_dict())
         torch.testing.assert_close(m(x)[0], other(x)[0], rtol=0, atol=0)
+
+
+def test_the_cell_runs_in_float32_under_autocast_with_the_fast_backward():
+    torch.manual_seed(0)
+    m = CfC(5, 6, mixed_memory=True, backbone_units=7)
+    x = torch.randn(2, 3, 5)
+    want = grads(m, x, torch.zeros(2, 12), torch.ones(2, 3), False)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y, _ = m(x)
+        assert y.dtype == torch.float32 and y.grad_fn.name() == "DenseBPTTBackward"
+        got = grads(m, x, torch.zeros(2, 12), torch.ones(2, 3), False)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

@@ -134,6 +134,10 @@ class CfC(nn.Module):
         if not needs_grad(self, x, state):
             with torch.no_grad():
                 return self._loop(x, state, ts, self._cache.get(self, self._prepare))
+        if torch.is_autocast_enabled(x.device.type):  # the cell always runs in the module's dtype
+            dtype = self.layers[0].weight.dtype
+            with torch.autocast(x.device.type, enabled=False):
+                return self._eager(x.to(dtype), state.to(dtype), ts.to(dtype))
         if ts.requires_grad:  # elapsed-time gradients: only autograd has them
             return self._loop(x, state, ts, self._prepare())
         n = self.units

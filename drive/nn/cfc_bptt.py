@@ -15,7 +15,8 @@ The math is that of ``drive.nn.cfc_cells``; tests compare both paths' gradients 
 is needed); double backward is not supported.
 """
 
-from typing import Any, List, Optional, Sequence, Tuple
+import functools
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -122,6 +123,16 @@ def _pure_grads(need: Tuple[bool, ...], dH: List[Tensor], saved: Tensor, t: Tens
             (d - d * decay * z).sum((0, 1)) if need[1] else None)
 
 
+def _fp32_backward(backward: Callable) -> Callable:
+    """Run a backward with autocast off (a ``.backward()`` called inside an autocast region would
+    otherwise cast its matmuls): the forward ran in the module's dtype, so does its backward."""
+    @functools.wraps(backward)
+    def wrapped(ctx: Any, *grads: Optional[Tensor]):
+        with torch.autocast(ctx.ts.device.type, enabled=False):
+            return backward(ctx, *grads)
+    return wrapped
+
+
 def _carry(g_seq: Optional[Tensor], i: int, dz: Tensor, w: Tensor) -> Tensor:
     """Gradient reaching step i-1's output: dz_i @ w plus the loss's own gradient at step i-1."""
     return dz.mm(w) if g_seq is None or i == 0 else torch.addmm(g_seq[:, i - 1], dz, w)
@@ -177,6 +188,7 @@ class DenseBPTT(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @_fp32_backward
     def backward(ctx: Any, g_seq: Optional[Tensor], g_h: Optional[Tensor], g_c: Optional[Tensor]):
         n, mode, kind, p, mixed = ctx.spec
         xt, mem_in, mem_saved, h_in, acts, ins, masks, heads = ctx.saved
@@ -273,6 +285,7 @@ class WiredBPTT(torch.autograd.Function):
 
     @staticmethod
     @once_differentiable
+    @_fp32_backward
     def backward(ctx: Any, g_seq: Optional[Tensor], g_h: Optional[Tensor], g_c: Optional[Tensor]):
         n, mode, k, bounds, src, dst, mixed = ctx.spec
         xt, mem_in, mem_saved, h_in, saved, outs = ctx.saved
