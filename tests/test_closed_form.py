@@ -195,3 +195,16 @@ def test_convert_copies_the_ltc_effective_parameters_and_agrees_with_its_ode() -
 
     # At 6 evaluations of the recurrent synapses per step the exact kernel is the better solver.
     assert rms(y_cf6 - y_ode) < 0.75 * rms(y_ode6 - y_ode)
+
+
+def test_autocast_keeps_the_closed_form_in_fp32() -> None:
+    torch.manual_seed(8)
+    m = ClosedFormLTC(FullyConnected(4, output_dim=1, input_dim=3))
+    x = torch.randn(2, 5, 3)
+    with torch.no_grad():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y, h = m(x)
+            y1, h1 = m.step(x[:, 0], m.initial_state(2), torch.ones(2))
+        assert y.dtype == h.dtype == y1.dtype == torch.float32
+        torch.testing.assert_close(y, m(x)[0], rtol=0, atol=0)
+        torch.testing.assert_close(y1, m(x[:, :1])[0][:, 0], rtol=0, atol=0)

@@ -258,8 +258,8 @@ class ClosedFormLTC(nn.Module):
         self.input_b = nn.Parameter(torch.zeros(f))
         self.output_w = nn.Parameter(torch.ones(m))
         self.output_b = nn.Parameter(torch.zeros(m))
-        self._cache: List[Tensor] = []
-        self._cache_key: List[int] = []
+        self._cache = []
+        self._cache_key = []
 
     def config(self) -> Dict[str, Any]:
         """JSON-able constructor kwargs: ``ClosedFormLTC(**m.config())`` rebuilds the architecture."""
@@ -325,6 +325,9 @@ class ClosedFormLTC(nn.Module):
     ) -> Tuple[Tensor, Tensor]:
         """``x[B, L, F]``, hidden ``[B, H]`` or None (zeros), timespans ``[B, L]`` seconds (None: 1.0)
         -> (``y[B, L, M]``, hidden ``[B, H]``)."""
+        if not torch.jit.is_scripting():
+            if torch.is_autocast_enabled(x.device.type):
+                return self._without_autocast(x, hidden, timespans, False)
         if x.dim() != 3 or x.size(2) != self.input_size:
             raise ValueError("ClosedFormLTC expects x of shape [B, L, " + str(self.input_size) + "]")
         batch, length = x.size(0), x.size(1)
@@ -341,6 +344,9 @@ class ClosedFormLTC(nn.Module):
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
         """One step: ``x[B, F]``, hidden ``[B, H]``, dt ``[B]`` seconds -> (``y[B, M]``, hidden)."""
+        if not torch.jit.is_scripting():
+            if torch.is_autocast_enabled(x.device.type):
+                return self._without_autocast(x, hidden, dt, True)
         batch = x.size(0)
         if x.dim() != 2 or x.size(1) != self.input_size or dt.dim() != 1 or dt.size(0) != batch:
             raise ValueError("ClosedFormLTC.step expects x [B, " + str(self.input_size) + "] and dt [B]")
@@ -352,6 +358,16 @@ class ClosedFormLTC(nn.Module):
     def initial_state(self, batch: int) -> Tensor:
         """Zeros ``[batch, state_size]`` fp32 on the module's device (approx: x0 = 0 at t = 0)."""
         return torch.zeros(batch, self.state_size, device=self.gleak.device)
+
+    @torch.jit.unused
+    def _without_autocast(self, x: Tensor, hidden: Optional[Tensor], times: Optional[Tensor],
+                          step: bool) -> Tuple[Tensor, Tensor]:
+        """Under autocast (mixed-precision training or export) the cell still runs in fp32, as the LTC."""
+        with torch.autocast(x.device.type, enabled=False):
+            x = x.float()
+            hidden = None if hidden is None else hidden.float()
+            times = None if times is None else times.float()
+            return self.step(x, hidden, times) if step else self.forward(x, hidden, times)
 
     def _check(self, x: Tensor, hidden: Tensor, timespans: Tensor) -> None:
         if hidden.dim() != 2 or hidden.size(0) != x.size(0) or hidden.size(1) != self.state_size:
