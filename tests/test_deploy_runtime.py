@@ -42,9 +42,9 @@ pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("c
 def exported(tmp_path_factory):
     d = tmp_path_factory.mktemp("deploy")
     torch.manual_seed(3)
-    policy = build_policy("cfc", frame_period_s=1.0 / FPS, units=16)
-    meta = policy_meta(policy, Preprocessing(size=(78, 200), crop=(2, 80, 4, 204)), FPS, "cfc", frame_size=list(CAMERA))
-    ckpt = save_policy(d / "cfc.ckpt", policy, meta)
+    policy = build_policy("ncp_ltc", frame_period_s=1.0 / FPS)
+    meta = policy_meta(policy, Preprocessing(size=(78, 200), crop=(2, 80, 4, 204)), FPS, "ncp_ltc", frame_size=list(CAMERA))
+    ckpt = save_policy(d / "ncp.ckpt", policy, meta)
     g = torch.Generator().manual_seed(1)
     frames = torch.randint(0, 256, (40, *CAMERA, 3), dtype=torch.uint8, generator=g)
     frames[17] = 0  # a black frame: held and flagged in every runtime
@@ -93,7 +93,7 @@ def test_cpp_runtime_matches_python_on_a_ppm_folder(runtime, exported):
     got, want = read_commands(exported["dir"] / "cpp.csv"), python_reference(exported["ts"], exported["frames"])
     assert [s for _, s in got] == [s for _, s in want] and got[17][1] == 2 and got[17][0] == got[16][0]
     assert max(abs(a - b) for (a, _), (b, _) in zip(got, want)) * 1000 < 1e-6  # 1/km
-    assert "latency p50" in done.stderr and "p99" in done.stderr and "family cfc" in done.stderr
+    assert "latency p50" in done.stderr and "p99" in done.stderr and "family ncp_ltc" in done.stderr
 
 
 def test_cpp_runtime_reads_raw_frames_and_rejects_a_wrong_size(runtime, exported):
