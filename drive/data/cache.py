@@ -149,16 +149,22 @@ def iter_decoded(rec: Recording, problems: Problems) -> Iterator[Tuple[int, Opti
             return
 
 
-def _decoded(rec: Recording, problems: Problems, threads: int) -> Iterator[Tuple[int, Optional[np.ndarray]]]:
-    """Decoded frames in order; image files are decoded ``threads`` at a time (OpenCV releases the GIL)."""
+def _prepared(rec: Recording, pre: Preprocessing, problems: Problems, threads: int
+              ) -> Iterator[Tuple[int, Optional[np.ndarray]]]:
+    """(index, preprocessed uint8 [3, h, w] or None) in order. Image files are decoded and
+    preprocessed ``threads`` at a time (OpenCV and torch release the GIL); videos sequentially."""
+    def prepare(frame: Optional[np.ndarray]) -> Optional[np.ndarray]:
+        return None if frame is None else pre(frame)[0].numpy()
+
     if not (isinstance(_root(rec.source), ImageFiles) and threads > 1):
-        yield from iter_decoded(rec, problems)
+        for i, frame in iter_decoded(rec, problems):
+            yield i, prepare(frame)
         return
     files = frame_files(rec.source)
     with ThreadPoolExecutor(threads) as pool:
         for start in range(0, len(rec), _CHUNK):
             idx = range(start, min(len(rec), start + _CHUNK))
-            yield from zip(idx, pool.map(lambda i: decode_frame(rec, i, problems, files), idx))
+            yield from zip(idx, pool.map(lambda i: prepare(decode_frame(rec, i, problems, files)), idx))
 
 
 def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
@@ -186,19 +192,10 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
     out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.uint8, shape=(n, 3, h, w))
     valid = np.zeros(n, dtype=bool)
     try:
-        batch: List[Tuple[int, np.ndarray]] = []
-        for i, frame in _decoded(rec, local, threads):
+        for i, frame in _prepared(rec, preprocessing, local, threads):
             if frame is not None:
-                batch.append((i, frame))
-            if len(batch) == _CHUNK:
-                idx = [j for j, _ in batch]
-                out[idx] = preprocessing(np.stack([f for _, f in batch])).numpy()
-                valid[idx] = True
-                batch = []
-        if batch:
-            idx = [j for j, _ in batch]
-            out[idx] = preprocessing(np.stack([f for _, f in batch])).numpy()
-            valid[idx] = True
+                out[i] = frame
+                valid[i] = True
         out.flush()
         del out
     except BaseException:
