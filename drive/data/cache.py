@@ -34,7 +34,7 @@ from drive.preprocess import Preprocessing
 from drive.recording import ImageFiles, Recording, RecordingError, VideoFrames
 
 __all__ = ["CachedRecording", "build_cache", "cache_recordings", "fingerprint", "decode_frame", "frame_files",
-           "iter_decoded", "source_to_model"]
+           "iter_decoded", "source_to_model", "display_name"]
 
 CACHE_VERSION = 1
 _CHUNK = 64
@@ -114,6 +114,14 @@ def fingerprint(rec: Recording, preprocessing: Preprocessing) -> str:
         except FileNotFoundError:
             h.update(f"{path}:missing;".encode())
     return h.hexdigest()
+
+
+def display_name(rec: Recording) -> str:
+    """Short human name: the recording's folder or file stem, plus the camera for side cameras."""
+    p = rec.path if rec.path is not None else Path("recording")
+    base = p.parent.name if p.name in ("driving_log.csv", "interpolated.csv") else p.stem
+    camera = rec.meta.extra.get("camera")
+    return f"{base}-{camera}" if camera else base
 
 
 def _cache_name(rec: Recording) -> str:
@@ -205,7 +213,7 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
     np.savez(directory / "index.tmp.npz", timestamp_s=rec.log["timestamp_s"], curvature=rec.log["curvature"],
              speed_mps=rec.log["speed_mps"], valid=valid)
     os.replace(directory / "index.tmp.npz", directory / "index.npz")
-    info = {"fingerprint": key, "name": directory.name, "source": rec.meta.source,
+    info = {"fingerprint": key, "name": display_name(rec), "source": rec.meta.source,
             "path": str(rec.path), "drive": rec.meta.extra.get("drive", str(rec.path)),
             "fps": rec.meta.fps, "camera": rec.meta.camera.to_dict() if rec.meta.camera else None,
             "source_size": [rec.meta.height, rec.meta.width], "preprocessing": preprocessing.to_dict(),

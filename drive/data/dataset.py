@@ -104,4 +104,4 @@ class SequenceDataset(Dataset):
         }
 
     def names(self) -> List[str]:
-        return [r.info["source"] for r in self.recordings]
+        return [r.name for r in self.recordings]
