@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from drive.nn.heads import build_head
 
-__all__ = ["Policy", "Stateless", "build_rnn", "rnn_spec", "KM_PER_M"]
+__all__ = ["Policy", "Readout", "Stateless", "build_rnn", "rnn_spec", "KM_PER_M"]
 
 KM_PER_M = 1000.0  # network output (1/km) = curvature (1/m) x 1000
 
@@ -83,6 +83,23 @@ def build_rnn(spec: Mapping[str, Any]) -> nn.Module:
     return cls(**dict(spec.get("kwargs", {})))
 
 
+class Readout(nn.Module):
+    """Recurrent output ``[..., M]`` -> curvature in 1/km ``[...]``: optional Linear(M, 1), then x ``scale_km``.
+
+    ``scale_km`` (a buffer, saved with the weights) is the label scale the trainer sets from the
+    training data (std of the labels in 1/km): recurrent outputs live on a unit scale (an LTC's
+    motor neuron is bounded by its reversal potentials, +-1), curvature labels on tens of 1/km.
+    """
+
+    def __init__(self, in_features: int, linear: bool, scale_km: float = 1.0) -> None:
+        super().__init__()
+        self.linear = nn.Linear(in_features, 1) if linear else nn.Identity()
+        self.register_buffer("scale_km", torch.tensor(float(scale_km)))
+
+    def forward(self, y: Tensor) -> Tensor:
+        return self.linear(y).squeeze(-1) * self.scale_km
+
+
 class Policy(nn.Module):
     """Steering policy: frames ``[B, L, 3, H, W]`` float in [0, 1] -> curvature ``[B, L]`` in 1/m.
 
@@ -94,8 +111,8 @@ class Policy(nn.Module):
             reaches the cell (see the module docstring).
         head_name: the head's name in :data:`drive.nn.heads.HEADS`, recorded in :meth:`config`.
 
-    When the recurrent output has more than one channel (LSTM, CT-RNN, dense CfC), a linear
-    readout maps it to the single curvature value; NCP wirings end in one motor neuron (identity).
+    The :class:`Readout` maps the recurrent output to 1/km: a Linear when the output has more than
+    one channel (or ``readout=True``), then the label scale; NCP wirings end in one motor neuron.
     """
 
     def __init__(
@@ -121,7 +138,7 @@ class Policy(nn.Module):
         self.km_per_m: float = KM_PER_M
         self.state_size: int = int(rnn.state_size)
         self.has_readout: bool = bool(readout) or int(rnn.output_size) != 1
-        self.readout = nn.Linear(int(rnn.output_size), 1) if self.has_readout else nn.Identity()
+        self.readout = Readout(int(rnn.output_size), self.has_readout)
         self.input_size: Tuple[int, int] = (int(head.input_size[0]), int(head.input_size[1]))
 
     # -- construction ------------------------------------------------------------------------
@@ -170,7 +187,7 @@ class Policy(nn.Module):
         if timespans is not None:
             steps = timespans.to(features.dtype) / self.frame_period_s
         y, hidden = self.rnn(features, hidden, steps)
-        return self.readout(y).squeeze(-1), hidden
+        return self.readout(y), hidden
 
     def forward_per_km(
         self, frames: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
@@ -192,7 +209,7 @@ class Policy(nn.Module):
         torch._assert(frame.dim() == 4, "Policy.step: frame must be [B, 3, H, W]")
         features = self.head(frame).float()
         y, hidden = self.rnn.step(features, hidden, dt.to(features.dtype) / self.frame_period_s)
-        return self.readout(y).squeeze(-1) / self.km_per_m, hidden
+        return self.readout(y) / self.km_per_m, hidden
 
     @torch.jit.export
     def initial_state(self, batch: int) -> Tensor:

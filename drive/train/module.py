@@ -71,6 +71,8 @@ class PolicyModule(pl.LightningModule):
         lr_gamma: factor of each drop of the step schedule.
         warmup_steps: linear warm-up steps before the schedule.
         head_precision: autocast dtype for the conv head on CUDA: ``bf16``, ``fp16`` or ``fp32``.
+        label_scale_km: scale of the readout (1/km per unit of recurrent output); None = the
+            standard deviation of the training labels, measured when fitting starts.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class PolicyModule(pl.LightningModule):
         lr_gamma: float = 0.5,
         warmup_steps: int = 0,
         head_precision: str = "bf16",
+        label_scale_km: Optional[float] = None,
     ) -> None:
         super().__init__()
         if family not in FAMILIES:
@@ -132,7 +135,14 @@ class PolicyModule(pl.LightningModule):
                     f"input_hw is {tuple(self.hparams.input_hw)}; set model.input_hw to match"
                 )
             self.preprocessing = preprocessing
-        recordings = [r for ds in getattr(datamodule, "datasets", {}).values() for r in ds.recordings]
+        datasets = getattr(datamodule, "datasets", {})
+        recordings = [r for ds in datasets.values() for r in ds.recordings]
+        if stage == "fit" and "train" in datasets:
+            scale = self.hparams.label_scale_km
+            if scale is None:
+                labels_km = np.concatenate([r.curvature for r in datasets["train"].recordings]) * 1000.0
+                scale = float(f"{max(float(np.std(labels_km)), 1e-3):.2g}")
+            self.policy.readout.scale_km.fill_(scale)  # a resumed run restores its own afterwards
         if recordings and stage == "fit":
             period_s = float(np.median([median_dt(r.timestamp_s) for r in recordings]))
             self.fps = round(1.0 / period_s, 6)  # timestamps are rounded: 10 Hz, not 10.000000000014
