@@ -311,8 +311,8 @@ class ClosedFormLTC(nn.Module):
     @torch.jit.unused
     def _cached_constants(self) -> List[Tensor]:
         """``_derive()``, cached in inference until a parameter changes (in place or its storage)."""
-        if torch.is_grad_enabled():
-            return self._derive()
+        if torch.is_grad_enabled() or torch.compiler.is_compiling() or torch.compiler.is_exporting():
+            return self._derive()  # training, or traced by torch.export / torch.compile: no storage to key on
         tensors = [getattr(self, name) for name in PARAMETER_NAMES]
         key = [k for t in tensors for k in (t.data_ptr(), t._version)]
         if key != self._cache_key:
