@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from drive.nn.cfc_bptt import DenseBPTT
+from drive.nn.cfc_bptt import DenseBPTT, dense_loop_weights, dense_run
 from drive.nn.cfc_cells import (ACTIVATIONS, MODES, MixedMemory, PreparedCache, activate, cfc_update,
                                 check_config, check_hidden, check_sequence, dropout_mask, lstm_update,
                                 needs_grad, register_pure)
@@ -131,18 +131,22 @@ class CfC(nn.Module):
     @torch.jit.unused
     def _eager(self, x: Tensor, state: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """Eager dispatch: hand-written BPTT when training, cached weights when no grad is needed."""
-        if not needs_grad(self, x, state):
-            with torch.no_grad():
-                return self._loop(x, state, ts, self._cache.get(self, self._prepare))
         if torch.is_autocast_enabled(x.device.type):  # the cell always runs in the module's dtype
             dtype = self.layers[0].weight.dtype
             with torch.autocast(x.device.type, enabled=False):
                 return self._eager(x.to(dtype), state.to(dtype), ts.to(dtype))
+        n = self.units
+        h, c = state[:, :n], state[:, n:]
+        spec = (n, self.mode_id, self.activation_id, self.dropout if self.training else 0.0, self.mixed_memory)
+        if not needs_grad(self, x, state):
+            with torch.no_grad():
+                weights = self._cache.get(self, lambda: dense_loop_weights(self.input_size, self.mixed_memory,
+                                                                           self._prepare()))
+                outs, h, c = dense_run(spec, x, h, c, ts, weights)[1][:3]
+                return torch.stack(outs, 1), h, c
         if ts.requires_grad:  # elapsed-time gradients: only autograd has them
             return self._loop(x, state, ts, self._prepare())
-        n = self.units
-        spec = (n, self.mode_id, self.activation_id, self.dropout if self.training else 0.0, self.mixed_memory)
-        return DenseBPTT.apply(spec, x, state[:, :n], state[:, n:], ts, *self._prepare())
+        return DenseBPTT.apply(spec, x, h, c, ts, *self._prepare())
 
     def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:

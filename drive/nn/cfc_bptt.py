@@ -10,9 +10,10 @@ step at a time; at CfC's sizes that is all dispatch overhead. These ``autograd.F
    element-wise stage and one matmul per weight on the state path;
 4. form all weight gradients after the loop as a few large matmuls over the [L*B, ...] rows.
 
-The math is that of ``drive.nn.cfc_cells``; tests compare both paths' gradients and run
-``gradcheck`` in float64. Elapsed times get no gradient (callers fall back to autograd when one
-is needed); double backward is not supported.
+The loops themselves (``drive.nn.cfc_bptt_loops``) run as TorchScript functions. The math is that
+of ``drive.nn.cfc_cells``; tests compare both paths' gradients and run ``gradcheck`` in float64.
+Elapsed times get no gradient (callers fall back to autograd when one is needed); double backward
+is not supported.
 """
 
 import functools
@@ -23,22 +24,12 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from drive.nn.cfc_cells import activate, dropout_mask
+from drive.nn.cfc_bptt_loops import compiled, dense_backward, dense_forward, wired_backward, wired_forward
 
 
-def update_forward(z: Tensor, t: Tensor, n: int, mode: int, w_tau: Tensor, a: Tensor) -> Tuple[Tensor, List[Tensor]]:
-    """``cfc_cells.cfc_update`` that also returns what its derivative needs."""
-    if mode == 2:
-        decay = torch.exp(-t * (w_tau + z.abs()))
-        return torch.addcmul(a, a * decay, z, value=-1.0), [z, decay]
-    gh = torch.tanh(z[:, : 2 * n])
-    s = torch.sigmoid(torch.addcmul(z[:, 3 * n:], z[:, 2 * n: 3 * n], t))
-    new = torch.lerp(gh[:, :n], gh[:, n:], s) if mode == 0 else torch.addcmul(gh[:, :n], s, gh[:, n:])
-    return new, [gh, s]
-
-
-def update_jacobian(saved: List[List[Tensor]], t: Tensor, n: int, mode: int, a: Tensor) -> Tensor:
-    """d new state / d z for all steps: [L, B, K, n] (the update is diagonal per head)."""
+def update_jacobian(saved: Sequence[List[Tensor]], t: Tensor, n: int, mode: int, a: Tensor) -> Tensor:
+    """d new state / d z for all steps: [L, B, K, n] (the update is diagonal per head); saved[step]
+    as returned by ``update_forward``, t [L, B, 1]."""
     if mode == 2:
         z, decay = (torch.stack([s[i] for s in saved]) for i in range(2))
         return (a * decay * (t * z.abs() - 1.0)).unsqueeze(2)
@@ -49,21 +40,13 @@ def update_jacobian(saved: List[List[Tensor]], t: Tensor, n: int, mode: int, a: 
     return torch.stack([dg, s * (1.0 - h * h), ds * t, ds], 2)
 
 
-def lstm_forward(z: Tensor, c: Tensor, n: int) -> Tuple[Tensor, Tensor, List[Tensor]]:
-    """``cfc_cells.lstm_update`` that also returns what its derivative needs."""
-    act, sg = torch.tanh(z[:, :n]), torch.sigmoid(z[:, n:])
-    c_new = torch.addcmul(sg[:, n: 2 * n] * c, act, sg[:, :n])
-    tc = torch.tanh(c_new)
-    return tc * sg[:, 2 * n:], c_new, [c, act, sg, tc]
-
-
-def lstm_jacobian(saved: List[List[Tensor]], n: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """For all steps [L, B, ...]: (dc/dh_new, d z[:3n]/dc [L, B, 3, n], d z[3n:]/dh_new, forget gate)."""
+def lstm_jacobian(saved: Sequence[List[Tensor]], n: int) -> List[Tensor]:
+    """For all steps [L, B, ...]: dc/dh_new, d z[:3n]/dc [L, B, 3, n], d z[3n:]/dh_new, forget gate."""
     c, act, sg, tc = (torch.stack([s[i] for s in saved]) for i in range(4))
     ig, fg, og = sg[..., :n], sg[..., n: 2 * n], sg[..., 2 * n:]
     dsg = sg * (1.0 - sg)
     to_c = torch.stack([ig * (1.0 - act * act), act * dsg[..., :n], c * dsg[..., n: 2 * n]], 2)
-    return og * (1.0 - tc * tc), to_c, tc * dsg[..., 2 * n:], fg
+    return [og * (1.0 - tc * tc), to_c, tc * dsg[..., 2 * n:], fg]
 
 
 def _activation_jacobian(saved: List[Tensor], masks: List[Tensor], kind: int) -> Tensor:
@@ -92,33 +75,26 @@ def _weight_and_bias(dz: Tensor, inp: Tensor, need_w: bool, need_b: bool) -> Tup
             dz.t().mv(torch.ones(dz.size(0), dtype=dz.dtype, device=dz.device)) if need_b else None)
 
 
-class _Lstm:
-    """Reverse recurrence of the mixed-memory LSTM and its weight gradients."""
-
-    def __init__(self, saved: List[List[Tensor]], n: int, dc: Tensor) -> None:
-        self.jc, self.to_c, self.to_o, self.fg = lstm_jacobian(saved, n)
-        self.dc, self.dz = dc, []  # type: Tensor, List[Tensor]
-
-    def step(self, i: int, dh: Tensor) -> Tensor:
-        """d loss / d z_i [B, 4n] from the gradient of step i's new h (updates the c gradient)."""
-        dc = torch.addcmul(self.dc, dh, self.jc[i])
-        dz = torch.cat([(dc.unsqueeze(1) * self.to_c[i]).flatten(1), dh * self.to_o[i]], 1)
-        self.dc = dc * self.fg[i]
-        self.dz.append(dz)
-        return dz
-
-    def grads(self, need: Tuple[bool, ...], x_rows: Tensor, mem_in: List[Tensor]) -> Tuple[Optional[Tensor], ...]:
-        """Gradients of (input weight, bias, recurrent weight); need = needs_input_grad[7:10]."""
-        dz = _rows(self.dz[::-1])
-        g_wi, g_bi = _weight_and_bias(dz, x_rows, need[0], need[1])
-        return g_wi, g_bi, dz.t().mm(_rows(mem_in)) if need[2] else None
+def _start(ctx: Any, g_seq: Optional[Tensor], g_h: Optional[Tensor], g_c: Optional[Tensor], like: Tensor):
+    """(time-major g_seq, fresh dh for the last step, dc) from the output gradients."""
+    g = g_seq.transpose(0, 1) if g_seq is not None else None
+    dh = g_h.clone() if g_h is not None else torch.zeros_like(like)
+    if g is not None:
+        dh += g[-1]
+    return g, dh, g_c if g_c is not None else torch.zeros_like(like)
 
 
-def _pure_grads(need: Tuple[bool, ...], dH: List[Tensor], saved: Tensor, t: Tensor, a: Tensor):
-    """Gradients of |w_tau| and A (pure mode) from the per-step state gradients (reverse order) and
-    the stacked (z, decay) [2, L, B, n]; need = needs_input_grad[5:7]."""
+def _lstm_grads(need: Tuple[bool, ...], dzm: List[Tensor], x_rows: Tensor, mem_in: List[Tensor]):
+    """Gradients of the LSTM's (input weight, bias, recurrent weight); need = needs_input_grad[7:10]."""
+    dz = _rows(dzm[::-1])
+    g_wi, g_bi = _weight_and_bias(dz, x_rows, need[0], need[1])
+    return dz, g_wi, g_bi, dz.t().mm(_rows(mem_in)) if need[2] else None
+
+
+def _pure_grads(need: Tuple[bool, ...], dH: List[Tensor], z: Tensor, decay: Tensor, t: Tensor, a: Tensor):
+    """Gradients of |w_tau| and A (pure mode) from the state gradients (reverse order) and the
+    stacked z, decay [L, B, n]; need = needs_input_grad[5:7]."""
     d = torch.stack(dH[::-1])
-    z, decay = saved[0], saved[1]
     return ((d * a * z * decay * t).sum((0, 1)) if need[0] else None,
             (d - d * decay * z).sum((0, 1)) if need[1] else None)
 
@@ -133,9 +109,38 @@ def _fp32_backward(backward: Callable) -> Callable:
     return wrapped
 
 
-def _carry(g_seq: Optional[Tensor], i: int, dz: Tensor, w: Tensor) -> Tensor:
-    """Gradient reaching step i-1's output: dz_i @ w plus the loss's own gradient at step i-1."""
-    return dz.mm(w) if g_seq is None or i == 0 else torch.addmm(g_seq[:, i - 1], dz, w)
+def dense_loop_weights(f: int, mixed: bool, prep: Sequence[Tensor]) -> Tuple:
+    """``CfC._prepare``'s list as the loop takes it: (W_1 input part, b_1, W_1 state part^T,
+    [W_k^T], [b_k] for k >= 2, W_lstm_in, b_lstm_in, W_lstm_rec^T, |w_tau|, A)."""
+    w_tau, a, wi, bi, wr = prep[:5]
+    ws, bs = list(prep[5::2]), list(prep[6::2])
+    return (ws[0][:, :f], bs[0], ws[0][:, f:].t().contiguous(), [w.t().contiguous() for w in ws[1:]], bs[1:],
+            wi, bi, wr.t().contiguous() if mixed else wr, w_tau, a)
+
+
+def dense_run(spec: Tuple, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple) -> Tuple[Tensor, Tuple]:
+    """Run the dense loop: (time-major x, what ``dense_forward`` returns); lw from ``dense_loop_weights``."""
+    n, mode, kind, p, mixed = spec
+    w_in, b0, w_h, ws_t, bs, wi, bi, wr_t, w_tau, a = lw
+    xt = x.transpose(0, 1).contiguous()
+    m_part = F.linear(xt, wi, bi) if mixed else xt
+    return xt, compiled(dense_forward)(F.linear(xt, w_in, b0), m_part, h, c, ts.transpose(0, 1), w_h, ws_t, bs,
+                                       wr_t, w_tau, a, n, mode, kind, p, mixed)
+
+
+def wired_loop_weights(mixed: bool, prep: Sequence[Tensor]) -> Tuple:
+    """``WiredCfC._prepare``'s list as the loop takes it (the LSTM's recurrent weight transposed)."""
+    return (*prep[:4], prep[4].t().contiguous() if mixed else prep[4], *prep[5:8], list(prep[8:]))
+
+
+def wired_run(spec: Tuple, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple) -> Tuple[Tensor, Tuple]:
+    """Run the wired loop: (time-major x, what ``wired_forward`` returns)."""
+    n, mode, k, bounds, src, dst, mixed = spec
+    w_tau, a, wi, bi, wr_t, s, b, w_rec, blocks = lw
+    xt = x.transpose(0, 1).contiguous()
+    m_part = F.linear(xt, wi, bi) if mixed else xt
+    return xt, compiled(wired_forward)(F.linear(xt, s, b), m_part, h, c, ts.transpose(0, 1), w_rec, blocks, bounds,
+                                       src, dst, k, wr_t, w_tau, a, mode, mixed)
 
 
 class DenseBPTT(torch.autograd.Function):
@@ -148,39 +153,10 @@ class DenseBPTT(torch.autograd.Function):
     def forward(ctx: Any, spec: Tuple, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, w_tau: Tensor, a: Tensor,
                 wi: Tensor, bi: Tensor, wr: Tensor, *wb: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         n, mode, kind, p, mixed = spec
-        ws, bs = list(wb[0::2]), list(wb[1::2])
-        f, last = x.size(2), len(ws) - 1
-        xt = x.transpose(0, 1).contiguous()
-        x_part = F.linear(xt, ws[0][:, :f], bs[0])
-        w_h = ws[0][:, f:].t()
-        m_part = F.linear(xt, wi, bi) if mixed else xt
-        mem_in: List[Tensor] = []
-        mem_saved: List[List[Tensor]] = []
-        h_in: List[Tensor] = []
-        acts: List[List[Tensor]] = [[] for _ in range(last + 1)]  # activation (or input) of layer k-1
-        ins: List[List[Tensor]] = [[] for _ in range(last + 1)]   # input of layer k (after dropout)
-        masks: List[List[Tensor]] = [[] for _ in range(last + 1)]
-        heads: List[List[Tensor]] = []
-        outs: List[Tensor] = []
-        for i in range(x.size(1)):
-            if mixed:
-                mem_in.append(h)
-                h, c, sv = lstm_forward(torch.addmm(m_part[i], h, wr.t()), c, n)
-                mem_saved.append(sv)
-            h_in.append(h)
-            z = torch.addmm(x_part[i], h, w_h)
-            for k in range(1, last + 1):
-                y = activate(z, kind)
-                acts[k].append(y if kind <= 2 else z)
-                if p > 0.0:
-                    m = dropout_mask(y, p)
-                    masks[k].append(m)
-                    y = y * m
-                ins[k].append(y)
-                z = F.linear(y, ws[k], bs[k])
-            h, sv = update_forward(z, ts[:, i], n, mode, w_tau, a)
-            heads.append(sv)
-            outs.append(h)
+        ws = list(wb[0::2])
+        f = x.size(2)
+        xt, (outs, h, c, h_in, mem_in, mem_saved, acts, ins, masks, heads) = dense_run(
+            spec, x, h, c, ts, dense_loop_weights(f, mixed, [w_tau, a, wi, bi, wr, *wb]))
         ctx.spec, ctx.f, ctx.ts = spec, f, ts
         ctx.saved = (xt, mem_in, mem_saved, h_in, acts, ins, masks, heads)
         ctx.save_for_backward(w_tau, a, wi, wr, *ws)
@@ -193,49 +169,33 @@ class DenseBPTT(torch.autograd.Function):
         n, mode, kind, p, mixed = ctx.spec
         xt, mem_in, mem_saved, h_in, acts, ins, masks, heads = ctx.saved
         w_tau, a, wi, wr, *ws = ctx.saved_tensors
-        f, last, steps = ctx.f, len(ws) - 1, len(h_in)
-        need = ctx.needs_input_grad
+        f, last, steps, need = ctx.f, len(ws) - 1, len(h_in), ctx.needs_input_grad
         t = ctx.ts.transpose(0, 1)
-        jac = update_jacobian(heads, t, n, mode, a)
-        dact = [_activation_jacobian(acts[k], masks[k], kind) if k > 0 else t for k in range(last + 1)]
-        lstm = _Lstm(mem_saved, n, g_c if g_c is not None else torch.zeros_like(h_in[0])) if mixed else None
-        w_h = ws[0][:, f:]
-        dh = g_h if g_h is not None else torch.zeros_like(h_in[0])
-        if g_seq is not None:
-            dh = dh + g_seq[:, -1]
-        dz_k: List[List[Tensor]] = [[] for _ in range(last + 1)]
-        dH: List[Tensor] = []
-        for i in range(steps - 1, -1, -1):
-            dH.append(dh)
-            dz = (dh.unsqueeze(1) * jac[i]).flatten(1)
-            dz_k[last].append(dz)
-            for k in range(last, 0, -1):
-                dz = dz.mm(ws[k]) * dact[k][i]
-                dz_k[k - 1].append(dz)
-            if lstm is None:
-                dh = _carry(g_seq, i, dz, w_h)
-            else:
-                dh = _carry(g_seq, i, lstm.step(i, dz.mm(w_h)), wr)
+        g, dh, dc = _start(ctx, g_seq, g_h, g_c, h_in[0])
+        dact = [_activation_jacobian(acts[k], masks[k], kind) for k in range(last)]
+        dz_k, dzm, dH, dh, dc = compiled(dense_backward)(
+            dh, dc, g, update_jacobian(heads, t, n, mode, a), dact, ws[1:], ws[0][:, f:].contiguous(), wr,
+            lstm_jacobian(mem_saved, n) if mixed else [], mode == 2)
         rows = [_rows(d[::-1]) for d in dz_k]
         x_rows = xt.flatten(0, 1)
         grads: List[Optional[Tensor]] = []
         for k in range(last + 1):
-            inp = torch.cat([x_rows, _rows(h_in)], 1) if k == 0 else _rows(ins[k])
+            inp = torch.cat([x_rows, _rows(h_in)], 1) if k == 0 else _rows(ins[k - 1])
             grads.extend(_weight_and_bias(rows[k], inp, need[10 + 2 * k], need[11 + 2 * k]))
         dx = rows[0].mm(ws[0][:, :f]) if need[1] else None
         g_wi = g_bi = g_wr = None
-        if lstm is not None:
-            g_wi, g_bi, g_wr = lstm.grads(need[7:10], x_rows, mem_in)
+        if mixed:
+            dzm_rows, g_wi, g_bi, g_wr = _lstm_grads(need[7:10], dzm, x_rows, mem_in)
             if dx is not None:
-                dx = dx + _rows(lstm.dz[::-1]).mm(wi)
+                dx = dx + dzm_rows.mm(wi)
         g_tau = g_a = None
         if mode == 2:
-            saved = torch.stack([torch.stack([s[j] for s in heads]) for j in range(2)])
-            g_tau, g_a = _pure_grads(need[5:7], dH, saved, t, a)
+            z, decay = (torch.stack([s[j] for s in heads]) for j in range(2))
+            g_tau, g_a = _pure_grads(need[5:7], dH, z, decay, t, a)
         if dx is not None:
             dx = dx.view(steps, -1, f).transpose(0, 1)
-        dc = lstm.dc if lstm is not None and need[3] else None
-        return (None, dx, dh if need[2] else None, dc, None, g_tau, g_a, g_wi, g_bi, g_wr, *grads)
+        return (None, dx, dh if need[2] else None, dc if mixed and need[3] else None, None, g_tau, g_a,
+                g_wi, g_bi, g_wr, *grads)
 
 
 class WiredBPTT(torch.autograd.Function):
@@ -248,36 +208,8 @@ class WiredBPTT(torch.autograd.Function):
     def forward(ctx: Any, spec: Tuple, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, w_tau: Tensor, a: Tensor,
                 wi: Tensor, bi: Tensor, wr: Tensor, s: Tensor, b: Tensor, w_rec: Tensor,
                 *blocks: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        n, mode, k, bounds, src, dst, mixed = spec
-        xt = x.transpose(0, 1).contiguous()
-        x_part = F.linear(xt, s, b)
-        m_part = F.linear(xt, wi, bi) if mixed else xt
-        offs = [k * o for o in bounds]
-        mem_in: List[Tensor] = []
-        mem_saved: List[List[Tensor]] = []
-        h_in: List[Tensor] = []
-        saved: List[List[List[Tensor]]] = [[] for _ in range(len(bounds) - 1)]  # [layer][step]
-        outs: List[Tensor] = []
-        for i in range(x.size(1)):
-            if mixed:
-                mem_in.append(h)
-                h, c, sv = lstm_forward(torch.addmm(m_part[i], h, wr.t()), c, n)
-                mem_saved.append(sv)
-            h_in.append(h)
-            pre = torch.addmm(x_part[i], h, w_rec)
-            news: List[Tensor] = []
-            for l in range(len(bounds) - 1):
-                lo, hi = bounds[l], bounds[l + 1]
-                z = pre[:, offs[l]: offs[l + 1]]
-                for j in range(len(blocks)):
-                    if dst[j] == l:
-                        z = torch.addmm(z, news[src[j]], blocks[j])
-                new, sv = update_forward(z, ts[:, i], hi - lo, mode, w_tau[lo:hi] if mode == 2 else w_tau,
-                                         a[lo:hi] if mode == 2 else a)
-                news.append(new)
-                saved[l].append(sv)
-            h = torch.cat(news, 1)
-            outs.append(h)
+        xt, (outs, h, c, h_in, mem_in, mem_saved, saved) = wired_run(
+            spec, x, h, c, ts, wired_loop_weights(spec[-1], [w_tau, a, wi, bi, wr, s, b, w_rec, *blocks]))
         ctx.spec, ctx.ts = spec, ts
         ctx.saved = (xt, mem_in, mem_saved, h_in, saved, outs)
         ctx.save_for_backward(w_tau, a, wi, wr, s, w_rec, *blocks)
@@ -292,28 +224,12 @@ class WiredBPTT(torch.autograd.Function):
         w_tau, a, wi, wr, s, w_rec, *blocks = ctx.saved_tensors
         layers, steps, need = len(bounds) - 1, len(h_in), ctx.needs_input_grad
         t = ctx.ts.transpose(0, 1)
+        g, dh, dc = _start(ctx, g_seq, g_h, g_c, h_in[0])
         jac = [update_jacobian(saved[l], t, bounds[l + 1] - bounds[l], mode,
                                a[bounds[l]: bounds[l + 1]] if mode == 2 else a) for l in range(layers)]
-        into = [[j for j in range(len(blocks)) if dst[j] == l] for l in range(layers)]
-        blocks_t = [blk.t() for blk in blocks]
-        lstm = _Lstm(mem_saved, n, g_c if g_c is not None else torch.zeros_like(h_in[0])) if mixed else None
-        w_rec_t = w_rec.t()
-        dh = g_h.clone() if g_h is not None else torch.zeros_like(h_in[0])
-        if g_seq is not None:
-            dh += g_seq[:, -1]
-        dZ: List[Tensor] = []
-        dH: List[Tensor] = []
-        for i in range(steps - 1, -1, -1):
-            dzs: List[Tensor] = [dh] * layers
-            for l in range(layers - 1, -1, -1):  # dh is fresh each step: block gradients add in place
-                dz = (dh[:, bounds[l]: bounds[l + 1]].unsqueeze(1) * jac[l][i]).flatten(1)
-                dzs[l] = dz
-                for j in into[l]:
-                    dh[:, bounds[src[j]]: bounds[src[j] + 1]].addmm_(dz, blocks_t[j])
-            dH.append(dh)
-            dz = torch.cat(dzs, 1)
-            dZ.append(dz)
-            dh = _carry(g_seq, i, dz, w_rec_t) if lstm is None else _carry(g_seq, i, lstm.step(i, dz.mm(w_rec_t)), wr)
+        dZ, dzm, dH, dh, dc = compiled(wired_backward)(
+            dh, dc, g, jac, [blk.t().contiguous() for blk in blocks], bounds, src, dst, w_rec.t().contiguous(), wr,
+            lstm_jacobian(mem_saved, n) if mixed else [], mode == 2)
         dz_rows, x_rows = _rows(dZ[::-1]), xt.flatten(0, 1)
         g_s, g_b = _weight_and_bias(dz_rows, x_rows, need[10], need[11])
         g_rec = _rows(h_in).t().mm(dz_rows) if need[12] else None
@@ -323,17 +239,16 @@ class WiredBPTT(torch.autograd.Function):
             for j in range(len(blocks))]
         dx = dz_rows.mm(s) if need[1] else None
         g_wi = g_bi = g_wr = None
-        if lstm is not None:
-            g_wi, g_bi, g_wr = lstm.grads(need[7:10], x_rows, mem_in)
+        if mixed:
+            dzm_rows, g_wi, g_bi, g_wr = _lstm_grads(need[7:10], dzm, x_rows, mem_in)
             if dx is not None:
-                dx = dx + _rows(lstm.dz[::-1]).mm(wi)
+                dx = dx + dzm_rows.mm(wi)
         g_tau = g_a = None
         if mode == 2:
-            zd = torch.stack([torch.cat([torch.stack([sv[j] for sv in saved[l]]) for l in range(layers)], 2)
-                              for j in range(2)])
-            g_tau, g_a = _pure_grads(need[5:7], dH, zd, t, a)
+            z, decay = (torch.cat([torch.stack([sv[j] for sv in saved[l]]) for l in range(layers)], 2)
+                        for j in range(2))
+            g_tau, g_a = _pure_grads(need[5:7], dH, z, decay, t, a)
         if dx is not None:
             dx = dx.view(steps, -1, xt.size(2)).transpose(0, 1)
-        dc = lstm.dc if lstm is not None and need[3] else None
-        return (None, dx, dh if need[2] else None, dc, None, g_tau, g_a, g_wi, g_bi, g_wr, g_s, g_b, g_rec,
-                *g_blocks)
+        return (None, dx, dh if need[2] else None, dc if mixed and need[3] else None, None, g_tau, g_a,
+                g_wi, g_bi, g_wr, g_s, g_b, g_rec, *g_blocks)

@@ -4,7 +4,7 @@ Everything here scripts with TorchScript. The hand-written backward of these upd
 ``drive.nn.cfc_bptt``; both must change together.
 """
 
-from typing import List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -128,9 +128,9 @@ class PreparedCache:
 
     def __init__(self) -> None:
         self.key: Optional[tuple] = None
-        self.value: List[Tensor] = []
+        self.value: Any = None
 
-    def get(self, module: nn.Module, build) -> List[Tensor]:
+    def get(self, module: nn.Module, build: Callable[[], Any]) -> Any:
         key = tuple((t.data_ptr(), t._version, t.dtype) for t in module.parameters()) + \
             tuple((t.data_ptr(), t._version) for t in module.buffers())
         if key != self.key:

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from drive.nn.cfc_bptt import WiredBPTT
+from drive.nn.cfc_bptt import WiredBPTT, wired_loop_weights, wired_run
 from drive.nn.cfc_cells import (MixedMemory, PreparedCache, cfc_update, check_config, check_hidden,
                                 check_sequence, lstm_update, needs_grad, register_pure)
 from drive.nn.wiring import Wiring, as_wiring
@@ -196,9 +196,6 @@ class WiredCfC(nn.Module):
     @torch.jit.unused
     def _eager(self, x: Tensor, state: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """Eager dispatch: hand-written BPTT when training, cached weights when no grad is needed."""
-        if not needs_grad(self, x, state):
-            with torch.no_grad():
-                return self._loop(x, state, ts, self._cache.get(self, self._prepare))
         if torch.is_autocast_enabled(x.device.type):  # the cell always runs in the module's dtype
             dtype = self.weight.dtype
             with torch.autocast(x.device.type, enabled=False):
@@ -209,6 +206,11 @@ class WiredCfC(nn.Module):
         h = state[:, :n].index_select(1, self.order)
         c = state[:, n:].index_select(1, self.order) if self.mixed_memory else state[:, n:]
         spec = (n, self.mode_id, self.heads, self.bounds, self.block_src, self.block_dst, self.mixed_memory)
+        if not needs_grad(self, x, state):
+            with torch.no_grad():
+                weights = self._cache.get(self, lambda: wired_loop_weights(self.mixed_memory, self._prepare()))
+                outs, h, c = wired_run(spec, x, h, c, ts, weights)[1][:3]
+                return torch.stack(outs, 1), h, c
         return WiredBPTT.apply(spec, x, h, c, ts, *self._prepare())
 
     def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
