@@ -17,10 +17,10 @@ elapsed time dt the activations are held at their values at the start of the ste
 input: exact for the sensory synapses, a zero-order hold for the recurrent ones) and the linear ODE
 is solved exactly::
 
-    v(t + dt) = e^{-a dt} v(t) + b dt phi(a dt),  phi(z) = (1 - e^{-z}) / z = -expm1(-z) / z, phi(0) = 1,
+    v(t + dt) = e^{-a dt} (v(t) - b/a) + b/a = lerp(I/G, v(t), e^{-G dt / cm})        (Corollary 1)
 
-which is Corollary 1's ``e^{-a dt} (v - b/a) + b/a`` rearranged so that a -> 0 is exact (v + b dt)
-and a dt >> 1 has no cancellation. ``substeps`` > 1 re-evaluates the recurrent activations within a
+where b/a = I/G is a conductance-weighted mean of reversal potentials (bounded, so nothing cancels
+as a -> 0; the leak conductance is clamped at 1e-30). ``substeps`` > 1 re-evaluates the recurrent activations within a
 step (sensory ones stay exact); the error to the true ODE shrinks as dt / substeps -> 0.
 
 ``approx`` (CfC paper Eq. 8 / Algorithm 1): no recursion in time; every neuron is the Eq. 8
@@ -187,9 +187,9 @@ def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, input_w: Tensor, inp
     return torch.addcmul(output_b, state[:, : output_w.size(0)], output_w), state
 
 
-def _synapse_index(adjacency: Any, rows: int) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+def _synapse_index(adjacency: Any, rows: int) -> Tuple[Tensor, Tensor, Tensor]:
     """Present synapses of a polarity matrix ``[rows, N]``: flat index ``[E]``, pre one-hot
-    ``[rows, E]`` and post one-hot ``[E, N]`` (float), and their count as a 0-d tensor."""
+    ``[rows, E]`` and post one-hot ``[E, N]`` (float)."""
     present = torch.as_tensor(adjacency).ne(0)
     pre, post = present.nonzero(as_tuple=True)
     n = present.shape[1]
@@ -197,7 +197,7 @@ def _synapse_index(adjacency: Any, rows: int) -> Tuple[Tensor, Tensor, Tensor, T
     pre_onehot[pre, torch.arange(pre.numel())] = 1.0
     post_onehot = torch.zeros(pre.numel(), n)
     post_onehot[torch.arange(pre.numel()), post] = 1.0
-    return pre * n + post, pre_onehot, post_onehot, torch.tensor(pre.numel())
+    return pre * n + post, pre_onehot, post_onehot
 
 
 class ClosedFormLTC(nn.Module):
@@ -235,7 +235,7 @@ class ClosedFormLTC(nn.Module):
         self.register_buffer("mask", polarity.abs())
         self.register_buffer("sensory_mask", sensory_polarity.abs())
         for prefix, adjacency, rows in (("syn", polarity, n), ("sens", sensory_polarity, f)):
-            flat, pre_onehot, post_onehot, _ = _synapse_index(adjacency, rows)
+            flat, pre_onehot, post_onehot = _synapse_index(adjacency, rows)
             self.register_buffer(prefix + "_flat", flat, persistent=False)
             self.register_buffer(prefix + "_pre_onehot", pre_onehot, persistent=False)
             self.register_buffer(prefix + "_post_onehot", post_onehot, persistent=False)
