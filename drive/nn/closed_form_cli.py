@@ -138,7 +138,8 @@ def convert_checkpoint(ckpt: PathLike, method: str, out: PathLike, recordings: O
     the fidelity report to ``<out>.fidelity.json`` / ``.md``; returns the report.
 
     ``recordings``: test recordings for the open-loop comparison (None: record ``sim_minutes`` on
-    the world's test split); ``km`` > 0: drive both policies closed loop (world ``seed``).
+    the world's test split); ``km`` > 0: drive both policies closed loop (world ``seed``);
+    ``threads``: torch CPU threads while timing (0: leave as is; restored afterwards).
     """
     from drive.policy_io import load_policy, save_policy
     from drive.preprocess import Preprocessing
@@ -154,8 +155,6 @@ def convert_checkpoint(ckpt: PathLike, method: str, out: PathLike, recordings: O
                                                  "source_family": meta["family"]}})
     report: Dict[str, Any] = {"source": str(ckpt), "converted": str(out), "method": method, "substeps": substeps,
                               "ode_unfolds": int(policy.rnn.ode_unfolds), "family": family}
-    if threads > 0:
-        torch.set_num_threads(threads)
     preprocessing = Preprocessing.from_dict(meta["preprocessing"])
     with tempfile.TemporaryDirectory() as tmp:
         if not recordings:
@@ -165,10 +164,15 @@ def convert_checkpoint(ckpt: PathLike, method: str, out: PathLike, recordings: O
                                   recording_minutes=sim_minutes)
             report["recordings_source"] = f"built-in world, test split, seed {seed}, {sim_minutes} min"
         report["open_loop"] = open_loop_fidelity(policy, converted, preprocessing, list(recordings))
-    speed = rnn_speed({"ode": policy.rnn, "closed_form": converted.rnn}, rounds=rounds)
-    report["speed"] = {"threads": torch.get_num_threads(), **speed,
-                       "forward_speedup": speed["ode"]["forward_ms"] / speed["closed_form"]["forward_ms"],
-                       "step_speedup": speed["ode"]["step_ms"] / speed["closed_form"]["step_ms"]}
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads if threads > 0 else previous_threads)
+    try:
+        speed = rnn_speed({"ode": policy.rnn, "closed_form": converted.rnn}, rounds=rounds)
+        report["speed"] = {"threads": torch.get_num_threads(), **speed,
+                           "forward_speedup": speed["ode"]["forward_ms"] / speed["closed_form"]["forward_ms"],
+                           "step_speedup": speed["ode"]["step_ms"] / speed["closed_form"]["step_ms"]}
+    finally:
+        torch.set_num_threads(previous_threads)
     if km > 0:
         report["closed_loop"] = {"km": km, "seed": seed, "ode": _closed_loop(policy, meta, km, seed),
                                  "closed_form": _closed_loop(converted, meta, km, seed)}
