@@ -140,7 +140,7 @@ class CfC(nn.Module):
         spec = (n, self.mode_id, self.activation_id, self.dropout if self.training else 0.0, self.mixed_memory)
         if not needs_grad(self, x, state):
             with torch.no_grad():
-                weights = self._cache.get(self, lambda: dense_loop_weights(self.input_size, self.mixed_memory,
+                weights = self._cache.get(self, "loop", lambda: dense_loop_weights(self.input_size, self.mixed_memory,
                                                                            self._prepare()))
                 outs, h, c = dense_run(spec, x, h, c, ts, weights)[1][:3]
                 return torch.stack(outs, 1), h, c

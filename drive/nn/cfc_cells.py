@@ -4,7 +4,7 @@ Everything here scripts with TorchScript. The hand-written backward of these upd
 ``drive.nn.cfc_bptt``; both must change together.
 """
 
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -55,18 +55,22 @@ def lstm_update(z: Tensor, c: Tensor, n: int) -> Tuple[Tensor, Tensor]:
 
 
 def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int) -> Tensor:
-    """Validate x [B, L, F] and timespans [B, L]; return elapsed time as [B, L, 1] fp32."""
+    """Validate x [B, L, F] and timespans [B, L]; return elapsed time as [B, L, 1] fp32.
+
+    One host sync on the happy path: ``log(t)`` is finite exactly when t is finite and > 0."""
     if x.dim() != 3 or x.size(2) != input_size:
         raise ValueError("expected input [B, L, " + str(input_size) + "], got " + str(x.shape))
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("input contains NaN or inf")
     b, steps = x.size(0), x.size(1)
     if timespans is None:
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError("input contains NaN or inf")
         return torch.ones(1, 1, 1, dtype=x.dtype, device=x.device).expand(b, steps, 1)
     if timespans.dim() != 2 or timespans.size(0) != b or timespans.size(1) != steps:
         raise ValueError("expected timespans [B, L] = [" + str(b) + ", " + str(steps) + "], got "
                          + str(timespans.shape))
-    if not bool(((timespans > 0) & torch.isfinite(timespans)).all()):
+    if not bool(torch.isfinite(x).all() & torch.isfinite(torch.log(timespans)).all()):
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError("input contains NaN or inf")
         raise ValueError("timespans (elapsed seconds) must be finite and > 0")
     return timespans.to(x.dtype).unsqueeze(2)
 
@@ -123,16 +127,27 @@ class MixedMemory(nn.Module):
 
 class PreparedCache:
     """Eager-only cache of a module's prepared (masked, signed, scaled, reordered) weights for calls
-    that need no gradient; keyed on every parameter's and buffer's storage, version, device and
-    dtype, so an optimizer step, ``load_state_dict`` or ``.to()`` invalidates it."""
+    that need no gradient; keyed on every parameter's and buffer's storage, version and dtype, so an
+    optimizer step, ``load_state_dict`` or ``.to()`` invalidates it. Holds several named forms."""
 
     def __init__(self) -> None:
         self.key: Optional[tuple] = None
-        self.value: Any = None
+        self.values: Dict[str, Any] = {}
 
-    def get(self, module: nn.Module, build: Callable[[], Any]) -> Any:
-        key = tuple((t.data_ptr(), t._version, t.dtype) for t in module.parameters()) + \
-            tuple((t.data_ptr(), t._version) for t in module.buffers())
+    def get(self, module: nn.Module, name: str, build: Callable[[], Any]) -> Any:
+        key = tuple((v.data_ptr(), v._version, v.dtype) for v in _tensors(module, []))
         if key != self.key:
-            self.value, self.key = build(), key
-        return self.value
+            self.values, self.key = {}, key
+        if name not in self.values:
+            self.values[name] = build()
+        return self.values[name]
+
+
+def _tensors(module: nn.Module, out: List[Tensor]) -> List[Tensor]:
+    """Every parameter and buffer of module and its children (a cheap ``parameters()``/``buffers()``)."""
+    out.extend(v for v in module._parameters.values() if v is not None)
+    out.extend(v for v in module._buffers.values() if v is not None)
+    for child in module._modules.values():
+        if child is not None:
+            _tensors(child, out)
+    return out

@@ -208,7 +208,7 @@ class WiredCfC(nn.Module):
         spec = (n, self.mode_id, self.heads, self.bounds, self.block_src, self.block_dst, self.mixed_memory)
         if not needs_grad(self, x, state):
             with torch.no_grad():
-                weights = self._cache.get(self, lambda: wired_loop_weights(self.mixed_memory, self._prepare()))
+                weights = self._cache.get(self, "loop", lambda: wired_loop_weights(self.mixed_memory, self._prepare()))
                 outs, h, c = wired_run(spec, x, h, c, ts, weights)[1][:3]
                 return torch.stack(outs, 1), h, c
         return WiredBPTT.apply(spec, x, h, c, ts, *self._prepare())
