@@ -134,3 +134,37 @@ def test_udacity_real_interpolated_csv(tmp_path):
     (rec,) = read_logs(str(tmp_path))
     np.testing.assert_allclose(rec.log["curvature"], np.tan(0.5 * np.arange(4) / 14.8) / 2.85)
     np.testing.assert_allclose(np.diff(rec.log["timestamp_s"]), 0.05, atol=1e-6)
+
+
+def test_donkeycar_tub_skips_deleted_records(tmp_path):
+    import json
+    (tmp_path / "images").mkdir()
+    records = []
+    for i in range(5):
+        name = f"{i}_cam_image_array_.jpg"
+        cv2.imwrite(str(tmp_path / "images" / name), _img(i))
+        records.append(json.dumps({"_index": i, "_timestamp_ms": 1600000000000 + 50 * i,
+                                   "cam/image_array": name, "user/angle": 0.2 * i - 0.4, "user/throttle": 0.3}))
+    (tmp_path / "catalog_0.catalog").write_text("\n".join(records) + "\n")
+    manifest = ['["cam/image_array", "user/angle", "user/throttle"]', '["image_array", "float", "float"]', "{}",
+                "{}", json.dumps({"paths": ["catalog_0.catalog"], "current_index": 5, "deleted_indexes": [2]})]
+    (tmp_path / "manifest.json").write_text("\n".join(manifest) + "\n")
+    assert detect_format(tmp_path) == "donkeycar"
+    (rec,) = read_logs(str(tmp_path))
+    angle = np.array([-0.4, -0.2, 0.2, 0.4])  # record 2 deleted; +1 = full right in Donkeycar
+    np.testing.assert_allclose(rec.log["curvature"], -np.tan(angle * math.radians(25.0)) / 0.26)
+    np.testing.assert_allclose(rec.log["timestamp_s"] - 1600000000.0, [0.0, 0.05, 0.15, 0.2], atol=1e-6)
+    assert [_index_of(rec.frame(i)) for i in range(4)] == [0, 1, 3, 4]
+
+
+def test_dave2_data_txt_with_timestamps(tmp_path):
+    (tmp_path / "data").mkdir()
+    lines = []
+    for i in range(4):
+        cv2.imwrite(str(tmp_path / "data" / f"{i}.jpg"), _img(i))
+        lines.append(f"{i}.jpg {15.0 * i:.6f},2018-07-01 17:09:44:{100 + 50 * i:03d}")
+    (tmp_path / "data.txt").write_text("\n".join(lines) + "\n")
+    (rec,) = read_logs(str(tmp_path))
+    assert rec.meta.source.startswith("dave2:")
+    np.testing.assert_allclose(rec.log["curvature"], -np.tan(np.radians(15.0 * np.arange(4)) / 15.0) / 2.7)
+    np.testing.assert_allclose(np.diff(rec.log["timestamp_s"]), 0.05, atol=1e-6)

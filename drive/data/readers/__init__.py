@@ -6,6 +6,8 @@ format         what the user points at                                      stee
 canonical      a recording directory (meta.json, log.csv, frames/ | video)   curvature 1/m
 udacity_sim    ``driving_log.csv`` or its folder                             normalized x 25 deg, + = right
 udacity_real   ``interpolated.csv`` or its folder                            steering-wheel rad / 14.8
+donkeycar      a Donkeycar tub v2 (manifest.json, catalog_*.catalog)         normalized x 25 deg, + = right
+dave2          ``data.txt`` (``<image> <angle>[,<time>]``) or its folder       steering-wheel deg / 15, + = right
 hdf5           an NCP ``.h5`` drive (camera_front, inverse_r, timestamp)     curvature 1/m
 video          an ``.mp4``/``.avi`` with a timestamped CSV beside it          named in options
 folder         an image folder with one CSV (or the CSV itself)              named in options
@@ -21,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from drive.data.errors import DataError, Problems
-from drive.data.readers import canonical, folder_csv, hdf5_ncp, udacity_real, udacity_sim, video_csv
+from drive.data.readers import canonical, dave2, donkeycar, folder_csv, hdf5_ncp, udacity_real, udacity_sim, video_csv
 from drive.data.readers.base import ReaderOptions
 from drive.recording import Recording
 
@@ -32,6 +34,8 @@ FORMATS: Dict[str, Tuple[Callable[[Path], bool], Callable[..., List[Recording]]]
     "canonical": (canonical.detect, canonical.read),
     "udacity_sim": (udacity_sim.detect, udacity_sim.read),
     "udacity_real": (udacity_real.detect, udacity_real.read),
+    "donkeycar": (donkeycar.detect, donkeycar.read),
+    "dave2": (dave2.detect, dave2.read),
     "hdf5": (hdf5_ncp.detect, hdf5_ncp.read),
     "video": (video_csv.detect, video_csv.read),
     "folder": (folder_csv.detect, folder_csv.read),

@@ -38,9 +38,10 @@ class ReaderOptions:
             Udacity simulator, steering-wheel radians for the Udacity car).
         image_column, timestamp_column, steering_column, speed_column: CSV column names (or
             0-based indices as strings for headerless files).
-        time_unit: timestamps in s | ms | us | ns.
-        speed_unit: mps | kph | mph.
-        speed_mps: speed assumed when the log has none.
+        time_unit: timestamps in s | ms | us | ns (default: the format's own, else s).
+        speed_unit: mps | kph | mph (default: the format's own, else mps).
+        speed_mps: speed assumed when the log has none (default 8.33 m/s = 30 km/h; 2 m/s for
+            Donkeycar's 1/10-scale cars).
         fps: frame rate when the log has no timestamps (frames at i / fps).
         camera: camera calibration (``CameraCalibration`` fields) for logs that carry none; needed
             by viewpoint synthesis.
@@ -56,9 +57,9 @@ class ReaderOptions:
     timestamp_column: Optional[str] = None
     steering_column: Optional[str] = None
     speed_column: Optional[str] = None
-    time_unit: str = "s"
-    speed_unit: str = "mps"
-    speed_mps: float = 8.33
+    time_unit: Optional[str] = None
+    speed_unit: Optional[str] = None
+    speed_mps: Optional[float] = None
     fps: Optional[float] = None
     camera: Optional[Dict[str, float]] = None
     side_cameras: bool = False
@@ -76,6 +77,11 @@ class ReaderOptions:
             raise ValueError(f"unknown reader option(s) {sorted(unknown)}; "
                              f"known: {[f.name for f in dataclasses.fields(cls)]}")
         return cls(**d)
+
+    def units(self, time: str = "s", speed: str = "mps", speed_mps: float = 8.33) -> Tuple[str, str, float]:
+        """(time unit, speed unit, assumed speed) with the format's defaults for unset options."""
+        return (self.time_unit or time, self.speed_unit or speed,
+                float(self.speed_mps if self.speed_mps is not None else speed_mps))
 
     def label_spec(self, **defaults: Any) -> LabelSpec:
         return LabelSpec.from_any(self.label, **defaults)

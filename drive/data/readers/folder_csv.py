@@ -61,6 +61,7 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         problems.report(str(csv_path), None, "empty", "no data rows")
         return []
     header = table.header
+    time_unit, speed_unit, speed_mps = options.units()
     steer = _pick(header, options.steering_column, list(_STEER_NAMES), "steering", True)
     default_unit = _STEER_NAMES.get(steer)
     if options.label is None and default_unit is None:
@@ -70,14 +71,14 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     curvature = to_curvature_per_m(rows_as_float(table, table.column_index(steer, "steering")), spec)
     time_col = _pick(header, options.timestamp_column, _TIME_NAMES, "timestamp", False)
     if time_col is not None:
-        timestamps = time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp")), options.time_unit)
+        timestamps = time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp")), time_unit)
     elif options.fps:
         timestamps = np.arange(len(table)) / float(options.fps)
     else:
         raise ValueError(f"{csv_path}: no timestamp column (tried {_TIME_NAMES}); name one or set fps")
     speed_col = _pick(header, options.speed_column, _SPEED_NAMES, "speed", False)
-    speed = (speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), options.speed_unit)
-             if speed_col is not None else np.full(len(table), options.speed_mps))
+    speed = (speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), speed_unit)
+             if speed_col is not None else np.full(len(table), speed_mps))
     image_col = _pick(header, options.image_column, ("image", "filename", "frame_file", "path"), "image", False)
     if image_col is not None:
         paths, keep = resolve_images(table, table.column_index(image_col, "image"), base, problems)

@@ -64,11 +64,12 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         if cam.ndim != 4 or cam.shape[3] != 3 or cam.dtype != np.uint8:
             problems.report(str(path), None, "bad_frames", f"camera_front must be uint8 [N,H,W,3], got {cam.dtype} {cam.shape}")
             return []
+        time_unit, speed_unit, speed_mps = options.units()
         curv = to_curvature_per_m(np.asarray(f["inverse_r"], dtype=np.float64).reshape(-1),
                                   options.label_spec(unit="curvature_per_m"))
-        t = time_to_s(np.asarray(f["timestamp"], dtype=np.float64).reshape(-1), options.time_unit)
-        speed = (speed_to_mps(np.asarray(f["speed"], dtype=np.float64).reshape(-1), options.speed_unit)
-                 if "speed" in f else np.full(len(curv), options.speed_mps))
+        t = time_to_s(np.asarray(f["timestamp"], dtype=np.float64).reshape(-1), time_unit)
+        speed = (speed_to_mps(np.asarray(f["speed"], dtype=np.float64).reshape(-1), speed_unit)
+                 if "speed" in f else np.full(len(curv), speed_mps))
         n_frames, height, width = cam.shape[0], cam.shape[1], cam.shape[2]
     lengths = {"camera_front": n_frames, "inverse_r": len(curv), "timestamp": len(t), "speed": len(speed)}
     n = min(lengths.values())

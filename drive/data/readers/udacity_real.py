@@ -37,6 +37,7 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         problems.report(str(log_path), None, "empty", "no data rows")
         return []
     spec = options.label_spec(**LABEL_DEFAULTS)
+    time_unit, speed_unit, _ = options.units(time="ns")
     frame_ids = table.column(table.column_index("frame_id", "frame_id"))
     cameras = [("center_camera", 0.0)]
     if options.side_cameras:
@@ -48,10 +49,9 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         if len(sub) == 0:
             problems.report(str(log_path), None, "empty", f"no rows for {camera}")
             continue
-        t = time_to_s(rows_as_float(sub, sub.column_index("timestamp", "timestamp")),
-                      "ns" if options.time_unit == "s" else options.time_unit)
+        t = time_to_s(rows_as_float(sub, sub.column_index("timestamp", "timestamp")), time_unit)
         angle = rows_as_float(sub, sub.column_index("angle", "angle"))
-        speed = speed_to_mps(rows_as_float(sub, sub.column_index("speed", "speed")), options.speed_unit)
+        speed = speed_to_mps(rows_as_float(sub, sub.column_index("speed", "speed")), speed_unit)
         paths, keep = resolve_images(sub, sub.column_index("filename", "filename"), log_path.parent, problems)
         log = {"timestamp_s": t, "curvature": to_curvature_per_m(angle + offset, spec), "speed_mps": speed}
         meta = {"source": f"udacity_real:{log_path}:{camera}", "camera": options.calibration(),

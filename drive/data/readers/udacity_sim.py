@@ -55,7 +55,7 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         raise ValueError(f"{log_path}: expected columns {COLUMNS}, got {len(table.rows[0])} fields")
     spec = options.label_spec(**LABEL_DEFAULTS)
     steering = rows_as_float(table, 3)
-    speed = speed_to_mps(rows_as_float(table, 6), "mph" if options.speed_unit == "mps" else options.speed_unit)
+    speed = speed_to_mps(rows_as_float(table, 6), options.units(speed="mph")[1])
     names = table.column(0)
     stamps = [timestamp_from_name(n) for n in names]
     if all(s is not None for s in stamps):

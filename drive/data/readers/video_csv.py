@@ -62,17 +62,18 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         problems.report(str(csv_path), None, "empty", "need at least two timestamped label rows to interpolate")
         return []
     header = table.header
+    time_unit, speed_unit, speed_mps = options.units()
     time_col = _pick(header, options.timestamp_column, _TIME_NAMES, "timestamp", True)
     steer = _pick(header, options.steering_column, list(_STEER_NAMES), "steering", True)
     default_unit = _STEER_NAMES.get(steer)
     if options.label is None and default_unit is None:
         raise ValueError(f"{csv_path}: the unit of steering column {steer!r} is ambiguous; set label: {{unit: ...}}")
     spec = options.label_spec(**({"unit": default_unit} if default_unit else {}))
-    t = time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp")), options.time_unit)
+    t = time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp")), time_unit)
     curv = to_curvature_per_m(rows_as_float(table, table.column_index(steer, "steering")), spec)
     speed_col = _pick(header, options.speed_column, _SPEED_NAMES, "speed", False)
-    speed = (speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), options.speed_unit)
-             if speed_col is not None else np.full(len(table), options.speed_mps))
+    speed = (speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), speed_unit)
+             if speed_col is not None else np.full(len(table), speed_mps))
     # Validate the label samples themselves (bad rows named by CSV line), then interpolate.
     labels = build_recording(file=str(csv_path), rows=np.asarray(table.lines),
                              log={"timestamp_s": t, "curvature": curv, "speed_mps": speed},
