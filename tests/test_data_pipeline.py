@@ -3,7 +3,6 @@ import math
 import os
 
 import numpy as np
-import pytest
 import torch
 from torchvision.transforms.v2 import functional as TF
 

@@ -31,7 +31,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.readers.base import SubsetFrames
 from drive.preprocess import Preprocessing
-from drive.recording import ImageFiles, Recording, RecordingError, VideoFrames
+from drive.recording import ImageFiles, Recording, RecordingError
 
 __all__ = ["CachedRecording", "build_cache", "cache_recordings", "fingerprint", "decode_frame", "frame_files",
            "iter_decoded", "source_to_model", "display_name"]

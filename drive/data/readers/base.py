@@ -189,10 +189,6 @@ class SubsetFrames:
     def read(self, index: int) -> np.ndarray:
         return self.source.read(int(self.indices[index]))
 
-    @property
-    def paths(self) -> List[Path]:  # image files, for messages (only when the source has them)
-        return [self.source.paths[i] for i in self.indices]  # type: ignore[attr-defined]
-
 
 def estimate_fps(timestamps_s: np.ndarray, default: float = 10.0) -> float:
     """Median frame rate of strictly increasing timestamps (``default`` for fewer than 2)."""
