@@ -120,3 +120,13 @@ def test_datamodule_batch_contract_with_two_workers(tmp_path):
     val = next(iter(dm.val_dataloader()))
     assert val["mask"][:, :2].all() and not val["mask"][:, 2:].any() and val["reset"].all()
     assert (val["weight"][:, 2:] == 0).all()
+
+
+def test_interrupted_cache_build_is_rebuilt(tmp_path):
+    path = _write(tmp_path, "a", np.arange(6) * 0.1)
+    pre = Preprocessing(size=(12, 16))
+    cached = build_cache(read_logs(str(path))[0], pre, tmp_path / "c")
+    (cached.directory / "frames.npy").unlink()  # as if the build died between the two renames
+    (cached.directory / "frames.999.tmp.npy").write_bytes(b"partial")
+    again = build_cache(read_logs(str(path))[0], pre, tmp_path / "c")
+    assert again.frames.shape == (6, 3, 12, 16) and not list(again.directory.glob("*.tmp.*"))

@@ -185,7 +185,8 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
     if index_path.is_file():
         try:
             info = json.loads(index_path.read_text())
-            if info.get("fingerprint") == key:
+            complete = (directory / "frames.npy").is_file() and (directory / "index.npz").is_file()
+            if info.get("fingerprint") == key and complete:
                 for p in info.get("problems", []):
                     problems.report(p["file"], p["row"], p["kind"], p["message"])
                 return CachedRecording(directory)
@@ -193,6 +194,8 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
             pass
     directory.mkdir(parents=True, exist_ok=True)
     index_path.unlink(missing_ok=True)
+    for stale in directory.glob("*.tmp.*"):  # left by an interrupted build
+        stale.unlink(missing_ok=True)
     local = Problems(problems.on_error)
     n = len(rec)
     h, w = preprocessing.size
