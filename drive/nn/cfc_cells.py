@@ -134,6 +134,12 @@ class PreparedCache:
         self.key: Optional[tuple] = None
         self.values: Dict[str, Any] = {}
 
+    def __getstate__(self) -> dict:  # pickling / deepcopy of the module carries no cached tensors
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
     def get(self, module: nn.Module, name: str, build: Callable[[], Any]) -> Any:
         key = tuple((v.data_ptr(), v._version, v.dtype) for v in _tensors(module, []))
         if key != self.key:
