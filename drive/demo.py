@@ -84,6 +84,7 @@ class _Stages:
     def __init__(self, out: Path, total: int) -> None:
         self.out, self.total, self.index = out, total, 0
         self.key = ""  # chained: a stage's key covers its own settings and every upstream key
+        self.dirty = False  # once a stage runs, every later stage runs too (its inputs changed)
         self.started = time.perf_counter()
         (out / "stages").mkdir(parents=True, exist_ok=True)
 
@@ -92,12 +93,13 @@ class _Stages:
         self.key = hashlib.sha256(json.dumps([self.key, name, settings], sort_keys=True).encode()).hexdigest()[:16]
         stamp = self.out / "stages" / f"{name}.json"
         prefix = f"[{self.index}/{self.total}] {name}"
-        if stamp.is_file():
+        if stamp.is_file() and not self.dirty:
             saved = json.loads(stamp.read_text())
             if saved.get("key") == self.key and all(Path(p).exists() for p in saved.get("outputs", [])):
                 print(f"{prefix}: done before with the same settings, skipped", flush=True)
                 return saved["result"]
         print(f"{prefix} ...", flush=True)
+        self.dirty = True
         t0 = time.perf_counter()
         result = fn()
         result["seconds"] = round(time.perf_counter() - t0, 1)
