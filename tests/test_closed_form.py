@@ -207,4 +207,5 @@ def test_autocast_keeps_the_closed_form_in_fp32() -> None:
             y1, h1 = m.step(x[:, 0], m.initial_state(2), torch.ones(2))
         assert y.dtype == h.dtype == y1.dtype == torch.float32
         torch.testing.assert_close(y, m(x)[0], rtol=0, atol=0)
-        torch.testing.assert_close(y1, m(x[:, :1])[0][:, 0], rtol=0, atol=0)
+        # forward folds the shared dt into its constants, step scales per row: equal up to rounding
+        torch.testing.assert_close(y1, m(x[:, :1])[0][:, 0], rtol=0, atol=1e-6)

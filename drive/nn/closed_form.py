@@ -50,6 +50,7 @@ storage), so a batch-1 ``step`` runs about twenty small ops.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -90,17 +91,22 @@ def eq8_state(x0: Tensor, g: Tensor, i: Tensor, gc: Tensor, ic: Tensor, neg_t_ov
 
 
 @torch.jit.script
-def exact_update(v: Tensor, base: Tensor, neg_h_over_cm: Tensor, pre_sigma: Tensor, neg_sigma_mu: Tensor,
+def exact_update(v: Tensor, base: Tensor, neg_h_over_cm: Optional[Tensor], pre_sigma: Tensor, neg_sigma_mu: Tensor,
                  q: Tensor, substeps: int) -> Tensor:
     """One step of Corollary 1 on the E present synapses, recurrent activations re-evaluated
     ``substeps`` times. v ``[B, N]``; base ``[B, 2N]`` leak + sensory [conductance | current];
-    ``-h / cm`` ``[B, N]`` (h = dt / substeps); synapse e (pre i -> post j) enters through
-    pre_sigma ``[N, E]`` (sigma_e in row i), neg_sigma_mu ``[E]`` and q ``[E, 2N]`` (w_e in column j,
-    w_e erev_e in column N + j)."""
+    synapse e (pre i -> post j) enters through pre_sigma ``[N, E]`` (sigma_e in row i),
+    neg_sigma_mu ``[E]`` and q ``[E, 2N]`` (w_e in column j, w_e erev_e in column N + j).
+    ``neg_h_over_cm = -h / cm`` ``[B, N]`` (h = dt / substeps); None: base and q are already scaled
+    by ``-h / cm`` (a dt shared by all rows), so [G | I] arrive as [-G h/cm | -I h/cm], whose
+    ratio is still I / G: one multiplication fewer per evaluation."""
     for _ in range(substeps):
-        s = torch.sigmoid(torch.addmm(neg_sigma_mu, v, pre_sigma))
+        s = torch.addmm(neg_sigma_mu, v, pre_sigma).sigmoid_()
         g, i = torch.addmm(base, s, q).chunk(2, 1)
-        v = exact_step(v, g, i, neg_h_over_cm)
+        if neg_h_over_cm is None:
+            v = torch.lerp(i / g, v, torch.exp(g))
+        else:
+            v = exact_step(v, g, i, neg_h_over_cm)
     return v
 
 
@@ -110,20 +116,26 @@ def approx_update(v: Tensor, x0: Tensor, elapsed: Tensor, base: Tensor, base_c: 
     """Eq. 8 at ``elapsed`` ``[B, 1]`` seconds since x0 ``[B, N]``, recurrent presynaptic signals v
     ``[B, N]``; base / base_c ``[B, 2N]`` leak + sensory [G | I] and complement-weighted [G c | I c];
     ``-1 / cm`` ``[N]``; synapses as in :func:`exact_update`."""
-    s = torch.sigmoid(torch.addmm(neg_sigma_mu, v, pre_sigma))
+    s = torch.addmm(neg_sigma_mu, v, pre_sigma).sigmoid_()
     g, i = torch.addmm(base, s, q).chunk(2, 1)
     gc, ic = torch.addmm(base_c, s - s * s, q).chunk(2, 1)
     return eq8_state(x0, g, i, gc, ic, elapsed * neg_inv_cm)
 
 
 @torch.jit.script
-def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Tensor, pre_sigma: Tensor, neg_sigma_mu: Tensor,
-                   q: Tensor, substeps: int) -> Tensor:
-    """:func:`exact_update` over gi0 ``[L, B, 2N]`` and ``-h / cm`` ``[L, B, N]`` -> states ``[L, B, N]``."""
+def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_sigma: Tensor,
+                   neg_sigma_mu: Tensor, q: Tensor, substeps: int) -> Tensor:
+    """:func:`exact_update` over gi0 ``[L, B, 2N]`` with ``-h / cm`` ``[L, B, N]`` (or None: gi0 and q
+    pre-scaled) -> states ``[L, B, N]``."""
     states: List[Tensor] = []
-    for base, nh in zip(gi0.unbind(0), neg_h_over_cm.unbind(0)):
-        v = exact_update(v, base, nh, pre_sigma, neg_sigma_mu, q, substeps)
-        states.append(v)
+    if neg_h_over_cm is None:
+        for base in gi0.unbind(0):
+            v = exact_update(v, base, None, pre_sigma, neg_sigma_mu, q, substeps)
+            states.append(v)
+    else:
+        for base, nh in zip(gi0.unbind(0), neg_h_over_cm.unbind(0)):
+            v = exact_update(v, base, nh, pre_sigma, neg_sigma_mu, q, substeps)
+            states.append(v)
     return torch.stack(states)
 
 
@@ -143,48 +155,79 @@ def approx_sequence(v: Tensor, x0: Tensor, elapsed: Tensor, gi0: Tensor, gic0: T
 
 
 @torch.jit.script
-def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Tensor, input_w: Tensor, input_b: Tensor,
-                         c: List[Tensor], output_w: Tensor, output_b: Tensor, exact: bool,
-                         substeps: int) -> Tuple[Tensor, Tensor]:
-    """Either method over a sequence: x ``[B, L, F]``, hidden ``[B, H]``, timespans ``[B, L]``
-    seconds, c = :meth:`ClosedFormLTC._derive` -> (y ``[B, L, M]``, hidden ``[B, H]``).
+def input_error(x: Tensor, times: Optional[Tensor]) -> Tuple[int, float]:
+    """Validation with two reductions: (0 ok | 1 non-finite x | 2 times not finite and > 0, the
+    shared value of ``times`` or -1.0 if it varies; None counts as 1.0). x's sum is accumulated in
+    float64, so a finite fp32 input cannot overflow it."""
+    if x.dtype == torch.float64:
+        finite = bool(torch.isfinite(x).all())
+    else:
+        finite = math.isfinite(float(x.sum(dtype=torch.float64)))
+    if not finite:
+        return 1, -1.0
+    if times is None:
+        return 0, 1.0
+    lo, hi = torch.aminmax(times)
+    low, high = float(lo), float(hi)
+    if not (low > 0.0 and high < math.inf):
+        return 2, -1.0
+    return 0, low if low == high else -1.0
 
-    The input-only terms (leak + sensory [G | I]) are computed for all steps at once, time-major."""
+
+@torch.jit.script
+def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor], c: List[Tensor],
+                         output_w: Tensor, output_b: Tensor, exact: bool, substeps: int) -> Tuple[Tensor, Tensor, int]:
+    """Either method over a sequence: x ``[B, L, F]``, hidden ``[B, H]``, timespans ``[B, L]``
+    seconds or None (1.0), c = :meth:`ClosedFormLTC._derive` -> (y ``[B, L, M]``, hidden ``[B, H]``,
+    error code of :func:`input_error`; the outputs are meaningless unless it is 0).
+
+    The input-only terms (leak + sensory [G | I], the input map folded into the sensory constants)
+    are one matmul, one sigmoid and one matmul for all steps at once, time-major. With one dt for
+    all rows and steps (>= 1 us) the exact kernel runs on constants pre-scaled by -h / cm."""
+    error, shared = input_error(x, timespans)
     batch, length, features = x.size(0), x.size(1), x.size(2)
-    n = c[7].size(0)
-    u = torch.addcmul(input_b, x.transpose(0, 1), input_w).reshape(length * batch, features)
-    s = torch.sigmoid(torch.addmm(c[1], u, c[0]))
+    n = c[8].size(0)
+    s = torch.addmm(c[1], x.transpose(0, 1).reshape(length * batch, features), c[0]).sigmoid_()
+    if exact and shared >= 1e-6:
+        scale = c[7] * (shared / float(substeps))
+        gi0 = torch.addmm(c[6] * scale, s, c[2] * scale).view(length, batch, 2 * n)
+        states = exact_sequence(hidden, gi0, None, c[3], c[4], c[5] * scale, substeps)
+        return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), states[-1], error
     gi0 = torch.addmm(c[6], s, c[2]).view(length, batch, 2 * n)
-    dt = timespans.transpose(0, 1).unsqueeze(2).to(x.dtype)
+    if timespans is None:
+        dt = torch.ones(length, batch, 1, dtype=x.dtype, device=x.device)
+    else:
+        dt = timespans.transpose(0, 1).unsqueeze(2).to(x.dtype)
     if exact:
-        states = exact_sequence(hidden, gi0, dt * (c[7] / float(substeps)), c[3], c[4], c[5], substeps)
+        states = exact_sequence(hidden, gi0, dt * (c[8] / float(substeps)), c[3], c[4], c[5], substeps)
         last = states[-1]
     else:
         gic0 = gi0 - torch.mm(s * s, c[2]).view(length, batch, 2 * n)
         x0 = hidden[:, n : 2 * n]
-        states, times = approx_sequence(hidden[:, :n], x0, hidden[:, 2 * n :], gi0, gic0, dt, c[7], c[3], c[4], c[5])
+        states, times = approx_sequence(hidden[:, :n], x0, hidden[:, 2 * n :], gi0, gic0, dt, c[8], c[3], c[4], c[5])
         last = torch.cat([states[-1], x0, times[-1]], dim=1)
-    y = torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w)
-    return y.transpose(0, 1), last
+    return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), last, error
 
 
 @torch.jit.script
-def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, input_w: Tensor, input_b: Tensor, c: List[Tensor],
-                     output_w: Tensor, output_b: Tensor, exact: bool, substeps: int) -> Tuple[Tensor, Tensor]:
+def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: List[Tensor], output_w: Tensor, output_b: Tensor,
+                     exact: bool, substeps: int) -> Tuple[Tensor, Tensor, int]:
     """One step of either method as a single scripted call (batch-1 latency): x ``[B, F]``, hidden
-    ``[B, H]``, dt ``[B]`` seconds, c = :meth:`ClosedFormLTC._derive` -> (y ``[B, M]``, hidden)."""
-    s = torch.sigmoid(torch.addmm(c[1], torch.addcmul(input_b, x, input_w), c[0]))
+    ``[B, H]``, dt ``[B]`` seconds, c = :meth:`ClosedFormLTC._derive` -> (y ``[B, M]``, hidden,
+    error code of :func:`input_error`)."""
+    error = input_error(x, dt)[0]
+    s = torch.addmm(c[1], x, c[0]).sigmoid_()
     base = torch.addmm(c[6], s, c[2])
     dt = dt.to(x.dtype).unsqueeze(1)
-    n = c[7].size(0)
     if exact:
-        state = exact_update(hidden, base, dt * (c[7] / float(substeps)), c[3], c[4], c[5], substeps)
+        state = exact_update(hidden, base, dt * (c[8] / float(substeps)), c[3], c[4], c[5], substeps)
     else:
+        n = c[8].size(0)
         x0 = hidden[:, n : 2 * n]
         elapsed = hidden[:, 2 * n :] + dt
-        v = approx_update(hidden[:, :n], x0, elapsed, base, base - torch.mm(s * s, c[2]), c[7], c[3], c[4], c[5])
+        v = approx_update(hidden[:, :n], x0, elapsed, base, base - torch.mm(s * s, c[2]), c[8], c[3], c[4], c[5])
         state = torch.cat([v, x0, elapsed], dim=1)
-    return torch.addcmul(output_b, state[:, : output_w.size(0)], output_w), state
+    return torch.addcmul(output_b, state[:, : output_w.size(0)], output_w), state, error
 
 
 def _synapse_index(adjacency: Any, rows: int) -> Tuple[Tensor, Tensor, Tensor]:
@@ -293,7 +336,10 @@ class ClosedFormLTC(nn.Module):
         return [pre_onehot * sig, -sig * mu.flatten().index_select(0, flat), torch.cat([qg, qi], 1)]
 
     def _derive(self) -> List[Tensor]:
-        """Sensory [pre_sigma, -sigma mu, q], recurrent [the same], leak [G | I] ``[2N]``, -1/cm.
+        """[0] sensory pre_sigma scaled by input_w ``[F, Es]``, [1] sigma (input_b - mu) ``[Es]`` (the
+        input map folded in: ``x @ [0] + [1] = sigma (input_w x + input_b - mu)``), [2] sensory q
+        ``[Es, 2N]``, [3..5] recurrent pre_sigma, -sigma mu, q, [6] leak [G | I] ``[2N]``,
+        [7] -1/cm twice ``[2N]``, [8] -1/cm ``[N]``.
 
         The leak conductance is clamped at 1e-30 (the kernels divide by the total conductance)."""
         sens = self._synapses(self.sensory_sigma, self.sensory_mu, self.sensory_w, self.sensory_erev,
@@ -301,7 +347,9 @@ class ClosedFormLTC(nn.Module):
         rec = self._synapses(self.sigma, self.mu, self.w, self.erev, self.syn_flat, self.syn_pre_onehot,
                              self.syn_post_onehot)
         gleak = self.gleak.clamp_min(1e-30)
-        return sens + rec + [torch.cat([gleak, gleak * self.vleak]), -1.0 / self.cm]
+        neg_inv_cm = -1.0 / self.cm
+        return [self.input_w.unsqueeze(1) * sens[0], torch.addmv(sens[1], sens[0].t(), self.input_b), sens[2]] + rec + [
+            torch.cat([gleak, gleak * self.vleak]), torch.cat([neg_inv_cm, neg_inv_cm]), neg_inv_cm]
 
     def _constants(self) -> List[Tensor]:
         if torch.jit.is_scripting():
@@ -331,15 +379,16 @@ class ClosedFormLTC(nn.Module):
         if x.dim() != 3 or x.size(2) != self.input_size:
             raise ValueError("ClosedFormLTC expects x of shape [B, L, " + str(self.input_size) + "]")
         batch, length = x.size(0), x.size(1)
-        if timespans is None:
-            timespans = torch.ones(batch, length, dtype=x.dtype, device=x.device)
-        if timespans.dim() != 2 or timespans.size(0) != batch or timespans.size(1) != length:
-            raise ValueError("timespans must have shape [B, L]")
+        if timespans is not None:
+            if timespans.dim() != 2 or timespans.size(0) != batch or timespans.size(1) != length:
+                raise ValueError("timespans must have shape [B, L]")
         if hidden is None:
             hidden = self.initial_state(batch).to(x.dtype)
-        self._check(x, hidden, timespans)
-        return closed_form_sequence(x, hidden, timespans, self.input_w, self.input_b, self._constants(),
-                                    self.output_w, self.output_b, self.exact, self.substeps)
+        self._check_hidden(x, hidden)
+        y, last, error = closed_form_sequence(x, hidden, timespans, self._constants(), self.output_w, self.output_b,
+                                              self.exact, self.substeps)
+        self._raise(error)
+        return y, last
 
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
@@ -350,9 +399,11 @@ class ClosedFormLTC(nn.Module):
         batch = x.size(0)
         if x.dim() != 2 or x.size(1) != self.input_size or dt.dim() != 1 or dt.size(0) != batch:
             raise ValueError("ClosedFormLTC.step expects x [B, " + str(self.input_size) + "] and dt [B]")
-        self._check(x, hidden, dt)
-        return closed_form_step(x, hidden, dt, self.input_w, self.input_b, self._constants(), self.output_w,
-                                self.output_b, self.exact, self.substeps)
+        self._check_hidden(x, hidden)
+        y, state, error = closed_form_step(x, hidden, dt, self._constants(), self.output_w, self.output_b,
+                                           self.exact, self.substeps)
+        self._raise(error)
+        return y, state
 
     @torch.jit.export
     def initial_state(self, batch: int) -> Tensor:
@@ -369,12 +420,15 @@ class ClosedFormLTC(nn.Module):
             times = None if times is None else times.float()
             return self.step(x, hidden, times) if step else self.forward(x, hidden, times)
 
-    def _check(self, x: Tensor, hidden: Tensor, timespans: Tensor) -> None:
+    def _check_hidden(self, x: Tensor, hidden: Tensor) -> None:
         if hidden.dim() != 2 or hidden.size(0) != x.size(0) or hidden.size(1) != self.state_size:
             raise ValueError("hidden must have shape [B, " + str(self.state_size) + "] for method " + self.method)
-        if not bool(torch.isfinite(x).all()):
+
+    def _raise(self, error: int) -> None:
+        """Errors found by :func:`input_error` inside the kernel call (one call, no separate checks)."""
+        if error == 1:
             raise ValueError("ClosedFormLTC input contains non-finite values")
-        if not bool(((timespans > 0) & (timespans < float("inf"))).all()):
+        if error == 2:
             raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
 
 
