@@ -155,6 +155,8 @@ def main(argv=None) -> int:
     period = 1.0 / fps
     frames = frames_from(args.frames, model.size)
     rows, latency = ["frame,curvature_per_m,status,latency_ms"], []
+    if not args.quiet:
+        print(rows[0])
     with torch.inference_mode():
         first = next(frames)
         hidden = model.initial_state()
