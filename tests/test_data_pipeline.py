@@ -130,3 +130,24 @@ def test_interrupted_cache_build_is_rebuilt(tmp_path):
     (cached.directory / "frames.999.tmp.npy").write_bytes(b"partial")
     again = build_cache(read_logs(str(path))[0], pre, tmp_path / "c")
     assert again.frames.shape == (6, 3, 12, 16) and not list(again.directory.glob("*.tmp.*"))
+
+
+def test_device_side_augmentation_replaces_frames_labels_and_weights(tmp_path):
+    for name in ("a", "b"):
+        _write(tmp_path / "logs", name, np.arange(40) * 0.1)
+    dm = DriveDataModule(train=[str(tmp_path / "logs")], cache_dir=str(tmp_path / "cache"), batch_size=4,
+                         num_workers=0, seq_len=8, augment=AugmentConfig(viewpoint_p=1.0, max_shift_m=0.5),
+                         augment_on="device", val_split="none")
+    dm.prepare_data()
+    dm.setup("fit")
+    raw = next(iter(dm.train_dataloader()))
+    ds = dm.datasets["train"]
+    plain = np.stack([ds.recordings[r].curvature[s:s + 8] for r, s in zip(raw["recording"].tolist(),
+                                                                         raw["start"].tolist())])
+    np.testing.assert_allclose(raw["curvature"].numpy(), plain, rtol=1e-6)  # workers did not augment
+    out = dm.augment_batch(raw)
+    assert out["frames"].shape == raw["frames"].shape and out["frames"].dtype == torch.uint8
+    assert not torch.equal(out["frames"], raw["frames"])
+    shift_effect = out["curvature"].numpy() - plain
+    assert np.abs(shift_effect).max() > 1e-3 and np.allclose(shift_effect, shift_effect[:, :1], atol=1e-6)
+    np.testing.assert_allclose(out["weight"].numpy(), sample_weights(out["curvature"].numpy(), 0.1), rtol=1e-5)

@@ -7,7 +7,9 @@
    the cache, frames/s, for each.
 2. Iterates the training DataLoader (full augmentation incl. viewpoint synthesis, ``--workers``
    workers, batches of 20 x 16) over the cache and reports frames/s delivered (moved to
-   ``--device``), against the target of 3000 frames/s.
+   ``--device``), against the target of 3000 frames/s; the same without augmentation (the bound),
+   with augmentation on ``--device`` after the transfer (``augment_on="device"``), and one worker's
+   job in-process on one thread (the per-core rate).
 """
 from __future__ import annotations
 
@@ -40,10 +42,12 @@ def _write(root: Path, frames: int, storage: str, h: int, w: int) -> Path:
     return root / storage
 
 
-def _loader_rate(tmp: Path, augment, workers: int, batches: int, device: torch.device) -> float:
-    """Frames/s the training DataLoader delivers (batches of 20 x 16), after worker start-up."""
+def _loader_rate(tmp: Path, augment, workers: int, batches: int, device: torch.device,
+                 augment_on: str = "workers") -> float:
+    """Frames/s the training DataLoader delivers (batches of 20 x 16) to ``device``, after worker
+    start-up; with ``augment_on="device"`` each batch is augmented after the transfer."""
     dm = DriveDataModule(train=[str(tmp / "train")], cache_dir=str(tmp / "cache2"), batch_size=20, seq_len=16,
-                         stride=4, num_workers=workers, augment=augment, val_split="none")
+                         stride=4, num_workers=workers, augment=augment, val_split="none", augment_on=augment_on)
     dm.prepare_data()
     dm.setup("fit")
     it = iter(dm.train_dataloader())
@@ -56,11 +60,31 @@ def _loader_rate(tmp: Path, augment, workers: int, batches: int, device: torch.d
         except StopIteration:
             it = iter(dm.train_dataloader())
             batch = next(it)
-        frames = batch["frames"].to(device, non_blocking=True)
-        n += frames.shape[0] * frames.shape[1]
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        if augment_on == "device":
+            batch = dm.augment_batch(batch)
+        n += batch["frames"].shape[0] * batch["frames"].shape[1]
     if device.type == "cuda":
         torch.cuda.synchronize()
     return n / (time.perf_counter() - t0)
+
+
+def _worker_job_rate(tmp: Path, windows: int) -> float:
+    """Frames/s of what one worker does (read a window from the cache, augment it), one thread,
+    no other process involved: what each of N workers delivers on N otherwise idle cores."""
+    dm = DriveDataModule(train=[str(tmp / "train")], cache_dir=str(tmp / "cache2"), seq_len=16, stride=4,
+                         num_workers=0, augment=AugmentConfig(), val_split="none")
+    dm.setup("fit")
+    ds = dm.datasets["train"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t0 = time.perf_counter()
+        for i in range(windows):
+            ds[i % len(ds)]
+        return windows * 16 / (time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def main() -> None:
@@ -87,6 +111,11 @@ def main() -> None:
         for name, augment in (("no augmentation (bound)", None), ("full augmentation", AugmentConfig())):
             rates[name] = _loader_rate(tmp, augment, args.workers, args.batches, torch.device(args.device))
             print(f"training loop, {name}, {args.workers} workers: {rates[name]:8.1f} frames/s")
+        on_device = _loader_rate(tmp, AugmentConfig(), args.workers, args.batches, torch.device(args.device), "device")
+        print(f"training loop, full augmentation on {args.device} after transfer (augment_on=device): "
+              f"{on_device:8.1f} frames/s")
+        per_core = _worker_job_rate(tmp, args.batches * 20)
+        print(f"one worker's job in-process (1 thread, full augmentation): {per_core:8.1f} frames/s per core")
         full = rates["full augmentation"]
         print(f"full augmentation = {full / rates['no augmentation (bound)']:.2f} x the no-augmentation rate, "
               f"{full / 3000:.2f} x the 3000 frames/s target")

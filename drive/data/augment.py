@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -103,106 +103,121 @@ def _gaussian_matrix(n: int, sigma: float) -> torch.Tensor:
     return g / g.sum(1, keepdim=True)
 
 
+Geometry = Tuple[Optional[Dict[str, float]], Optional[np.ndarray]]  # (camera calibration, source->model affine)
+
+
 class Augmenter:
-    """Callable augmenting one window: ``(frames uint8 [T,3,H,W], curvature [T], speed [T], rng)``
-    -> (frames uint8 [T,3,H,W], curvature [T] 1/m). ``camera``/``affine`` describe the source
-    geometry for viewpoint synthesis (see :mod:`drive.data.viewpoint`)."""
+    """Augments W windows of T frames at once, on any device.
+
+    ``augment(frames uint8 [W,T,3,H,W], curvature [W,T], speed [W,T], rng, geometry)`` returns
+    (frames uint8 [W,T,3,H,W], curvature [W,T] 1/m); ``geometry[w]`` = (camera, affine) of window
+    w's recording, used by viewpoint synthesis (see :mod:`drive.data.viewpoint`). Calling the object
+    with one window ``[T,3,H,W]`` is the DataLoader-worker form.
+    """
 
     def __init__(self, config: AugmentConfig):
         self.config = config
 
-    def _draw(self, rng: np.random.Generator, t: int, p: float) -> np.ndarray:
-        """[T] bool: whether an effect applies to each frame (one draw per window unless per_frame)."""
-        if self.config.per_frame:
-            return rng.random(t) < p
-        return np.full(t, rng.random() < p)
-
-    def _values(self, rng: np.random.Generator, t: int, lo: float, hi: float) -> np.ndarray:
-        return rng.uniform(lo, hi, t) if self.config.per_frame else np.full(t, rng.uniform(lo, hi))
-
     def __call__(self, frames: torch.Tensor, curvature: np.ndarray, speed_mps: np.ndarray,
                  rng: np.random.Generator, camera: Optional[Dict[str, float]] = None,
                  affine: Optional[np.ndarray] = None) -> Tuple[torch.Tensor, np.ndarray]:
+        out, k = self.augment(frames[None], np.asarray(curvature)[None], np.asarray(speed_mps)[None], rng,
+                              [(camera, affine)])
+        return out[0], k[0]
+
+    def augment(self, frames: torch.Tensor, curvature: np.ndarray, speed_mps: np.ndarray,
+                rng: np.random.Generator, geometry: Sequence[Geometry]) -> Tuple[torch.Tensor, np.ndarray]:
         cfg = self.config
-        t, _, h, w = frames.shape
-        x = frames.float().div_(255.0)
-        curvature = np.asarray(curvature, dtype=np.float64)
+        n_win, t, _, h, w = frames.shape
+        n = n_win * t
+        # parameters are drawn per unit: a window, or a frame with per_frame; ``unit[i]`` of frame i
+        units = n if cfg.per_frame else n_win
+        unit = np.arange(n) if cfg.per_frame else np.repeat(np.arange(n_win), t)
+        dev = frames.device
+        x = frames.reshape(n, 3, h, w).float().div_(255.0)
+        curvature = np.asarray(curvature, dtype=np.float64).reshape(n).copy()
         if cfg.needs_camera():
-            on = self._draw(rng, t, cfg.viewpoint_p)
+            on = rng.random(units) < cfg.viewpoint_p
+            shift = rng.uniform(-cfg.max_shift_m, cfg.max_shift_m, units) * on
+            yaw = np.radians(rng.uniform(-cfg.max_yaw_deg, cfg.max_yaw_deg, units)) * on
             if on.any():
-                if camera is None or affine is None:
-                    raise ValueError("viewpoint augmentation needs the recording's camera calibration")
-                shift = self._values(rng, t, -cfg.max_shift_m, cfg.max_shift_m) * on
-                yaw = np.radians(self._values(rng, t, -cfg.max_yaw_deg, cfg.max_yaw_deg)) * on
-                if cfg.per_frame:
-                    grid = torch.stack([warp_grid(camera, affine, (h, w), s, y) for s, y in zip(shift, yaw)])
-                else:
-                    grid = warp_grid(camera, affine, (h, w), float(shift[0]), float(yaw[0]))
-                x = warp_frames(x, grid)
-                curvature = corrected_curvature(curvature, shift, yaw, speed_mps, cfg.lookahead_s,
-                                                cfg.min_lookahead_m)
-        on = self._draw(rng, t, cfg.photometric_p)
-        if on.any():
-            mats = [color_matrix(*self._jitter(rng)) for _ in range(t if cfg.per_frame else 1)]
-            m = torch.from_numpy(np.stack(mats).astype(np.float32)).expand(t, 3, 4) * 1.0
-            m[~torch.from_numpy(on)] = torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 1.0, 0]])
-            grey = torch.tensor(_GREY).view(1, 3, 1, 1)
-            mean_grey = (x * grey).sum(1).mean((1, 2))                            # [T]
-            x = torch.einsum("tij,tjhw->tihw", m[:, :, :3], x) + (m[:, :, 3] * mean_grey[:, None])[..., None, None]
-            x.clamp_(0.0, 1.0)
-        exponent = self._exponent(rng, t, h, w, on)
+                sel = np.flatnonzero(on[unit])
+                grids = {}
+                for u in np.flatnonzero(on):
+                    camera, affine = geometry[u if not cfg.per_frame else u // t]
+                    if camera is None or affine is None:
+                        raise ValueError("viewpoint augmentation needs the recording's camera calibration")
+                    grids[u] = warp_grid(camera, affine, (h, w), float(shift[u]), float(yaw[u]))
+                grid = torch.stack([grids[unit[i]] for i in sel]).to(dev)
+                x[sel] = warp_frames(x[sel], grid)
+                curvature = corrected_curvature(curvature, shift[unit], yaw[unit],
+                                                np.asarray(speed_mps).reshape(n), cfg.lookahead_s, cfg.min_lookahead_m)
+        photometric = rng.random(units) < cfg.photometric_p
+        if photometric.any():
+            mats = np.tile(np.eye(3, 4), (units, 1, 1))
+            for u in np.flatnonzero(photometric):
+                mats[u] = color_matrix(*self._jitter(rng))
+            m = torch.from_numpy(mats[unit].astype(np.float32)).to(dev)
+            grey = torch.tensor(_GREY, device=dev).view(1, 3, 1, 1)
+            mean_grey = (x * grey).sum(1).mean((1, 2))                                    # [N]
+            x = torch.bmm(m[:, :, :3], x.view(n, 3, h * w)).view(n, 3, h, w)
+            x.add_((m[:, :, 3] * mean_grey[:, None])[..., None, None]).clamp_(0.0, 1.0)
+        exponent = self._exponent(rng, units, unit, h, w, photometric, dev)
         if exponent is not None:
             x = x.clamp_(1e-6, 1.0).log_().mul_(exponent).exp_()  # x ** exponent, 3x faster than pow
-        blur = self._draw(rng, t, cfg.blur_p)
-        if blur.any():
-            sigma = self._values(rng, t, 0.3, cfg.blur_sigma_max)
-            for i in (np.flatnonzero(blur) if cfg.per_frame else [0]):
-                sel = slice(i, i + 1) if cfg.per_frame else slice(None)
-                x[sel] = _gaussian_matrix(h, sigma[i]) @ x[sel] @ _gaussian_matrix(w, sigma[i]).T
-        noise = self._draw(rng, t, cfg.noise_p)
+        blur = rng.random(units) < cfg.blur_p
+        sigma = rng.uniform(0.3, cfg.blur_sigma_max, units)
+        for u in np.flatnonzero(blur):
+            sel = torch.from_numpy(np.flatnonzero(unit == u)).to(dev)
+            x[sel] = _gaussian_matrix(h, sigma[u]).to(dev) @ x[sel] @ _gaussian_matrix(w, sigma[u]).to(dev).T
+        noise = rng.random(units) < cfg.noise_p
         if noise.any():
-            std = torch.from_numpy((self._values(rng, t, 0.0, cfg.noise_std_max) * noise).astype(np.float32))
-            gen = torch.Generator().manual_seed(int(rng.integers(2 ** 62)))
-            x = x.add_(torch.randn(x.shape, generator=gen) * std.view(t, 1, 1, 1)).clamp_(0.0, 1.0)
+            std = torch.from_numpy((rng.uniform(0.0, cfg.noise_std_max, units) * noise)[unit].astype(np.float32))
+            gen = torch.Generator(device=dev).manual_seed(int(rng.integers(2 ** 62)))
+            x = x.add_(torch.randn(x.shape, generator=gen, device=dev) * std.to(dev).view(n, 1, 1, 1)).clamp_(0.0, 1.0)
         out = x.mul_(255.0).round_().clamp_(0, 255).to(torch.uint8)
-        jpeg = self._draw(rng, t, cfg.jpeg_p)
-        if jpeg.any():
-            quality = rng.integers(cfg.jpeg_quality_min, 96, t) if cfg.per_frame else \
-                np.full(t, rng.integers(cfg.jpeg_quality_min, 96))
-            if cfg.per_frame:
-                for i in np.flatnonzero(jpeg):
-                    out[i:i + 1] = TF.jpeg(out[i:i + 1], int(quality[i]))
-            else:
-                out = TF.jpeg(out, int(quality[0]))
-        return out, curvature
+        jpeg = rng.random(units) < cfg.jpeg_p
+        quality = rng.integers(cfg.jpeg_quality_min, 96, units)
+        for u in np.flatnonzero(jpeg):
+            sel = torch.from_numpy(np.flatnonzero(unit == u)).to(dev)
+            out[sel] = TF.jpeg(out[sel].cpu(), int(quality[u])).to(dev)
+        return out.view(n_win, t, 3, h, w), curvature.reshape(n_win, t)
 
     def _jitter(self, rng: np.random.Generator) -> Tuple[float, float, float, float]:
         c = self.config
         return (rng.uniform(1 - c.brightness, 1 + c.brightness), rng.uniform(1 - c.contrast, 1 + c.contrast),
                 rng.uniform(1 - c.saturation, 1 + c.saturation), rng.uniform(-c.hue, c.hue))
 
-    def _exponent(self, rng: np.random.Generator, t: int, h: int, w: int, photometric: np.ndarray
-                  ) -> Optional[torch.Tensor]:
-        """Per-pixel exponent [T, 1, H, W] (or [T,1,1,1]) for gamma jitter and shadow bands; None = 1."""
+    def _exponent(self, rng: np.random.Generator, units: int, unit: np.ndarray, h: int, w: int,
+                  photometric: np.ndarray, dev: torch.device) -> Optional[torch.Tensor]:
+        """Per-pixel exponent [N, 1, H, W] (or [N,1,1,1]) for gamma jitter and shadow bands; None = 1."""
         cfg = self.config
-        gamma = np.where(photometric, self._values(rng, t, 1 - cfg.gamma, 1 + cfg.gamma), 1.0)
-        expo = torch.from_numpy(gamma.astype(np.float32)).view(t, 1, 1, 1)
-        shadow = self._draw(rng, t, cfg.shadow_p)
+        gamma = np.where(photometric, rng.uniform(1 - cfg.gamma, 1 + cfg.gamma, units), 1.0)
+        expo = torch.from_numpy(gamma[unit].astype(np.float32)).to(dev).view(-1, 1, 1, 1)
+        shadow = rng.random(units) < cfg.shadow_p
         if not shadow.any():
             return None if np.all(gamma == 1.0) else expo
-        n = t if cfg.per_frame else 1
+        k = len(shadow)
         scale = w / 200.0
-        masks = []
-        for _ in range(n):
-            thick = rng.integers(cfg.shadow_thickness_min, cfg.shadow_thickness_max + 1) * scale
-            angle, x0, y0 = rng.uniform(0, math.pi), rng.uniform(0, w), rng.uniform(0, h)
-            v, u = torch.meshgrid(torch.arange(h, dtype=torch.float32), torch.arange(w, dtype=torch.float32),
-                                  indexing="ij")
-            band = (((u - x0) * math.sin(angle) - (v - y0) * math.cos(angle)).abs() < thick / 2).float()
-            k = int(rng.choice([3, 5, 7]))
-            band = F.avg_pool2d(band[None, None], k, stride=1, padding=k // 2, count_include_pad=False)[0, 0]
-            g = 1 + rng.uniform(0, cfg.shadow_gamma_max)
-            g = 1 / g if rng.random() < 1 / 3 else g
-            masks.append(torch.from_numpy(np.array(math.log(g), dtype=np.float32)) * band)
-        log_g = torch.stack(masks).expand(t, h, w) * torch.from_numpy(shadow.astype(np.float32)).view(t, 1, 1)
-        return expo * torch.exp(log_g).unsqueeze(1)
+        thick = rng.integers(cfg.shadow_thickness_min, cfg.shadow_thickness_max + 1, k) * scale
+        angle, x0, y0 = rng.uniform(0, math.pi, k), rng.uniform(0, w, k), rng.uniform(0, h, k)
+        kernel = rng.choice([3, 5, 7], k)
+        g = 1 + rng.uniform(0, cfg.shadow_gamma_max, k)
+        g = np.where(rng.random(k) < 1 / 3, 1 / g, g)   # one third lighter
+        log_g = np.where(shadow, np.log(g), 0.0)
+        v = torch.arange(h, dtype=torch.float32, device=dev).view(1, h, 1)
+        u = torch.arange(w, dtype=torch.float32, device=dev).view(1, 1, w)
+        sel = np.flatnonzero(shadow)
+
+        def col(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(a[sel].astype(np.float32)).to(dev).view(-1, 1, 1)
+
+        dist = ((u - col(x0)) * torch.sin(col(angle)) - (v - col(y0)) * torch.cos(col(angle))).abs()
+        band = (dist < col(thick) / 2).float().unsqueeze(1)                              # [S,1,H,W]
+        for size in (3, 5, 7):
+            pick = torch.from_numpy(np.flatnonzero(kernel[sel] == size)).to(dev)
+            if len(pick):
+                band[pick] = F.avg_pool2d(band[pick], size, stride=1, padding=size // 2, count_include_pad=False)
+        maps = torch.zeros(units, 1, h, w, device=dev)
+        maps[torch.from_numpy(sel).to(dev)] = band * col(log_g).unsqueeze(1)
+        return expo * torch.exp(maps[torch.from_numpy(unit).to(dev)])

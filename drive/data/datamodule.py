@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from drive.data.augment import AugmentConfig
+from drive.data.augment import AugmentConfig, Augmenter
 from drive.data.cache import CachedRecording, cache_recordings
-from drive.data.dataset import SequenceDataset
+from drive.data.dataset import SequenceDataset, sample_weights
 from drive.data.errors import Problems
 from drive.data.readers import read_logs
 from drive.data.sequences import split_ranges, stateful_windows, train_windows
@@ -69,6 +70,9 @@ class DriveDataModule(L.LightningDataModule):
         gap_factor: a step longer than gap_factor x median dt starts a new segment.
         val_split, val_fraction: split when ``val`` is not given (see module docstring).
         seed: split and augmentation seed.
+        augment_on: "workers" (each DataLoader worker augments its windows on the CPU) or "device"
+            (workers only slice the cache; whole batches are augmented after the transfer to the
+            training device, e.g. the GPU, in :meth:`augment_batch`).
     """
 
     def __init__(self, train: Optional[List[str]] = None, val: Optional[List[str]] = None,
@@ -78,7 +82,8 @@ class DriveDataModule(L.LightningDataModule):
                  num_workers: int = 2, pin_memory: bool = True, augment: Optional[AugmentConfig] = None,
                  image_size: List[int] = list(MODEL_SIZE), crop: Optional[List[int]] = None,
                  cache_dir: str = ".cache/drive-data", on_error: str = "raise", curve_factor: float = 0.1,
-                 gap_factor: float = 3.0, val_split: str = "ncp", val_fraction: float = 0.1, seed: int = 0):
+                 gap_factor: float = 3.0, val_split: str = "ncp", val_fraction: float = 0.1, seed: int = 0,
+                 augment_on: str = "workers"):
         super().__init__()
         self.save_hyperparameters()
         self.paths = {"train": list(train or []), "val": list(val or []), "test": list(test or []),
@@ -93,8 +98,12 @@ class DriveDataModule(L.LightningDataModule):
         self.on_error, self.curve_factor, self.gap_factor = on_error, curve_factor, gap_factor
         self.val_split, self.val_fraction, self.seed = val_split, val_fraction, seed
         Problems(on_error)  # validates on_error early
+        if augment_on not in ("workers", "device"):
+            raise ValueError(f"augment_on must be 'workers' or 'device', got {augment_on!r}")
+        self.augment_on = augment_on
         self.problems = Problems(on_error)
         self.datasets: Dict[str, SequenceDataset] = {}
+        self._batches_augmented = 0
 
     def _load(self, paths: List[str]) -> List[CachedRecording]:
         recs = read_logs(paths, self.format, self.reader, self.problems)
@@ -114,7 +123,9 @@ class DriveDataModule(L.LightningDataModule):
                                           self.val_fraction, self.seed)
             self.datasets["train"] = SequenceDataset(
                 recs, train_windows(recs, train_r, self.seq_len, self.stride, self.gap_factor), self.seq_len,
-                self.augment, self.curve_factor, self.seed)
+                self.augment if self.augment_on == "workers" else None, self.curve_factor, self.seed)
+            if self.augment is not None and self.augment.needs_camera():
+                self.datasets["train"].require_camera()
             if self.paths["val"]:
                 vrecs = self._load(self.paths["val"])
                 val_r = [(i, 0, len(r)) for i, r in enumerate(vrecs)]
@@ -134,6 +145,31 @@ class DriveDataModule(L.LightningDataModule):
                                            self.gap_factor), self.seq_len, None, self.curve_factor, self.seed)
         if len(self.problems):
             print(f"drive.data: {self.problems.summary()}", file=sys.stderr)
+
+    def augment_batch(self, batch: Dict[str, torch.Tensor], rank: int = 0) -> Dict[str, torch.Tensor]:
+        """Augment a training batch where it lies (``augment_on="device"``): frames, corrected
+        curvature and weights are replaced; deterministic in (seed, rank, batch count)."""
+        if self.augment is None:
+            return batch
+        ds = self.datasets["train"]
+        rng = np.random.default_rng([self.seed, rank, self._batches_augmented])
+        self._batches_augmented += 1
+        frames, curvature = Augmenter(self.augment).augment(
+            batch["frames"], batch["curvature"].cpu().numpy(), batch["speed"].cpu().numpy(), rng,
+            [ds.geometry(r) for r in batch["recording"].tolist()])
+        dev = batch["frames"].device
+        out = dict(batch)
+        out["frames"] = frames
+        out["curvature"] = torch.from_numpy(curvature.astype(np.float32)).to(dev)
+        weight = sample_weights(curvature, self.curve_factor) * batch["mask"].cpu().numpy()
+        out["weight"] = torch.from_numpy(weight.astype(np.float32)).to(dev)
+        return out
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        trainer = self.trainer
+        if self.augment_on == "device" and trainer is not None and trainer.training:
+            return self.augment_batch(batch, trainer.global_rank)
+        return batch
 
     def recordings(self, split: str) -> List[str]:
         """Source names of the recordings a split's ``recording`` indices refer to."""

@@ -20,7 +20,7 @@ start          int64 []           first frame index in that recording
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -53,10 +53,18 @@ class SequenceDataset(Dataset):
         self._nominal = [median_dt(r.timestamp_s) for r in self.recordings]
         self._geometry = [(r.info.get("camera"), source_to_model(r.info)[0]) for r in self.recordings]
         if augment is not None and augment.needs_camera():
-            missing = [r.info["source"] for r in self.recordings if r.info.get("camera") is None]
-            if missing:
-                raise ValueError(f"viewpoint augmentation needs camera calibration, missing for {missing[:3]}; "
-                                 "set the reader option camera: {fx, fy, cx, cy, height_m, pitch_rad} or viewpoint_p: 0")
+            self.require_camera()
+
+    def require_camera(self) -> None:
+        """Refuse recordings without camera calibration (viewpoint synthesis needs it)."""
+        missing = [r.info["source"] for r in self.recordings if r.info.get("camera") is None]
+        if missing:
+            raise ValueError(f"viewpoint augmentation needs camera calibration, missing for {missing[:3]}; "
+                             "set the reader option camera: {fx, fy, cx, cy, height_m, pitch_rad} or viewpoint_p: 0")
+
+    def geometry(self, recording: int) -> Tuple[Optional[Dict[str, float]], np.ndarray]:
+        """(camera calibration, source->model affine) of a recording, for viewpoint synthesis."""
+        return self._geometry[recording]
 
     def __len__(self) -> int:
         return len(self.windows)
