@@ -56,3 +56,26 @@ def test_corrected_label_agrees_with_expert_at_the_shifted_pose(world, shift, ya
                              expert.lookahead_s, expert.min_lookahead_m)[0]
     assert np.sign(kc - k0) == np.sign(k1 - k0)
     assert abs((kc - k0) - (k1 - k0)) < 0.1 * abs(k1 - k0)
+
+
+def test_warp_of_cropped_resized_frames_uses_the_source_camera_geometry(world):
+    """A 400x156 camera, cropped and resized to 78x200 like a cache: conjugating the homography with
+    the crop/resize affine reproduces the preprocessed true view."""
+    from drive.data.cache import source_to_model
+    from drive.preprocess import Preprocessing
+
+    road, app = world
+    cam = Camera.default(width=400, height=156)
+    calib = dict(fx=cam.fx, fy=cam.fy, cx=cam.cx, cy=cam.cy, height_m=cam.height_m, pitch_rad=cam.pitch_rad)
+    pre = Preprocessing(size=(78, 200), crop=(30, 156, 0, 400))
+    a, _ = source_to_model({"source_size": [156, 400], "preprocessing": pre.to_dict()})
+    shift, yaw = 0.5, math.radians(5)
+    cached = pre(render_view(road, app, 100.0, camera=cam)).float()
+    true = pre(render_view(road, app, 100.0, shift, yaw, camera=cam))[0].permute(1, 2, 0).numpy()
+    syn = warp_frames(cached, warp_grid(calib, a, (78, 200), shift, yaw))[0]
+    syn = syn.permute(1, 2, 0).round().clamp(0, 255).byte().numpy()
+    horizon = (cam.horizon_row - 30 + 0.5) * 78 / 126 - 0.5
+    mask = np.zeros((78, 200), bool)
+    mask[int(math.ceil(horizon)) + 3:, 10:-10] = True
+    err, baseline = road_region_error(syn, true, mask), road_region_error(cached[0].permute(1, 2, 0).byte().numpy(), true, mask)
+    assert err < 3.0 and err < 0.15 * baseline
