@@ -168,3 +168,29 @@ def test_dave2_data_txt_with_timestamps(tmp_path):
     assert rec.meta.source.startswith("dave2:")
     np.testing.assert_allclose(rec.log["curvature"], -np.tan(np.radians(15.0 * np.arange(4)) / 15.0) / 2.7)
     np.testing.assert_allclose(np.diff(rec.log["timestamp_s"]), 0.05, atol=1e-6)
+
+
+def test_comma2k19_segment_interpolates_can_signals_to_frame_times(tmp_path):
+    vw = cv2.VideoWriter(str(tmp_path / "v.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 20.0, (64, 48))
+    for i in range(10):
+        vw.write(_img(i))
+    vw.release()
+    (tmp_path / "v.mp4").rename(tmp_path / "video.hevc")  # OpenCV decodes by content, not by name
+
+    def save(rel, name, array):
+        (tmp_path / rel).mkdir(parents=True, exist_ok=True)
+        with open(tmp_path / rel / name, "wb") as f:
+            np.save(f, array)
+
+    save("global_pose", "frame_times", 50.0 + np.arange(10) * 0.05)
+    t = np.arange(49.0, 51.0, 0.01)  # 100 Hz CAN
+    save("processed_log/CAN/steering_angle", "t", t)
+    save("processed_log/CAN/steering_angle", "value", 100.0 * (t - 50.0))
+    save("processed_log/CAN/speed", "t", t[::5])
+    save("processed_log/CAN/speed", "value", np.full(len(t[::5]), 12.5))
+    assert detect_format(tmp_path) == "comma2k19"
+    (rec,) = read_logs(str(tmp_path))
+    ft = np.arange(10) * 0.05
+    np.testing.assert_allclose(rec.log["curvature"], np.tan(np.radians(100.0 * ft) / 15.3) / 2.70, atol=1e-9)
+    np.testing.assert_allclose(rec.log["speed_mps"], 12.5)
+    assert [_index_of(rec.frame(i)) for i in (0, 9)] == [0, 9]

@@ -6,6 +6,7 @@ format         what the user points at                                      stee
 canonical      a recording directory (meta.json, log.csv, frames/ | video)   curvature 1/m
 udacity_sim    ``driving_log.csv`` or its folder                             normalized x 25 deg, + = right
 udacity_real   ``interpolated.csv`` or its folder                            steering-wheel rad / 14.8
+comma2k19      a segment folder (video.hevc, global_pose/, processed_log/)    steering-wheel deg / 15.3, + = left
 donkeycar      a Donkeycar tub v2 (manifest.json, catalog_*.catalog)         normalized x 25 deg, + = right
 dave2          ``data.txt`` (``<image> <angle>[,<time>]``) or its folder       steering-wheel deg / 15, + = right
 hdf5           an NCP ``.h5`` drive (camera_front, inverse_r, timestamp)     curvature 1/m
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from drive.data.errors import DataError, Problems
-from drive.data.readers import canonical, dave2, donkeycar, folder_csv, hdf5_ncp, udacity_real, udacity_sim, video_csv
+from drive.data.readers import canonical, comma2k19, dave2, donkeycar, folder_csv, hdf5_ncp, udacity_real, udacity_sim, video_csv
 from drive.data.readers.base import ReaderOptions
 from drive.recording import Recording
 
@@ -34,6 +35,7 @@ FORMATS: Dict[str, Tuple[Callable[[Path], bool], Callable[..., List[Recording]]]
     "canonical": (canonical.detect, canonical.read),
     "udacity_sim": (udacity_sim.detect, udacity_sim.read),
     "udacity_real": (udacity_real.detect, udacity_real.read),
+    "comma2k19": (comma2k19.detect, comma2k19.read),
     "donkeycar": (donkeycar.detect, donkeycar.read),
     "dave2": (dave2.detect, dave2.read),
     "hdf5": (hdf5_ncp.detect, hdf5_ncp.read),
