@@ -209,3 +209,28 @@ def test_autocast_keeps_the_closed_form_in_fp32() -> None:
         torch.testing.assert_close(y, m(x)[0], rtol=0, atol=0)
         # forward folds the shared dt into its constants, step scales per row: equal up to rounding
         torch.testing.assert_close(y1, m(x[:, :1])[0][:, 0], rtol=0, atol=1e-6)
+
+
+def test_cached_constants_follow_parameter_updates() -> None:
+    torch.manual_seed(2)
+    m = ClosedFormLTC(FullyConnected(4, output_dim=1, input_dim=3))
+    other = ClosedFormLTC(**m.config())
+    x, dt = torch.randn(2, 6, 3), torch.full((2,), 0.7)
+
+    def fresh(state: Dict[str, torch.Tensor]) -> torch.Tensor:  # a module that never ran: no cache
+        rebuilt = ClosedFormLTC(**m.config())
+        rebuilt.load_state_dict(state)
+        return rebuilt(x)[0]
+
+    with torch.no_grad():
+        before = m(x)[0]
+        m.step(x[:, 0], m.initial_state(2), dt)  # both paths fill the inference cache
+        m.sensory_w.mul_(3.0)  # in place, as an optimizer step does
+        m.input_b.add_(0.5)  # folded into the sensory constants
+        after = m(x)[0]
+        assert (after - before).abs().max() > 1e-2
+        torch.testing.assert_close(after, fresh(m.state_dict()), rtol=0, atol=0)
+        y1 = m.step(x[:, 0], m.initial_state(2), dt)[0]
+        torch.testing.assert_close(y1, m(x[:, :1], None, dt[:, None])[0][:, 0], rtol=0, atol=1e-6)
+        m.load_state_dict(other.state_dict())  # copies into the same storage
+        torch.testing.assert_close(m(x)[0], other(x)[0], rtol=0, atol=0)

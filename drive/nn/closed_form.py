@@ -66,6 +66,9 @@ PARAMETER_NAMES = (
     "sensory_w", "sensory_sigma", "sensory_mu", "sensory_erev",
     "input_w", "input_b", "output_w", "output_b",
 )
+# Every kernel calls addmm with beta = alpha = ``one``, a run-time 1.0 (the module attribute ``one``):
+# TorchScript's DecomposeOps pass splits an addmm whose beta and alpha are the constant 1 into
+# mm + add, one more dispatch per matmul in a loop that is dispatch bound.
 
 
 def exact_step(v: Tensor, g: Tensor, i: Tensor, neg_h_over_cm: Tensor) -> Tensor:
@@ -92,17 +95,17 @@ def eq8_state(x0: Tensor, g: Tensor, i: Tensor, gc: Tensor, ic: Tensor, neg_t_ov
 
 @torch.jit.script
 def exact_update(v: Tensor, base: Tensor, neg_h_over_cm: Optional[Tensor], pre_sigma: Tensor, neg_sigma_mu: Tensor,
-                 q: Tensor, substeps: int) -> Tensor:
+                 q: Tensor, substeps: int, one: float) -> Tensor:
     """One step of Corollary 1 on the E present synapses, recurrent activations re-evaluated
     ``substeps`` times. v ``[B, N]``; base ``[B, 2N]`` leak + sensory [conductance | current];
     synapse e (pre i -> post j) enters through pre_sigma ``[N, E]`` (sigma_e in row i),
     neg_sigma_mu ``[E]`` and q ``[E, 2N]`` (w_e in column j, w_e erev_e in column N + j).
     ``neg_h_over_cm = -h / cm`` ``[B, N]`` (h = dt / substeps); None: base and q are already scaled
     by ``-h / cm`` (a dt shared by all rows), so [G | I] arrive as [-G h/cm | -I h/cm], whose
-    ratio is still I / G: one multiplication fewer per evaluation."""
+    ratio is still I / G: one multiplication fewer per evaluation. ``one`` = 1.0 (see the note on addmm at the top)."""
     for _ in range(substeps):
-        s = torch.addmm(neg_sigma_mu, v, pre_sigma).sigmoid_()
-        g, i = torch.addmm(base, s, q).chunk(2, 1)
+        s = torch.addmm(neg_sigma_mu, v, pre_sigma, beta=one, alpha=one).sigmoid_()
+        g, i = torch.addmm(base, s, q, beta=one, alpha=one).chunk(2, 1)
         if neg_h_over_cm is None:
             v = torch.lerp(i / g, v, torch.exp(g))
         else:
@@ -112,43 +115,44 @@ def exact_update(v: Tensor, base: Tensor, neg_h_over_cm: Optional[Tensor], pre_s
 
 @torch.jit.script
 def approx_update(v: Tensor, x0: Tensor, elapsed: Tensor, base: Tensor, base_c: Tensor, neg_inv_cm: Tensor,
-                  pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor) -> Tensor:
+                  pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor, one: float) -> Tensor:
     """Eq. 8 at ``elapsed`` ``[B, 1]`` seconds since x0 ``[B, N]``, recurrent presynaptic signals v
     ``[B, N]``; base / base_c ``[B, 2N]`` leak + sensory [G | I] and complement-weighted [G c | I c];
     ``-1 / cm`` ``[N]``; synapses as in :func:`exact_update`."""
-    s = torch.addmm(neg_sigma_mu, v, pre_sigma).sigmoid_()
-    g, i = torch.addmm(base, s, q).chunk(2, 1)
-    gc, ic = torch.addmm(base_c, s - s * s, q).chunk(2, 1)
+    s = torch.addmm(neg_sigma_mu, v, pre_sigma, beta=one, alpha=one).sigmoid_()
+    g, i = torch.addmm(base, s, q, beta=one, alpha=one).chunk(2, 1)
+    gc, ic = torch.addmm(base_c, s - s * s, q, beta=one, alpha=one).chunk(2, 1)
     return eq8_state(x0, g, i, gc, ic, elapsed * neg_inv_cm)
 
 
 @torch.jit.script
 def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_sigma: Tensor,
-                   neg_sigma_mu: Tensor, q: Tensor, substeps: int) -> Tensor:
-    """:func:`exact_update` over gi0 ``[L, B, 2N]`` with ``-h / cm`` ``[L, B, N]`` (or None: gi0 and q
+                   neg_sigma_mu: Tensor, q: Tensor, substeps: int, one: float) -> Tensor:
+    """:func:`exact_update` over gi0 ``[B, L, 2N]`` with ``-h / cm`` ``[L, B, N]`` (or None: gi0 and q
     pre-scaled) -> states ``[L, B, N]``."""
     states: List[Tensor] = []
     if neg_h_over_cm is None:
-        for base in gi0.unbind(0):
-            v = exact_update(v, base, None, pre_sigma, neg_sigma_mu, q, substeps)
+        for base in gi0.unbind(1):
+            v = exact_update(v, base, None, pre_sigma, neg_sigma_mu, q, substeps, one)
             states.append(v)
     else:
-        for base, nh in zip(gi0.unbind(0), neg_h_over_cm.unbind(0)):
-            v = exact_update(v, base, nh, pre_sigma, neg_sigma_mu, q, substeps)
+        for base, nh in zip(gi0.unbind(1), neg_h_over_cm.unbind(0)):
+            v = exact_update(v, base, nh, pre_sigma, neg_sigma_mu, q, substeps, one)
             states.append(v)
     return torch.stack(states)
 
 
 @torch.jit.script
 def approx_sequence(v: Tensor, x0: Tensor, elapsed: Tensor, gi0: Tensor, gic0: Tensor, dt: Tensor,
-                    neg_inv_cm: Tensor, pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor) -> Tuple[Tensor, Tensor]:
-    """:func:`approx_update` over gi0 / gic0 ``[L, B, 2N]`` and dt ``[L, B, 1]``
+                    neg_inv_cm: Tensor, pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor,
+                    one: float) -> Tuple[Tensor, Tensor]:
+    """:func:`approx_update` over gi0 / gic0 ``[B, L, 2N]`` and dt ``[L, B, 1]``
     -> (states ``[L, B, N]``, elapsed after every step ``[L, B, 1]``)."""
     states: List[Tensor] = []
     times: List[Tensor] = []
-    for base, base_c, step in zip(gi0.unbind(0), gic0.unbind(0), dt.unbind(0)):
+    for base, base_c, step in zip(gi0.unbind(1), gic0.unbind(1), dt.unbind(0)):
         elapsed = elapsed + step
-        v = approx_update(v, x0, elapsed, base, base_c, neg_inv_cm, pre_sigma, neg_sigma_mu, q)
+        v = approx_update(v, x0, elapsed, base, base_c, neg_inv_cm, pre_sigma, neg_sigma_mu, q, one)
         states.append(v)
         times.append(elapsed)
     return torch.stack(states), torch.stack(times)
@@ -175,57 +179,62 @@ def input_error(x: Tensor, times: Optional[Tensor]) -> Tuple[int, float]:
 
 
 @torch.jit.script
-def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor], c: List[Tensor],
-                         output_w: Tensor, output_b: Tensor, exact: bool, substeps: int) -> Tuple[Tensor, Tensor, int]:
+def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor], c: List[Tensor], output_w: Tensor,
+                         output_b: Tensor, exact: bool, substeps: int, one: float) -> Tuple[Tensor, Tensor, int]:
     """Either method over a sequence: x ``[B, L, F]``, hidden ``[B, H]``, timespans ``[B, L]``
-    seconds or None (1.0), c = :meth:`ClosedFormLTC._derive` -> (y ``[B, L, M]``, hidden ``[B, H]``,
-    error code of :func:`input_error`; the outputs are meaningless unless it is 0).
+    seconds or None (1.0), c = :meth:`ClosedFormLTC._derive`, ``one`` = 1.0 (see the note on addmm at the top)
+    -> (y ``[B, L, M]``, hidden ``[B, H]``, error code of :func:`input_error`; the outputs are
+    meaningless unless it is 0).
 
     The input-only terms (leak + sensory [G | I], the input map folded into the sensory constants)
-    are one matmul, one sigmoid and one matmul for all steps at once, time-major. With one dt for
-    all rows and steps (>= 1 us) the exact kernel runs on constants pre-scaled by -h / cm."""
+    are one matmul, one sigmoid and one matmul for all steps at once. With one dt for all rows and
+    steps (>= 1 us) the exact kernel runs on constants pre-scaled by -h / cm."""
     error, shared = input_error(x, timespans)
     batch, length, features = x.size(0), x.size(1), x.size(2)
     n = c[8].size(0)
-    s = torch.addmm(c[1], x.transpose(0, 1).reshape(length * batch, features), c[0]).sigmoid_()
+    s = torch.addmm(c[1], x.reshape(batch * length, features), c[0], beta=one, alpha=one).sigmoid_()
     if exact and shared >= 1e-6:
         scale = c[7] * (shared / float(substeps))
-        gi0 = torch.addmm(c[6] * scale, s, c[2] * scale).view(length, batch, 2 * n)
-        states = exact_sequence(hidden, gi0, None, c[3], c[4], c[5] * scale, substeps)
+        gi0 = torch.addmm(c[6] * scale, s, c[2] * scale, beta=one, alpha=one).view(batch, length, 2 * n)
+        states = exact_sequence(hidden, gi0, None, c[3], c[4], c[5] * scale, substeps, one)
         return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), states[-1], error
-    gi0 = torch.addmm(c[6], s, c[2]).view(length, batch, 2 * n)
+    gi0 = torch.addmm(c[6], s, c[2], beta=one, alpha=one).view(batch, length, 2 * n)
     if timespans is None:
         dt = torch.ones(length, batch, 1, dtype=x.dtype, device=x.device)
     else:
         dt = timespans.transpose(0, 1).unsqueeze(2).to(x.dtype)
     if exact:
-        states = exact_sequence(hidden, gi0, dt * (c[8] / float(substeps)), c[3], c[4], c[5], substeps)
+        states = exact_sequence(hidden, gi0, dt * (c[8] / float(substeps)), c[3], c[4], c[5], substeps, one)
         last = states[-1]
     else:
-        gic0 = gi0 - torch.mm(s * s, c[2]).view(length, batch, 2 * n)
+        gic0 = gi0 - torch.mm(s * s, c[2]).view(batch, length, 2 * n)
         x0 = hidden[:, n : 2 * n]
-        states, times = approx_sequence(hidden[:, :n], x0, hidden[:, 2 * n :], gi0, gic0, dt, c[8], c[3], c[4], c[5])
+        states, times = approx_sequence(hidden[:, :n], x0, hidden[:, 2 * n :], gi0, gic0, dt, c[8], c[3], c[4], c[5],
+                                        one)
         last = torch.cat([states[-1], x0, times[-1]], dim=1)
     return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), last, error
 
 
 @torch.jit.script
 def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: List[Tensor], output_w: Tensor, output_b: Tensor,
-                     exact: bool, substeps: int) -> Tuple[Tensor, Tensor, int]:
+                     exact: bool, substeps: int, one: float) -> Tuple[Tensor, Tensor, int]:
     """One step of either method as a single scripted call (batch-1 latency): x ``[B, F]``, hidden
     ``[B, H]``, dt ``[B]`` seconds, c = :meth:`ClosedFormLTC._derive` -> (y ``[B, M]``, hidden,
     error code of :func:`input_error`)."""
     error = input_error(x, dt)[0]
-    s = torch.addmm(c[1], x, c[0]).sigmoid_()
-    base = torch.addmm(c[6], s, c[2])
-    dt = dt.to(x.dtype).unsqueeze(1)
+    s = torch.addmm(c[1], x, c[0], beta=one, alpha=one).sigmoid_()
+    base = torch.addmm(c[6], s, c[2], beta=one, alpha=one)
+    if dt.dtype != x.dtype:
+        dt = dt.to(x.dtype)
+    dt = dt.unsqueeze(1)
     if exact:
-        state = exact_update(hidden, base, dt * (c[8] / float(substeps)), c[3], c[4], c[5], substeps)
+        nh = dt * c[8] if substeps == 1 else dt * (c[8] / float(substeps))
+        state = exact_update(hidden, base, nh, c[3], c[4], c[5], substeps, one)
     else:
         n = c[8].size(0)
         x0 = hidden[:, n : 2 * n]
         elapsed = hidden[:, 2 * n :] + dt
-        v = approx_update(hidden[:, :n], x0, elapsed, base, base - torch.mm(s * s, c[2]), c[8], c[3], c[4], c[5])
+        v = approx_update(hidden[:, :n], x0, elapsed, base, base - torch.mm(s * s, c[2]), c[8], c[3], c[4], c[5], one)
         state = torch.cat([v, x0, elapsed], dim=1)
     return torch.addcmul(output_b, state[:, : output_w.size(0)], output_w), state, error
 
@@ -269,6 +278,7 @@ class ClosedFormLTC(nn.Module):
         self.method: str = method
         self.exact: bool = method == "exact"
         self.substeps: int = int(substeps)
+        self.one: float = 1.0  # beta / alpha of every addmm (see the note on addmm at the top)
         self.units: int = n
         self.input_size: int = f
         self.output_size: int = m
@@ -361,8 +371,7 @@ class ClosedFormLTC(nn.Module):
         """``_derive()``, cached in inference until a parameter changes (in place or its storage)."""
         if torch.is_grad_enabled() or torch.compiler.is_compiling() or torch.compiler.is_exporting():
             return self._derive()  # training, or traced by torch.export / torch.compile: no storage to key on
-        tensors = [getattr(self, name) for name in PARAMETER_NAMES]
-        key = [k for t in tensors for k in (t.data_ptr(), t._version)]
+        key = [k for t in self._parameters.values() for k in (t.data_ptr(), t._version)]  # not getattr: 10x faster
         if key != self._cache_key:
             self._cache, self._cache_key = self._derive(), key
         return self._cache
@@ -386,7 +395,7 @@ class ClosedFormLTC(nn.Module):
             hidden = self.initial_state(batch).to(x.dtype)
         self._check_hidden(x, hidden)
         y, last, error = closed_form_sequence(x, hidden, timespans, self._constants(), self.output_w, self.output_b,
-                                              self.exact, self.substeps)
+                                              self.exact, self.substeps, self.one)
         self._raise(error)
         return y, last
 
@@ -401,7 +410,7 @@ class ClosedFormLTC(nn.Module):
             raise ValueError("ClosedFormLTC.step expects x [B, " + str(self.input_size) + "] and dt [B]")
         self._check_hidden(x, hidden)
         y, state, error = closed_form_step(x, hidden, dt, self._constants(), self.output_w, self.output_b,
-                                           self.exact, self.substeps)
+                                           self.exact, self.substeps, self.one)
         self._raise(error)
         return y, state
 
