@@ -33,8 +33,7 @@ def update_jacobian(saved: Sequence[List[Tensor]], t: Tensor, n: int, mode: int,
     if mode == 2:
         z, decay = (torch.stack([s[i] for s in saved]) for i in range(2))
         return (a * decay * (t * z.abs() - 1.0)).unsqueeze(2)
-    gh, s = (torch.stack([sv[i] for sv in saved]) for i in range(2))
-    g, h = gh[..., :n], gh[..., n:]
+    g, h, s = (torch.stack([sv[i] for sv in saved]) for i in range(3))
     ds = s * (1.0 - s) * (h - g if mode == 0 else h)
     dg = (1.0 - s) * (1.0 - g * g) if mode == 0 else 1.0 - g * g
     return torch.stack([dg, s * (1.0 - h * h), ds * t, ds], 2)

@@ -28,6 +28,14 @@ def compiled(fn: Callable) -> Callable:
     return _COMPILED[fn.__name__]
 
 
+def _steps(seq: List[Tensor]) -> List[List[Tensor]]:
+    """Each [L, ...] tensor as its L steps (one ``unbind`` instead of one ``select`` per step)."""
+    out: List[List[Tensor]] = []
+    for v in seq:
+        out.append(v.unbind(0))
+    return out
+
+
 def _lists(k: int) -> List[List[Tensor]]:
     out: List[List[Tensor]] = []
     for _ in range(k):
@@ -40,10 +48,11 @@ def update_forward(z: Tensor, t: Tensor, n: int, mode: int, w_tau: Tensor, a: Te
     if mode == 2:
         decay = torch.exp(-t * (w_tau + z.abs()))
         return torch.addcmul(a, a * decay, z, value=-1.0), [z, decay]
-    gh = torch.tanh(z[:, : 2 * n])
-    s = torch.sigmoid(torch.addcmul(z[:, 3 * n:], z[:, 2 * n: 3 * n], t))
-    new = torch.lerp(gh[:, :n], gh[:, n:], s) if mode == 0 else torch.addcmul(gh[:, :n], s, gh[:, n:])
-    return new, [gh, s]
+    ff1, ff2, time_a, time_b = z.split(n, 1)  # one op for four views (slices cost one each)
+    g, h = torch.tanh(ff1), torch.tanh(ff2)
+    s = torch.sigmoid(torch.addcmul(time_b, time_a, t))
+    new = torch.lerp(g, h, s) if mode == 0 else torch.addcmul(g, s, h)
+    return new, [g, h, s]
 
 
 def lstm_forward(z: Tensor, c: Tensor, n: int) -> Tuple[Tensor, Tensor, List[Tensor]]:
@@ -54,9 +63,9 @@ def lstm_forward(z: Tensor, c: Tensor, n: int) -> Tuple[Tensor, Tensor, List[Ten
     return tc * sg[:, 2 * n:], c_new, [c, act, sg, tc]
 
 
-def _lstm_step(i: int, dh: Tensor, dc: Tensor, lstm: List[Tensor]) -> Tuple[Tensor, Tensor]:
+def _lstm_step(i: int, dh: Tensor, dc: Tensor, lstm: List[List[Tensor]]) -> Tuple[Tensor, Tensor]:
     """(d loss / d z_i [B, 4n], d loss / d c_{i-1}) from the gradients of step i's new (h, c);
-    lstm = (dc/dh, dz[:3n]/dc [L, B, 3, n], dz[3n:]/dh, forget gate) from ``lstm_jacobian``."""
+    lstm = per-step (dc/dh, dz[:3n]/dc [B, 3, n], dz[3n:]/dh, forget gate) from ``lstm_jacobian``."""
     dc = torch.addcmul(dc, dh, lstm[0][i])
     dz = torch.cat([(dc.unsqueeze(1) * lstm[1][i]).flatten(1), dh * lstm[2][i]], 1)
     return dz, dc * lstm[3][i]
@@ -64,23 +73,25 @@ def _lstm_step(i: int, dh: Tensor, dc: Tensor, lstm: List[Tensor]) -> Tuple[Tens
 
 def dense_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tensor, w_h: Tensor,
                   ws_t: List[Tensor], bs: List[Tensor], wr_t: Tensor, w_tau: Tensor, a: Tensor, n: int, mode: int,
-                  kind: int, p: float, mixed: bool):
+                  kind: int, p: float, mixed: bool, one: float = 1.0):
     """Dense CfC steps keeping activations. ws_t/bs: backbone layers 2.. and heads (W^T, b);
     returns (outs, h, c, h_in, mem_in, mem_saved, acts, ins, masks, heads), per-layer lists indexed
-    by the layer that consumes them minus one."""
+    by the layer that consumes them minus one. ``one`` (= 1.0) is an argument, not a constant, so that
+    TorchScript keeps each ``addmm`` fused instead of splitting it into ``mm`` + ``add``."""
     mem_in: List[Tensor] = []
     h_in: List[Tensor] = []
     outs: List[Tensor] = []
     mem_saved: List[List[Tensor]] = []
     heads: List[List[Tensor]] = []
     acts, ins, masks = _lists(len(ws_t)), _lists(len(ws_t)), _lists(len(ws_t))
-    for i in range(x_part.size(0)):
+    xs, ms, tss = x_part.unbind(0), m_part.unbind(0), ts.unbind(0)  # one op instead of one per step
+    for i in range(len(xs)):
         if mixed:
             mem_in.append(h)
-            h, c, sv = lstm_forward(torch.addmm(m_part[i], h, wr_t), c, n)
+            h, c, sv = lstm_forward(torch.addmm(ms[i], h, wr_t, beta=one), c, n)
             mem_saved.append(sv)
         h_in.append(h)
-        z = torch.addmm(x_part[i], h, w_h)
+        z = torch.addmm(xs[i], h, w_h, beta=one)
         for k in range(len(ws_t)):
             y = activate(z, kind)
             acts[k].append(y if kind <= 2 else z)
@@ -89,8 +100,8 @@ def dense_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
                 masks[k].append(m)
                 y = y * m
             ins[k].append(y)
-            z = torch.addmm(bs[k], y, ws_t[k])
-        h, sv = update_forward(z, ts[i], n, mode, w_tau, a)
+            z = torch.addmm(bs[k], y, ws_t[k], beta=one)
+        h, sv = update_forward(z, tss[i], n, mode, w_tau, a)
         heads.append(sv)
         outs.append(h)
     return outs, h, c, h_in, mem_in, mem_saved, acts, ins, masks, heads
@@ -106,30 +117,32 @@ def dense_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: Tensor,
     dzs = _lists(last + 1)
     dzm: List[Tensor] = []
     dH: List[Tensor] = []
-    for i in range(jac.size(0) - 1, -1, -1):
+    jacs, dacts, lstms = jac.unbind(0), _steps(dact), _steps(lstm)
+    gs = g_seq.unbind(0) if g_seq is not None else jacs
+    for i in range(len(jacs) - 1, -1, -1):
         if keep_dh:
             dH.append(dh)
-        dz = (dh.unsqueeze(1) * jac[i]).flatten(1)
+        dz = (dh.unsqueeze(1) * jacs[i]).flatten(1)
         dzs[last].append(dz)
         for k in range(last, 0, -1):
-            dz = dz.mm(ws[k - 1]) * dact[k - 1][i]
+            dz = dz.mm(ws[k - 1]) * dacts[k - 1][i]
             dzs[k - 1].append(dz)
         d = dz.mm(w_h)
-        if len(lstm) > 0:
-            dz, dc = _lstm_step(i, d, dc, lstm)
+        if len(lstms) > 0:
+            dz, dc = _lstm_step(i, d, dc, lstms)
             dzm.append(dz)
             d = dz.mm(wr)
         if g_seq is not None and i > 0:
-            d = d + g_seq[i - 1]
+            d = d + gs[i - 1]
         dh = d
     return dzs, dzm, dH, dh, dc
 
 
 def wired_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tensor, w_rec: Tensor,
                   blocks: List[Tensor], bounds: List[int], src: List[int], dst: List[int], k: int, wr_t: Tensor,
-                  w_tau: Tensor, a: Tensor, mode: int, mixed: bool):
+                  w_tau: Tensor, a: Tensor, mode: int, mixed: bool, one: float = 1.0):
     """Wired CfC steps (layer order) keeping activations: (outs, h, c, h_in, mem_in, mem_saved,
-    saved[layer][step])."""
+    saved[layer][step]); ``one`` as in ``dense_forward``."""
     mem_in: List[Tensor] = []
     h_in: List[Tensor] = []
     outs: List[Tensor] = []
@@ -138,24 +151,25 @@ def wired_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
     saved: List[List[List[Tensor]]] = []
     for _ in range(layers):
         saved.append(torch.jit.annotate(List[List[Tensor]], []))
-    for i in range(x_part.size(0)):
+    xs, ms, tss = x_part.unbind(0), m_part.unbind(0), ts.unbind(0)
+    for i in range(len(xs)):
         if mixed:
             mem_in.append(h)
-            h, c, sv = lstm_forward(torch.addmm(m_part[i], h, wr_t), c, n=h.size(1))
+            h, c, sv = lstm_forward(torch.addmm(ms[i], h, wr_t, beta=one), c, n=h.size(1))
             mem_saved.append(sv)
         h_in.append(h)
-        pre = torch.addmm(x_part[i], h, w_rec)
+        pre = torch.addmm(xs[i], h, w_rec, beta=one)
         news: List[Tensor] = []
         for l in range(layers):
             lo, hi = bounds[l], bounds[l + 1]
             z = pre[:, k * lo: k * hi]
             for j in range(len(blocks)):
                 if dst[j] == l:
-                    z = torch.addmm(z, news[src[j]], blocks[j])
+                    z = torch.addmm(z, news[src[j]], blocks[j], beta=one)
             if mode == 2:
-                new, sv = update_forward(z, ts[i], hi - lo, mode, w_tau[lo:hi], a[lo:hi])
+                new, sv = update_forward(z, tss[i], hi - lo, mode, w_tau[lo:hi], a[lo:hi])
             else:
-                new, sv = update_forward(z, ts[i], hi - lo, mode, w_tau, a)
+                new, sv = update_forward(z, tss[i], hi - lo, mode, w_tau, a)
             news.append(new)
             saved[l].append(sv)
         h = torch.cat(news, 1)
@@ -173,12 +187,14 @@ def wired_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: List[Te
     dZ: List[Tensor] = []
     dzm: List[Tensor] = []
     dH: List[Tensor] = []
-    for i in range(jac[0].size(0) - 1, -1, -1):
+    jacs, lstms = _steps(jac), _steps(lstm)
+    gs = g_seq.unbind(0) if g_seq is not None else jacs[0]
+    for i in range(len(jacs[0]) - 1, -1, -1):
         dzs: List[Tensor] = []
         for l in range(layers):
             dzs.append(dh)
         for l in range(layers - 1, -1, -1):
-            dz = (dh[:, bounds[l]: bounds[l + 1]].unsqueeze(1) * jac[l][i]).flatten(1)
+            dz = (dh[:, bounds[l]: bounds[l + 1]].unsqueeze(1) * jacs[l][i]).flatten(1)
             dzs[l] = dz
             for j in range(len(blocks_t)):
                 if dst[j] == l:
@@ -188,11 +204,11 @@ def wired_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: List[Te
         dz = torch.cat(dzs, 1)
         dZ.append(dz)
         d = dz.mm(w_rec_t)
-        if len(lstm) > 0:
-            dz, dc = _lstm_step(i, d, dc, lstm)
+        if len(lstms) > 0:
+            dz, dc = _lstm_step(i, d, dc, lstms)
             dzm.append(dz)
             d = dz.mm(wr)
         if g_seq is not None and i > 0:
-            d = d + g_seq[i - 1]
+            d = d + gs[i - 1]
         dh = d
     return dZ, dzm, dH, dh, dc
