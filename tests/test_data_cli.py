@@ -83,3 +83,15 @@ def test_augmented_batches_are_reproducible_with_workers(tmp_path):
     torch.manual_seed(0)
     b = first_batch()
     assert torch.equal(a["frames"], b["frames"]) and torch.equal(a["curvature"], b["curvature"])
+
+
+def test_inspect_plot_draws_one_panel_per_recording(tmp_path, capsys):
+    import matplotlib.image
+
+    _udacity(tmp_path / "run1")
+    _udacity(tmp_path / "run2")
+    out = tmp_path / "labels.png"
+    assert main(["data", "inspect", str(tmp_path), "--quick", "--plot", str(out)]) == 0
+    image = matplotlib.image.imread(str(out))
+    assert image.shape[0] > 1.5 * 242  # two panels of 2.2 in at 110 dpi
+    assert "- run1 (udacity_sim:" in capsys.readouterr().out

@@ -1,6 +1,6 @@
 """``drive data inspect|convert``: look at driving logs, or turn them into canonical recordings.
 
-    drive data inspect LOGS... [--format F] [--reader opts.yaml] [--set key=value] [--json] [--quick]
+    drive data inspect LOGS... [--format F] [--reader opts.yaml] [--set key=value] [--json] [--quick] [--plot PNG]
     drive data convert LOGS... --out DIR [--format F] [--storage frames|video] [--on-error skip]
 
 Reader options (label units, column names, camera calibration, ...) come from a YAML file
@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quick", action="store_true", help="do not decode every frame")
     p.add_argument("--gap-factor", type=float, default=3.0, help="a step > this x median dt is a gap")
+    p.add_argument("--plot", metavar="PNG", help="also draw curvature and speed over time, gaps shaded")
     c = sub.add_parser("convert", help="write canonical recordings (meta.json, log.csv, frames/ or video)")
     _common(c)
     c.add_argument("--out", required=True, help="output directory (one recording per subdirectory)")
@@ -65,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = _options(args)
         if args.data_command == "inspect":
-            report = inspect_logs(args.logs, args.format, options, decode=not args.quick, gap_factor=args.gap_factor)
+            report = inspect_logs(args.logs, args.format, options, decode=not args.quick, gap_factor=args.gap_factor,
+                                  plot=args.plot)
             print(json.dumps(report, indent=2) if args.json else format_report(report))
             return 1 if report["problems"] else 0
         written = convert_logs(args.logs, args.out, args.format, options, args.on_error, args.storage, args.overwrite)

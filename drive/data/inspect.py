@@ -11,12 +11,12 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from drive.data.cache import iter_decoded
+from drive.data.cache import display_name, iter_decoded
 from drive.data.errors import Problems
 from drive.data.readers import discover, read_logs
 from drive.recording import Recording, RecordingMeta, RecordingWriter
 
-__all__ = ["inspect_logs", "format_report", "convert_logs"]
+__all__ = ["inspect_logs", "format_report", "convert_logs", "plot_recordings"]
 
 
 def _decode_all(rec: Recording, problems: Problems) -> int:
@@ -30,6 +30,7 @@ def _summary(rec: Recording, gap_factor: float) -> Dict[str, Any]:
     med = float(np.median(dt)) if len(dt) else 0.0
     gaps = np.flatnonzero(dt > gap_factor * med) if len(dt) else np.array([], dtype=int)
     return {
+        "name": display_name(rec),
         "source": rec.meta.source,
         "path": str(rec.path),
         "frames": len(rec),
@@ -44,9 +45,40 @@ def _summary(rec: Recording, gap_factor: float) -> Dict[str, Any]:
     }
 
 
+def plot_recordings(recs: Sequence[Recording], out: str, gap_factor: float = 3.0, limit: int = 8) -> None:
+    """Curvature (1/km) and speed over time for up to ``limit`` recordings, time gaps shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = list(recs)[:limit]
+    fig, axes = plt.subplots(len(shown), 1, figsize=(10, 2.2 * len(shown)), squeeze=False)
+    for ax, rec in zip(axes[:, 0], shown):
+        t = rec.log["timestamp_s"] - rec.log["timestamp_s"][0]
+        dt = np.diff(t)
+        gaps = np.flatnonzero(dt > gap_factor * np.median(dt)) if len(dt) else np.array([], dtype=int)
+        # NaN after each gap so the lines break there
+        tt, k, v = (np.insert(a.astype(float), gaps + 1, np.nan) for a in
+                    (t, rec.log["curvature"] * 1000.0, rec.log["speed_mps"]))
+        ax.plot(tt, k, lw=0.8, color="tab:blue")
+        ax.set_ylabel("curvature [1/km]", color="tab:blue")
+        twin = ax.twinx()
+        twin.plot(tt, v, lw=0.8, color="tab:gray")
+        twin.set_ylabel("speed [m/s]", color="tab:gray")
+        for i in gaps:
+            ax.axvspan(t[i], t[i + 1], color="tab:red", alpha=0.25, lw=0)
+        ax.set_title(f"{display_name(rec)}: {len(rec)} frames, {len(gaps)} gap(s) shaded", fontsize=9)
+    axes[-1, 0].set_xlabel("time [s]")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Optional[Dict[str, Any]] = None,
-                 decode: bool = True, gap_factor: float = 3.0) -> Dict[str, Any]:
-    """JSON-able report: ``logs`` (path, format), ``recordings`` (summaries), ``problems``."""
+                 decode: bool = True, gap_factor: float = 3.0, plot: Optional[str] = None) -> Dict[str, Any]:
+    """JSON-able report: ``logs`` (path, format), ``recordings`` (summaries), ``problems``;
+    ``plot`` writes a picture of the labels over time (:func:`plot_recordings`)."""
     problems = Problems("skip")
     logs = [(str(p), f) for path in paths for p, f in discover(path, format)]
     recs = read_logs(list(paths), format, options, problems) if logs else []
@@ -56,6 +88,8 @@ def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Op
         if decode:
             s["decodable_frames"] = _decode_all(rec, problems)
         summaries.append(s)
+    if plot and recs:
+        plot_recordings(recs, plot, gap_factor)
     return {
         "logs": [{"path": p, "format": f} for p, f in logs],
         "recordings": summaries,
@@ -71,7 +105,7 @@ def format_report(report: Dict[str, Any]) -> str:
     lines = [f"{len(report['logs'])} log(s): " + ", ".join(f"{l['path']} [{l['format']}]" for l in report["logs"])]
     for s in report["recordings"]:
         k = s["curvature_per_m"]
-        lines.append(f"- {s['source']}: {s['frames']} frames {s['size'][0]}x{s['size'][1]}, "
+        lines.append(f"- {s['name']} ({s['source']}): {s['frames']} frames {s['size'][0]}x{s['size'][1]}, "
                      f"{s['duration_s']:.1f} s at {s['fps']:.2f} fps (dt {s['dt_s']['min']:.3f}..{s['dt_s']['max']:.3f} s), "
                      f"{len(s['gaps'])} gap(s), curvature {k['min']:+.4f}..{k['max']:+.4f} 1/m, "
                      f"speed {s['speed_mps']['min']:.1f}..{s['speed_mps']['max']:.1f} m/s"
