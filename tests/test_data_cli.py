@@ -94,4 +94,4 @@ def test_inspect_plot_draws_one_panel_per_recording(tmp_path, capsys):
     assert main(["data", "inspect", str(tmp_path), "--quick", "--plot", str(out)]) == 0
     image = matplotlib.image.imread(str(out))
     assert image.shape[0] > 1.5 * 242  # two panels of 2.2 in at 110 dpi
-    assert "- run1 (udacity_sim:" in capsys.readouterr().out
+    assert "- run1-center (udacity_sim:" in capsys.readouterr().out
