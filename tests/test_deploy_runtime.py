@@ -22,7 +22,7 @@ from drive.preprocess import Preprocessing
 from drive.train.families import build_policy
 
 REPO = Path(__file__).resolve().parents[1]
-CAMERA = (80, 208)
+CAMERA = (80, 208)  # cropped to 79x204, then resized (antialiased) to 78x200 inside every runtime
 FPS = 20.0
 
 
@@ -43,7 +43,7 @@ def exported(tmp_path_factory):
     d = tmp_path_factory.mktemp("deploy")
     torch.manual_seed(3)
     policy = build_policy("ncp_ltc", frame_period_s=1.0 / FPS)
-    meta = policy_meta(policy, Preprocessing(size=(78, 200), crop=(2, 80, 4, 204)), FPS, "ncp_ltc", frame_size=list(CAMERA))
+    meta = policy_meta(policy, Preprocessing(size=(78, 200), crop=(1, 80, 2, 206)), FPS, "ncp_ltc", frame_size=list(CAMERA))
     ckpt = save_policy(d / "ncp.ckpt", policy, meta)
     g = torch.Generator().manual_seed(1)
     frames = torch.randint(0, 256, (40, *CAMERA, 3), dtype=torch.uint8, generator=g)
