@@ -95,3 +95,18 @@ def test_inspect_plot_draws_one_panel_per_recording(tmp_path, capsys):
     image = matplotlib.image.imread(str(out))
     assert image.shape[0] > 1.5 * 242  # two panels of 2.2 in at 110 dpi
     assert "- run1-center (udacity_sim:" in capsys.readouterr().out
+
+
+def test_reader_options_from_a_data_config_and_set(tmp_path, capsys):
+    for i in range(3):
+        cv2.imwrite(str(tmp_path / f"{i}.jpg"), np.full((8, 8, 3), 10 * i, np.uint8))
+    (tmp_path / "log.csv").write_text("image,time_ms,wheel\n" + "".join(f"{i}.jpg,{100 * i},{3.0 * i}\n" for i in range(3)))
+    config = tmp_path / "data.yaml"
+    config.write_text("data:\n  reader:\n    timestamp_column: time_ms\n    time_unit: ms\n    steering_column: wheel\n")
+    assert main(["data", "inspect", str(tmp_path), "--json", "--reader", str(config)]) == 2  # unit not named
+    assert "ambiguous" in capsys.readouterr().out
+    assert main(["data", "inspect", str(tmp_path), "--json", "--reader", str(config),
+                 "--set", "label={unit: wheel_deg, wheelbase_m: 2.0}"]) == 0
+    (rec,) = json.loads(capsys.readouterr().out)["recordings"]
+    assert abs(rec["curvature_per_m"]["max"] - np.tan(np.radians(6.0)) / 2.0) < 1e-12
+    assert abs(rec["duration_s"] - 0.2) < 1e-12
