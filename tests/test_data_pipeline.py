@@ -151,3 +151,15 @@ def test_device_side_augmentation_replaces_frames_labels_and_weights(tmp_path):
     shift_effect = out["curvature"].numpy() - plain
     assert np.abs(shift_effect).max() > 1e-3 and np.allclose(shift_effect, shift_effect[:, :1], atol=1e-6)
     np.testing.assert_allclose(out["weight"].numpy(), sample_weights(out["curvature"].numpy(), 0.1), rtol=1e-5)
+
+
+def test_validate_and_test_stages_need_no_training_logs(tmp_path):
+    _write(tmp_path / "logs", "a", np.arange(20) * 0.1)
+    dm = DriveDataModule(val=[str(tmp_path / "logs")], test=[str(tmp_path / "logs")],
+                         cache_dir=str(tmp_path / "cache"), num_workers=0, seq_len=8)
+    dm.setup("validate")
+    dm.setup("test")
+    assert "train" not in dm.datasets
+    for split in ("val", "test"):
+        windows = dm.datasets[split].windows
+        assert [(w.start, w.length, w.reset) for w in windows] == [(0, 8, True), (8, 8, False), (16, 4, False)]

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import lightning as L
 import numpy as np
@@ -97,7 +97,6 @@ class DriveDataModule(L.LightningDataModule):
         self.cache_dir = Path(cache_dir)
         self.on_error, self.curve_factor, self.gap_factor = on_error, curve_factor, gap_factor
         self.val_split, self.val_fraction, self.seed = val_split, val_fraction, seed
-        Problems(on_error)  # validates on_error early
         if augment_on not in ("workers", "device"):
             raise ValueError(f"augment_on must be 'workers' or 'device', got {augment_on!r}")
         self.augment_on = augment_on
@@ -126,25 +125,25 @@ class DriveDataModule(L.LightningDataModule):
                 self.augment if self.augment_on == "workers" else None, self.curve_factor, self.seed)
             if self.augment is not None and self.augment.needs_camera():
                 self.datasets["train"].require_camera()
-            if self.paths["val"]:
-                vrecs = self._load(self.paths["val"])
-                val_r = [(i, 0, len(r)) for i, r in enumerate(vrecs)]
-            else:
-                vrecs = recs
-            if val_r:
-                self.datasets["val"] = SequenceDataset(
-                    vrecs, stateful_windows(vrecs, val_r, self.seq_len, self.gap_factor), self.seq_len,
-                    None, self.curve_factor, self.seed)
             if len(self.datasets["train"]) == 0:
                 raise ValueError(f"no training window of {self.seq_len} gap-free frames in {self.paths['train']}")
+            if val_r:
+                self.datasets["val"] = self._stream(recs, val_r)
+        if stage in (None, "fit", "validate") and "val" not in self.datasets and self.paths["val"]:
+            recs = self._load(self.paths["val"])
+            self.datasets["val"] = self._stream(recs, [(i, 0, len(r)) for i, r in enumerate(recs)])
         for split in ("test", "predict"):
             if stage in (None, split) and split not in self.datasets and self.paths[split]:
                 recs = self._load(self.paths[split])
-                self.datasets[split] = SequenceDataset(
-                    recs, stateful_windows(recs, [(i, 0, len(r)) for i, r in enumerate(recs)], self.seq_len,
-                                           self.gap_factor), self.seq_len, None, self.curve_factor, self.seed)
+                self.datasets[split] = self._stream(recs, [(i, 0, len(r)) for i, r in enumerate(recs)])
         if len(self.problems):
             print(f"drive.data: {self.problems.summary()}", file=sys.stderr)
+            self.problems = Problems(self.on_error)
+
+    def _stream(self, recs: List[CachedRecording], ranges: List[Tuple[int, int, int]]) -> SequenceDataset:
+        """Full-recording iteration (val/test/predict): consecutive windows in time order, no augmentation."""
+        return SequenceDataset(recs, stateful_windows(recs, ranges, self.seq_len, self.gap_factor), self.seq_len,
+                               None, self.curve_factor, self.seed)
 
     def augment_batch(self, batch: Dict[str, torch.Tensor], rank: int = 0) -> Dict[str, torch.Tensor]:
         """Augment a training batch where it lies (``augment_on="device"``): frames, corrected
