@@ -90,7 +90,8 @@ def eq8_state(x0: Tensor, g: Tensor, i: Tensor, gc: Tensor, ic: Tensor, neg_t_ov
     ``neg_t_over_cm = -t / cm`` (broadcastable); t is the time since x0; g > 0 as in :func:`exact_step`
     (a neuron without conductance keeps x0).
     """
-    return (i + torch.exp(g * neg_t_over_cm) * (x0 * gc - ic)) / g
+    # i - e (ic - x0 gc) as two addcmul: five ops in all
+    return torch.addcmul(i, torch.exp(g * neg_t_over_cm), torch.addcmul(ic, x0, gc, value=-1.0), value=-1.0) / g
 
 
 @torch.jit.script
@@ -114,15 +115,15 @@ def exact_update(v: Tensor, base: Tensor, neg_h_over_cm: Optional[Tensor], pre_s
 
 
 @torch.jit.script
-def approx_update(v: Tensor, x0: Tensor, elapsed: Tensor, base: Tensor, base_c: Tensor, neg_inv_cm: Tensor,
+def approx_update(v: Tensor, x0: Tensor, neg_t_over_cm: Tensor, base: Tensor, base_c: Tensor,
                   pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor, one: float) -> Tensor:
-    """Eq. 8 at ``elapsed`` ``[B, 1]`` seconds since x0 ``[B, N]``, recurrent presynaptic signals v
-    ``[B, N]``; base / base_c ``[B, 2N]`` leak + sensory [G | I] and complement-weighted [G c | I c];
-    ``-1 / cm`` ``[N]``; synapses as in :func:`exact_update`."""
+    """Eq. 8 at ``-t / cm`` ``[B, N]`` (t seconds since x0 ``[B, N]``), recurrent presynaptic
+    signals v ``[B, N]``; base / base_c ``[B, 2N]`` leak + sensory [G | I] and complement-weighted
+    [G c | I c]; synapses as in :func:`exact_update`."""
     s = torch.addmm(neg_sigma_mu, v, pre_sigma, beta=one, alpha=one).sigmoid_()
     g, i = torch.addmm(base, s, q, beta=one, alpha=one).chunk(2, 1)
-    gc, ic = torch.addmm(base_c, s - s * s, q, beta=one, alpha=one).chunk(2, 1)
-    return eq8_state(x0, g, i, gc, ic, elapsed * neg_inv_cm)
+    gc, ic = torch.addmm(base_c, torch.addcmul(s, s, s, value=-1.0), q, beta=one, alpha=one).chunk(2, 1)  # s (1 - s)
+    return eq8_state(x0, g, i, gc, ic, neg_t_over_cm)
 
 
 @torch.jit.script
@@ -143,19 +144,15 @@ def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_
 
 
 @torch.jit.script
-def approx_sequence(v: Tensor, x0: Tensor, elapsed: Tensor, gi0: Tensor, gic0: Tensor, dt: Tensor,
-                    neg_inv_cm: Tensor, pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor,
-                    one: float) -> Tuple[Tensor, Tensor]:
-    """:func:`approx_update` over gi0 / gic0 ``[B, L, 2N]`` and dt ``[L, B, 1]``
-    -> (states ``[L, B, N]``, elapsed after every step ``[L, B, 1]``)."""
+def approx_sequence(v: Tensor, x0: Tensor, gi0: Tensor, gic0: Tensor, neg_t_over_cm: Tensor, pre_sigma: Tensor,
+                    neg_sigma_mu: Tensor, q: Tensor, one: float) -> Tensor:
+    """:func:`approx_update` over gi0 / gic0 ``[B, L, 2N]`` and ``-t / cm`` ``[L, B, N]`` (t: seconds
+    since x0 at the end of every step) -> states ``[L, B, N]``."""
     states: List[Tensor] = []
-    times: List[Tensor] = []
-    for base, base_c, step in zip(gi0.unbind(1), gic0.unbind(1), dt.unbind(0)):
-        elapsed = elapsed + step
-        v = approx_update(v, x0, elapsed, base, base_c, neg_inv_cm, pre_sigma, neg_sigma_mu, q, one)
+    for base, base_c, nt in zip(gi0.unbind(1), gic0.unbind(1), neg_t_over_cm.unbind(0)):
+        v = approx_update(v, x0, nt, base, base_c, pre_sigma, neg_sigma_mu, q, one)
         states.append(v)
-        times.append(elapsed)
-    return torch.stack(states), torch.stack(times)
+    return torch.stack(states)
 
 
 @torch.jit.script
@@ -209,9 +206,9 @@ def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor],
     else:
         gic0 = gi0 - torch.mm(s * s, c[2]).view(batch, length, 2 * n)
         x0 = hidden[:, n : 2 * n]
-        states, times = approx_sequence(hidden[:, :n], x0, hidden[:, 2 * n :], gi0, gic0, dt, c[8], c[3], c[4], c[5],
-                                        one)
-        last = torch.cat([states[-1], x0, times[-1]], dim=1)
+        elapsed = torch.cumsum(dt, 0) + hidden[:, 2 * n :]  # [L, B, 1] seconds since x0
+        states = approx_sequence(hidden[:, :n], x0, gi0, gic0, elapsed * c[8], c[3], c[4], c[5], one)
+        last = torch.cat([states[-1], x0, elapsed[-1]], dim=1)
     return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), last, error
 
 
@@ -234,7 +231,7 @@ def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: List[Tensor], out
         n = c[8].size(0)
         x0 = hidden[:, n : 2 * n]
         elapsed = hidden[:, 2 * n :] + dt
-        v = approx_update(hidden[:, :n], x0, elapsed, base, base - torch.mm(s * s, c[2]), c[8], c[3], c[4], c[5], one)
+        v = approx_update(hidden[:, :n], x0, elapsed * c[8], base, base - torch.mm(s * s, c[2]), c[3], c[4], c[5], one)
         state = torch.cat([v, x0, elapsed], dim=1)
     return torch.addcmul(output_b, state[:, : output_w.size(0)], output_w), state, error
 
