@@ -54,6 +54,12 @@ def lstm_update(z: Tensor, c: Tensor, n: int) -> Tuple[Tensor, Tensor]:
     return torch.tanh(c) * gates[:, 2 * n:], c
 
 
+def _all_finite(x: Tensor) -> Tensor:
+    """Whether every element is finite, as a 0-dim bool tensor: ``x * 0`` is 0 exactly for finite
+    values and NaN otherwise; one multiply and one sum (``isfinite(x).all()`` is ~4x slower here)."""
+    return (x * 0).sum() == 0
+
+
 def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int) -> Tensor:
     """Validate x [B, L, F] and timespans [B, L]; return elapsed time as [B, L, 1] fp32.
 
@@ -62,14 +68,14 @@ def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int) -> T
         raise ValueError("expected input [B, L, " + str(input_size) + "], got " + str(x.shape))
     b, steps = x.size(0), x.size(1)
     if timespans is None:
-        if not bool(torch.isfinite(x).all()):
+        if not bool(_all_finite(x)):
             raise ValueError("input contains NaN or inf")
         return torch.ones(1, 1, 1, dtype=x.dtype, device=x.device).expand(b, steps, 1)
     if timespans.dim() != 2 or timespans.size(0) != b or timespans.size(1) != steps:
         raise ValueError("expected timespans [B, L] = [" + str(b) + ", " + str(steps) + "], got "
                          + str(timespans.shape))
-    if not bool(torch.isfinite(x).all() & torch.isfinite(torch.log(timespans)).all()):
-        if not bool(torch.isfinite(x).all()):
+    if not bool(_all_finite(x) & _all_finite(torch.log(timespans))):
+        if not bool(_all_finite(x)):
             raise ValueError("input contains NaN or inf")
         raise ValueError("timespans (elapsed seconds) must be finite and > 0")
     return timespans.to(x.dtype).unsqueeze(2)
