@@ -6,7 +6,8 @@
 
 Timings: forward at B=16, L=32 (32 features) and a batch-1 ``step``, eager and TorchScript, in
 inference (no grad). Every round times each model once in turn (interleaved, so machine load hits
-all alike); the median over rounds is reported with the ratio ODE time / closed-form time.
+all alike); the median over rounds (``--statistic min``: the fastest, least-disturbed round, for a
+heavily shared machine) is reported with the ratio ODE time / closed-form time.
 Fidelity: output MSE and max error of each closed form against the ODE LTC on smooth random input
 sequences (random walks, like consecutive camera features), in the module's output units (1/km for
 a trained policy's LTC), and against the converged ODE (256 unfolds). ``exact/K`` rows: the exact kernel with K substeps per step.
@@ -49,6 +50,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--statistic", default="median", choices=["median", "min"],
+                        help="per-model time over the interleaved rounds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--substeps", type=int, nargs="*", default=[],
                         help="also time/score exact conversions with these substeps per step (e.g. 2 6)")
@@ -89,15 +92,18 @@ def main() -> None:
         for mode in ("eager", "script"):
             mods = {k: (torch.jit.script(m) if mode == "script" else m) for k, m in models.items()}
             hidden = {k: m.initial_state(1) for k, m in mods.items()}
-            fwd = interleaved_medians({k: (lambda m=m: m(x)) for k, m in mods.items()}, args.rounds, 5, sync)
+            fwd = interleaved_medians({k: (lambda m=m: m(x)) for k, m in mods.items()}, args.rounds, 5, sync,
+                                      args.statistic)
             step = interleaved_medians({k: (lambda m=m, k=k: m.step(x1, hidden[k], dt1)) for k, m in mods.items()},
-                                       args.rounds, 100, sync)
+                                       args.rounds, 100, sync, args.statistic)
             results[mode] = {f"{k}_{what}_ms": t[k] for k in mods for what, t in (("forward", fwd), ("step", step))}
 
-    print(f"source: {source}; device {device}, {args.threads} thread(s), median of {args.rounds} interleaved rounds")
+    print(f"source: {source}; device {device}, {args.threads} thread(s), {args.statistic} of {args.rounds} "
+          "interleaved rounds")
     print(f"{'model':<10}{'mode':<8}{'fwd B16 L32 ms':>16}{'x faster':>10}{'step B1 ms':>12}{'x faster':>10}"
           f"{'MSE vs ODE':>12}{'max |err|':>11}{'MSE vs true ODE':>17}")
-    report: Dict[str, object] = {"source": source, "device": str(device), "threads": args.threads, "rows": []}
+    report: Dict[str, object] = {"source": source, "device": str(device), "threads": args.threads,
+                                 "statistic": args.statistic, "rounds": args.rounds, "rows": []}
     for mode, r in results.items():
         for k in models:
             fr = r["ode_forward_ms"] / r[f"{k}_forward_ms"]

@@ -80,7 +80,13 @@ def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_
     """:func:`exact_update` over gi0 ``[B, L, 2N]`` with ``-h / cm`` ``[L, B, N]`` (or None: gi0 and q
     pre-scaled) -> states ``[L, B, N]``."""
     states: List[Tensor] = []
-    if neg_h_over_cm is None:
+    if neg_h_over_cm is None and substeps == 1:  # the common case, without the inner loop (~5% faster)
+        for base in gi0.unbind(1):
+            s = torch.addmm(neg_sigma_mu, v, pre_sigma, beta=one, alpha=one).sigmoid_()
+            g, i = torch.addmm(base, s, q, beta=one, alpha=one).chunk(2, 1)
+            v = torch.lerp(i / g, v, torch.exp(g))
+            states.append(v)
+    elif neg_h_over_cm is None:
         for base in gi0.unbind(1):
             v = exact_update(v, base, None, pre_sigma, neg_sigma_mu, q, substeps, one)
             states.append(v)
