@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frame-size", type=_frame_size, default=None, metavar="HxW",
                         help="camera frame size if the checkpoint does not record it")
     parser.add_argument("--black-level", type=float, default=4.0,
-                        help="mean pixel (0-255) at or below which a frame counts as no image (held)")
+                        help="mean pixel (0-255, after crop/resize) at or below which a frame counts as no image (held)")
     parser.add_argument("--max-gap", type=float, default=1.0, metavar="SECONDS",
                         help="longest elapsed time one step integrates after held frames")
     parser.add_argument("--no-verify", action="store_true", help="skip loading the file back for a parity check")

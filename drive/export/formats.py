@@ -222,7 +222,7 @@ def export_policy(
         half: conv head in fp16 (a CUDA option: fp16 convolutions on CPU are slow); cell stays fp32.
         curvature_limit_per_m: command clamp (default: the checkpoint's, else 0.2 1/m).
         frame_size: the camera's ``(height, width)`` if the checkpoint does not record it.
-        black_level: mean pixel (0-255) at or below which a frame counts as no image.
+        black_level: mean pixel (0-255) of the cropped, resized view at or below which a frame is no image.
         max_gap_s: longest elapsed time integrated in one step after held frames.
     """
     if format not in FORMATS:

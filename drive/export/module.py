@@ -22,10 +22,11 @@ Safety, per row of the batch (the status bits, :data:`STATUS`):
 * ``HIDDEN_RESET`` (8): a non-finite value anywhere in the incoming hidden row: the row restarts
   from ``initial_state`` (last command 0) before the frame is used.
 * ``FRAME_NONFINITE`` (1) / ``FRAME_BLACK`` (2): a float frame with NaN/inf, or a frame whose mean
-  pixel is at most ``black_level`` (0-255 scale): the command is the last command (held), the
-  recurrent state is kept, and the skipped time is remembered in ``gap`` so the next good frame
-  integrates over the real elapsed time (``dt = period + gap``, capped at ``max_gap_s``) --
-  continuous-time cells handle irregular sampling by design.
+  pixel in the network's view (after crop and resize) is at most ``black_level`` (0-255 scale):
+  the command is the last command (held), the recurrent state is kept, and the skipped time is
+  remembered in ``gap`` so the next good frame integrates over the real elapsed time
+  (``dt = period + gap``, capped at ``max_gap_s``): continuous-time cells handle irregular
+  sampling by design.
 * ``OUTPUT_NONFINITE`` (16): the network produced a non-finite feature, command or state: the last
   command is held and the recurrent state restarts.
 * ``CLAMPED`` (4): the command exceeded ``curvature_limit_per_m`` and was clamped to it.
@@ -86,7 +87,7 @@ class DeployedPolicy(nn.Module):
         fps: camera rate; the nominal step is ``dt = 1 / fps`` seconds.
         curvature_limit_per_m: commands are clamped to ``[-limit, +limit]``.
         half: run the conv head in fp16 (CUDA); the cell stays fp32.
-        black_level: a frame whose mean pixel (0-255) is at most this is treated as no image.
+        black_level: a frame whose mean pixel (0-255) after crop/resize is at most this is no image.
         max_gap_s: longest elapsed time one step integrates after held frames.
         meta: JSON-able metadata stored verbatim in :meth:`metadata`.
     """
@@ -181,13 +182,13 @@ class DeployedPolicy(nn.Module):
         hidden = torch.where(reset.unsqueeze(1), init, hidden)
         state, last, gap = hidden[:, :s], hidden[:, s], hidden[:, s + 2]
 
-        # 2. frames that carry no image: hold
-        black = frames.flatten(1).float().mean(dim=1) <= self.black_level
+        # 2. the network's view; frames that carry no image there are held
+        x = preprocess_frames(frames, self.crop, self.model_size).float()
+        black = x.mean(dim=[1, 2, 3]) <= self.black_level
         held = nonfinite | black
 
         # 3. the network, on every row (results of held rows are discarded)
-        x = preprocess_frames(frames, self.crop, self.model_size).float() / 255.0
-        x = x.contiguous(memory_format=torch.channels_last)
+        x = (x / 255.0).contiguous(memory_format=torch.channels_last)
         if self.half:
             x = x.half()
         dt = torch.clamp(gap + self.period_s, max=self.max_gap_s)
