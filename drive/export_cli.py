@@ -19,7 +19,7 @@ import torch
 
 __all__ = ["add_arguments", "run", "verify_export"]
 
-_SUFFIX_FORMAT = {".ts": "torchscript", ".pt": "torchscript", ".pt2": "aoti", ".onnx": "onnx"}
+_SUFFIX_FORMAT = {".ts": "torchscript", ".pt2": "aoti", ".onnx": "onnx"}
 
 
 def _frame_size(text: str) -> Tuple[int, int]:
