@@ -234,3 +234,24 @@ def test_cached_constants_follow_parameter_updates() -> None:
         torch.testing.assert_close(y1, m(x[:, :1], None, dt[:, None])[0][:, 0], rtol=0, atol=1e-6)
         m.load_state_dict(other.state_dict())  # copies into the same storage
         torch.testing.assert_close(m(x)[0], other(x)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("method", ["exact", "approx"])
+def test_gradients_through_the_in_place_kernels_match_finite_differences(method: str) -> None:
+    torch.manual_seed(0)
+    m = ClosedFormLTC(FullyConnected(5, output_dim=2, seed=1, input_dim=3), method=method).double()
+    x = torch.randn(2, 4, 3, dtype=torch.float64)
+    for ts in (None, torch.rand(2, 4, dtype=torch.float64) + 0.3):  # shared dt (pre-scaled) and per-row dt
+        params = (m.cm, m.w, m.sensory_mu, m.input_b)
+        grads = torch.autograd.grad(m(x, None, ts)[0].sum(), params)
+        for p, g in zip(params, grads):
+            idx = tuple(int(k) for k in (p.detach() * m.mask if p is m.w else p.detach()).abs().argmax().reshape(1))
+            idx = np.unravel_index(idx[0], p.shape)
+            with torch.no_grad():
+                p[idx] += 1e-6
+                up = m(x, None, ts)[0].sum()
+                p[idx] -= 2e-6
+                down = m(x, None, ts)[0].sum()
+                p[idx] += 1e-6
+            assert abs(float(g[idx]) - float(up - down) / 2e-6) < 1e-6 * max(1.0, abs(float(g[idx])))
+            assert abs(float(g[idx])) > 1e-6

@@ -60,10 +60,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from drive.nn.closed_form_kernels import closed_form_sequence, closed_form_step, eq8_state, exact_step
+from drive.nn.closed_form_kernels import closed_form_sequence, closed_form_step, eq8_state
 from drive.nn.wiring import Wiring, as_wiring
 
-__all__ = ["ClosedFormLTC", "convert", "exact_step", "eq8_state", "METHODS", "PARAMETER_NAMES"]
+__all__ = ["ClosedFormLTC", "convert", "eq8_state", "METHODS", "PARAMETER_NAMES"]
 
 METHODS = ("exact", "approx")
 PARAMETER_NAMES = (
@@ -111,7 +111,6 @@ class ClosedFormLTC(nn.Module):
         self.method: str = method
         self.exact: bool = method == "exact"
         self.substeps: int = int(substeps)
-        self.one: float = 1.0  # beta / alpha of every addmm (see drive.nn.closed_form_kernels)
         self.units: int = n
         self.input_size: int = f
         self.output_size: int = m
@@ -181,8 +180,8 @@ class ClosedFormLTC(nn.Module):
     def _derive(self) -> List[Tensor]:
         """[0] sensory pre_sigma scaled by input_w ``[F, Es]``, [1] sigma (input_b - mu) ``[Es]`` (the
         input map folded in: ``x @ [0] + [1] = sigma (input_w x + input_b - mu)``), [2] sensory q
-        ``[Es, 2N]``, [3..5] recurrent pre_sigma, -sigma mu, q, [6] leak [G | I] ``[2N]``,
-        [7] -1/cm twice ``[2N]``, [8] -1/cm ``[N]``.
+        ``[Es, 2N]``, [3..5] recurrent pre_sigma, -sigma mu, q ``[Er, 2N]``, [6] leak [G | I] ``[2N]``,
+        [7] -1/cm twice ``[2N]``, [8] -1/cm ``[N]``, [9] / [10] the two halves of q, contiguous.
 
         The leak conductance is clamped at 1e-30 (the kernels divide by the total conductance)."""
         sens = self._synapses(self.sensory_sigma, self.sensory_mu, self.sensory_w, self.sensory_erev,
@@ -191,8 +190,10 @@ class ClosedFormLTC(nn.Module):
                              self.syn_post_onehot)
         gleak = self.gleak.clamp_min(1e-30)
         neg_inv_cm = -1.0 / self.cm
+        n = self.units
         return [self.input_w.unsqueeze(1) * sens[0], torch.addmv(sens[1], sens[0].t(), self.input_b), sens[2]] + rec + [
-            torch.cat([gleak, gleak * self.vleak]), torch.cat([neg_inv_cm, neg_inv_cm]), neg_inv_cm]
+            torch.cat([gleak, gleak * self.vleak]), torch.cat([neg_inv_cm, neg_inv_cm]), neg_inv_cm,
+            rec[2][:, :n].contiguous(), rec[2][:, n:].contiguous()]
 
     def _constants(self) -> List[Tensor]:
         if torch.jit.is_scripting():
@@ -228,7 +229,7 @@ class ClosedFormLTC(nn.Module):
             hidden = self.initial_state(batch).to(x.dtype)
         self._check_hidden(x, hidden)
         y, last, error = closed_form_sequence(x, hidden, timespans, self._constants(), self.output_w, self.output_b,
-                                              self.exact, self.substeps, self.one)
+                                              self.exact, self.substeps)
         self._raise(error)
         return y, last
 
@@ -243,7 +244,7 @@ class ClosedFormLTC(nn.Module):
             raise ValueError("ClosedFormLTC.step expects x [B, " + str(self.input_size) + "] and dt [B]")
         self._check_hidden(x, hidden)
         y, state, error = closed_form_step(x, hidden, dt, self._constants(), self.output_w, self.output_b,
-                                           self.exact, self.substeps, self.one)
+                                           self.exact, self.substeps)
         self._raise(error)
         return y, state
 
