@@ -239,3 +239,10 @@ def test_cli_exports_verifies_and_reports(tmp_path, capsys):
     assert "frames uint8 240x96 RGB at 30 fps" in text and "verify: torchscript vs eager" in text and "(ok" in text
     assert read_metadata(out)["curvature_limit_per_m"] == 0.1
     assert [p.name for p in out.parent.iterdir()] == ["policy.ts"]  # no temporary left behind
+
+
+def test_bare_policy_exports_with_network_size_frames_and_its_frame_period(tmp_path):
+    torch.manual_seed(0)
+    policy = build_policy("cnn", frame_period_s=0.05)
+    meta = read_metadata(export_policy(policy, tmp_path / "p.ts"))
+    assert meta["frame_size"] == [78, 200] and meta["crop"] is None and meta["fps"] == pytest.approx(20.0)

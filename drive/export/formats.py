@@ -33,7 +33,7 @@ import torch
 from drive import __version__
 from drive.export.module import STATUS, DeployedPolicy
 from drive.nn.policy import Policy
-from drive.policy_io import load_policy
+from drive.policy_io import load_policy, policy_meta
 from drive.preprocess import Preprocessing
 
 __all__ = ["export_policy", "build_deployed", "export_metadata", "FORMATS", "DEFAULT_CURVATURE_LIMIT_PER_M"]
@@ -214,7 +214,8 @@ def export_policy(
 
     Args:
         ckpt_or_policy: a checkpoint path (training ``.ckpt`` or converted ``.pt``, loaded with
-            ``weights_only=True``) or a ``(policy, meta)`` pair as :func:`load_policy` returns.
+            ``weights_only=True``), a ``(policy, meta)`` pair as :func:`load_policy` returns, or a
+            bare :class:`Policy` (no crop, frames at the network's size, fps = 1 / frame_period_s).
         out: destination file (suffix conventionally ``.ts`` / ``.pt2`` / ``.onnx``).
         format: ``torchscript`` | ``aoti`` | ``onnx``.
         device: ``cpu`` | ``cuda``: where the saved weights live (TorchScript can be moved at load
@@ -235,6 +236,9 @@ def export_policy(
         raise ValueError("ONNX export is fp32 on CPU; onnxruntime picks the execution provider at load time")
     if isinstance(ckpt_or_policy, (str, os.PathLike)):
         policy, meta = load_policy(ckpt_or_policy)
+    elif isinstance(ckpt_or_policy, Policy):  # no checkpoint metadata: frames at the network size
+        policy = ckpt_or_policy
+        meta = policy_meta(policy, Preprocessing(size=policy.input_size), 1.0 / policy.frame_period_s, "policy")
     else:
         policy, meta = ckpt_or_policy
     deployed = build_deployed(policy, meta, half=half, curvature_limit_per_m=curvature_limit_per_m,
