@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--ckpt", help="policy checkpoint whose recurrent module is an LTC (default: random LTC)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=21)
     parser.add_argument("--statistic", default="median", choices=["median", "min"],
                         help="per-model time over the interleaved rounds")
     parser.add_argument("--seed", type=int, default=0)
