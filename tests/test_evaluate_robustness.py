@@ -38,7 +38,7 @@ def _blind_policy():
     with torch.no_grad():
         for p in policy.head.parameters():
             p.zero_()
-        policy.readout.bias.fill_(3.0)
+        policy.readout.linear.bias.fill_(3.0)
     return policy
 
 
