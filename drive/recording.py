@@ -246,17 +246,19 @@ class ArrayFrames:
         return np.asarray(self.array[index])
 
 
-@dataclass
+@dataclass(frozen=True)
 class Problem:
-    """One thing wrong with a recording: where (file, row) and what."""
+    """One thing wrong with a log: ``file``, ``row`` (its 1-based line in that file, the header being
+    line 1; None = the whole file), a short ``kind`` and a message."""
 
     file: str
     row: Optional[int]
+    kind: str
     message: str
 
     def __str__(self) -> str:
-        where = f"{self.file}, row {self.row}" if self.row is not None else self.file
-        return f"{where}: {self.message}"
+        where = self.file if self.row is None else f"{self.file}, row {self.row}"
+        return f"{where}: {self.message} [{self.kind}]"
 
 
 class Recording:
@@ -310,17 +312,18 @@ class Recording:
     def problems(self, log_name: str = "log.csv") -> List[Problem]:
         """Label and timing problems: non-finite values, non-increasing timestamps.
 
-        Rows are 1-based data rows of ``log_name`` (the header is row 0).
+        Rows are lines of ``log_name`` (the header is line 1, frame i is on line i + 2).
         """
         out: List[Problem] = []
         for name, column in self.log.items():
             if column.dtype.kind == "f":
                 for i in np.flatnonzero(~np.isfinite(column)):
-                    out.append(Problem(log_name, int(i) + 1, f"{name} is {column[i]}"))
+                    out.append(Problem(log_name, int(i) + 2, "non_finite", f"{name} is {column[i]}"))
         t = self.log["timestamp_s"]
         for i in np.flatnonzero(np.diff(t) <= 0):
             kind = "duplicate" if t[i + 1] == t[i] else "decreasing"
-            out.append(Problem(log_name, int(i) + 2, f"{kind} timestamp_s {t[i + 1]!r} after {t[i]!r}"))
+            out.append(Problem(log_name, int(i) + 3, f"{kind}_timestamp",
+                               f"{kind} timestamp_s {t[i + 1]!r} after {t[i]!r}"))
         return out
 
     @classmethod
@@ -338,7 +341,7 @@ class Recording:
         n = len(log["frame"])
         if not np.array_equal(log["frame"], np.arange(n)):
             bad = int(np.flatnonzero(log["frame"] != np.arange(n))[0])
-            raise RecordingError(f"{root / 'log.csv'}, row {bad + 1}: frame column must count 0, 1, 2, ...")
+            raise RecordingError(f"{root / 'log.csv'}, row {bad + 2}: frame column must count 0, 1, 2, ...")
         if meta.storage == "video":
             source: FrameSource = VideoFrames(root / (meta.video or "video.mp4"), count=n)
         else:
@@ -359,7 +362,7 @@ def read_log_csv(path: Path) -> Dict[str, np.ndarray]:
         if missing:
             raise RecordingError(f"{path}: header lacks columns {missing} (has {header})")
         rows: List[List[float]] = []
-        for row_number, row in enumerate(reader, start=1):
+        for row_number, row in enumerate(reader, start=2):  # file line numbers, header = 1
             if len(row) != len(header):
                 raise RecordingError(f"{path}, row {row_number}: {len(row)} fields, header has {len(header)}")
             try:

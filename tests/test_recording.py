@@ -70,9 +70,9 @@ def test_errors_name_file_and_row(tmp_path):
     root = _write(tmp_path / "rec")
     log = root / "log.csv"
     lines = log.read_text().splitlines()
-    lines[3] = lines[3].replace(lines[3].split(",")[2], "abc", 1)
+    lines[3] = lines[3].replace(lines[3].split(",")[2], "abc", 1)  # file line 4
     log.write_text("\n".join(lines) + "\n")
-    with pytest.raises(RecordingError, match=r"log.csv, row 3: curvature is not a number"):
+    with pytest.raises(RecordingError, match=r"log.csv, row 4: curvature is not a number"):
         Recording.open(root)
 
 
@@ -93,8 +93,8 @@ def test_problems_report_non_finite_labels_and_bad_timestamps(tmp_path):
     rec.log["curvature"][1] = np.nan
     rec.log["timestamp_s"][3] = rec.log["timestamp_s"][2]
     messages = [str(p) for p in rec.problems()]
-    assert "log.csv, row 2: curvature is nan" in messages
-    assert any("row 4: duplicate timestamp_s" in m for m in messages)
+    assert "log.csv, row 3: curvature is nan [non_finite]" in messages
+    assert any("row 5: duplicate timestamp_s" in m for m in messages)
 
 
 def test_frame_count_mismatch_is_an_error(tmp_path):

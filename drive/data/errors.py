@@ -7,9 +7,10 @@ kept silently.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 from typing import List, Optional
+
+from drive.recording import Problem
 
 __all__ = ["DataError", "Problem", "Problems", "ON_ERROR"]
 
@@ -23,20 +24,6 @@ class DataError(ValueError):
         self.file, self.row, self.kind = str(file), row, kind
         where = f"{file}" if row is None else f"{file}, row {row}"
         super().__init__(f"{where}: {message} [{kind}]")
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """One dropped thing: ``file`` and ``row`` (0-based data row / frame index, None = whole file)."""
-
-    file: str
-    row: Optional[int]
-    kind: str
-    message: str
-
-    def __str__(self) -> str:
-        where = self.file if self.row is None else f"{self.file}, row {self.row}"
-        return f"{where}: {self.message} [{self.kind}]"
 
 
 class Problems:
