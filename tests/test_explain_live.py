@@ -69,3 +69,22 @@ def test_closed_loop_evaluation_drives_the_recorder_and_its_video_has_every_fram
     assert result.metrics and info["frames"] == len(calls) > 0
     capture = cv2.VideoCapture(info["video"])
     assert int(capture.get(cv2.CAP_PROP_FRAME_COUNT)) == len(calls) and capture.get(cv2.CAP_PROP_FPS) == 30.0
+
+
+def test_saliency_cli_world_mode_writes_a_closed_loop_video_with_metrics(tmp_path, capsys):
+    import json
+
+    from drive.cli import main
+    from drive.policy_io import save_policy
+
+    torch.manual_seed(0)
+    policy = Policy(NCPConvHead(), None, frame_period_s=1 / 30)
+    ckpt = save_policy(tmp_path / "p.ckpt", policy, policy_meta(policy, Preprocessing(), 30.0, "cnn"))
+    out = tmp_path / "world.mp4"
+    assert main(["saliency", "--ckpt", str(ckpt), "--world", "--km", "0.05", "--out", str(out), "--scale", "1"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    capture = cv2.VideoCapture(str(out))
+    frames = int(capture.get(cv2.CAP_PROP_FRAME_COUNT))
+    # 50 m at 30 km/h is 6 s of driving at 30 Hz: every step of the drive is one video frame
+    assert frames == summary["frames"] and 170 <= frames <= 190
+    assert summary["closed_loop"]["km"] == pytest.approx(0.05, abs=0.002)

@@ -1,10 +1,13 @@
-"""``drive saliency``: VisualBackProp saliency video of a policy on a recording.
+"""``drive saliency``: VisualBackProp saliency video of a policy on a recording, or live while it
+drives the built-in world.
 
     drive saliency --ckpt policy.ckpt --recording recordings/val_000 --out saliency.mp4 \\
         [--noise 0.2] [--side-by-side] [--method bojarski|ncp] [--max-frames N] [--still still.png]
+    drive saliency --ckpt policy.ckpt --world --km 0.5 [--seed S] [--conditions winter] --out drive.mp4
 
 Writes the MP4 (camera | saliency overlay | steering trace) and ``<out>.contact.png`` beside it,
-and prints a JSON summary (frames, fps, size, paths).
+and prints a JSON summary (frames, fps, size, paths; closed-loop metrics with ``--world``). In the
+world the trace's label is the expert's command at the same pose.
 """
 from __future__ import annotations
 
@@ -18,7 +21,12 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ckpt", required=True, help="policy checkpoint (.ckpt from `drive fit`, or .pt)")
-    parser.add_argument("--recording", required=True, help="canonical recording directory to explain")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--recording", help="canonical recording directory to explain")
+    source.add_argument("--world", action="store_true",
+                        help="drive held-out roads of the built-in world closed loop, recording saliency live")
+    parser.add_argument("--km", type=float, default=0.5, help="with --world: distance to drive (default 0.5)")
+    parser.add_argument("--conditions", default=None, help="with --world: comma-separated condition names")
     parser.add_argument("--out", required=True, help="output video (.mp4); the contact sheet goes beside it")
     parser.add_argument("--noise", type=float, default=None,
                         help="Gaussian noise std on [0,1] input pixels (NCP paper: 0.1-0.3)")
@@ -30,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--still", default=None,
                         help="also write one PNG of the layout (clean and noisy rows) at --still-frame")
     parser.add_argument("--still-frame", type=int, default=None, help="frame of the still (default: middle)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the noise")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the noise (and of the roads with --world)")
     parser.add_argument("--scale", type=int, default=3, help="upscaling of the 200x78 panels")
     parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda)")
 
@@ -44,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     if args.max_frames is not None and args.max_frames <= 0:
         raise SystemExit(f"drive saliency: --max-frames must be positive, got {args.max_frames}")
     policy, meta = load_policy(args.ckpt, map_location=args.device)
+    if args.world:
+        return _world(args, policy, meta)
     result = saliency_video(
         policy,
         meta,
@@ -64,4 +74,29 @@ def run(args: argparse.Namespace) -> int:
             scale=args.scale, device=args.device,
         ))
     print(json.dumps(result, indent=2))
+    return 0
+
+
+def _world(args: argparse.Namespace, policy, meta) -> int:
+    """Closed-loop drive with live saliency (drive.explain.live.SaliencyRecorder)."""
+    from drive.explain.live import SaliencyRecorder
+    from drive.perturb import Perturbation
+    from drive.policy_io import PolicyDriver
+    from drive.sim.closed_loop import evaluate
+    from drive.sim.expert import PurePursuitExpert
+
+    if not args.km > 0:
+        raise SystemExit(f"drive saliency: --km must be positive, got {args.km}")
+    recorder = SaliencyRecorder(PolicyDriver(policy, meta, device=args.device), args.out,
+                                reference=PurePursuitExpert(), method=args.method, scale=args.scale)
+    perturb = Perturbation("gaussian", args.noise, seed=args.seed) if args.noise else None
+    try:
+        drive = evaluate(recorder, km=args.km, seed=args.seed, conditions=args.conditions, perturb=perturb)
+    except BaseException:
+        recorder.writer.abort()
+        raise
+    result = recorder.close()
+    result["closed_loop"] = {k: drive.metrics[k] for k in ("km", "interventions", "interventions_per_km",
+                                                           "lateral_rms_m")}
+    print(json.dumps(result, indent=2, default=str))
     return 0
