@@ -43,13 +43,14 @@ class DemoSettings:
     out: str = "runs/demo"
     config: str = str(DEFAULT_CONFIG)
     seed: int = 0
-    train_minutes: float = 12.0
+    train_minutes: float = 20.0
     val_minutes: float = 2.0
-    recording_minutes: float = 2.0
+    recording_minutes: float = 0.5
     fps: float = 10.0
     dart_noise: float = 0.015
     km: float = 2.0
     test_seed: int = 0
+    conditions: str = ""
     max_epochs: int = 0
     threads: int = 0
 
@@ -66,6 +67,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dart-noise", type=float, default=d.dart_noise, help="DART steering noise std (1/m)")
     parser.add_argument("--km", type=float, default=d.km, help="closed-loop kilometres per driver on held-out roads")
     parser.add_argument("--test-seed", type=int, default=d.test_seed, help="world seed of the held-out test roads")
+    parser.add_argument("--conditions", default=d.conditions,
+                        help="comma-separated condition names for training AND test roads, e.g. summer,noon "
+                             "(default: every season, light and marking at random)")
     parser.add_argument("--max-epochs", type=int, default=d.max_epochs, help="override the config's epochs (0: keep)")
     parser.add_argument("--threads", type=int, default=d.threads, help="torch threads for training (0: all cores)")
 
@@ -118,11 +122,13 @@ def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
     def progress(i: int, n: int, path: Path) -> None:
         print(f"  recorded {i + 1}/{n}: {path.name}", flush=True)
 
-    common = dict(fps=s.fps, noise_std=s.dart_noise, recording_minutes=s.recording_minutes, progress=progress)
+    conditions = [c for c in s.conditions.split(",") if c] or None
+    common = dict(fps=s.fps, noise_std=s.dart_noise, recording_minutes=s.recording_minutes, progress=progress,
+                  conditions=conditions)
     train = simulate(data / "train", s.train_minutes, seed=s.seed, split="train", **common)
     val = simulate(data / "val", s.val_minutes, seed=s.seed + 1, split="train", **common)
     test = simulate(data / "test", 1.0, seed=s.test_seed + 1, split="test", fps=s.fps, noise_std=0.0,
-                    recording_minutes=1.0)
+                    recording_minutes=1.0, conditions=conditions)
     return {"train": [str(p) for p in train], "val": [str(p) for p in val], "test": [str(p) for p in test],
             "_outputs": [*train, *val, *test]}
 
@@ -165,7 +171,8 @@ def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
         video = folder / "drive.mp4" if name == "ncp_ltc" else None
         folder.mkdir(parents=True, exist_ok=True)
         result = evaluate(driver, s.km, seed=s.test_seed, split="test", fps=s.fps, video_path=video,
-                          progress=progress)
+                          progress=progress, conditions=[c for c in s.conditions.split(",") if c] or None,
+                          segment_km=0.5)
         paths = result.save(folder)
         results[name] = {"metrics": result.metrics, "plot": str(paths.get("plot", "")),
                          "video": str(video) if video else ""}
@@ -210,9 +217,10 @@ def _export(out: Path, ckpt: str, test: List[str]) -> Dict[str, Any]:
     from drive.recording import Recording
     from drive.sim.driver import Observation
 
-    path = export_policy(ckpt, out / "export" / "policy.ts", format="torchscript")
-    exported, reference = load_driver(path), load_driver(ckpt)
     rec = Recording.open(test[0])
+    path = export_policy(ckpt, out / "export" / "policy.ts", format="torchscript",
+                         frame_size=(rec.meta.height, rec.meta.width))
+    exported, reference = load_driver(path), load_driver(ckpt)
     dt = 1.0 / rec.meta.fps
     diffs = []
     for i, frame in enumerate(rec.frames()):
@@ -231,13 +239,14 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     stage = _Stages(out, total=7)
-    sim_keys = ["seed", "train_minutes", "val_minutes", "recording_minutes", "fps", "dart_noise", "test_seed"]
+    sim_keys = ["seed", "train_minutes", "val_minutes", "recording_minutes", "fps", "dart_noise", "test_seed",
+                "conditions"]
     data = stage("simulate", {k: getattr(s, k) for k in sim_keys}, lambda: _simulate(s, out))
     config_text = Path(s.config).read_text()
     trained = stage("train", {"config": config_text, "max_epochs": s.max_epochs}, lambda: _train(s, out, data))
     ckpt = trained["checkpoint"]
     results: Dict[str, Any] = {"settings": asdict(s), "simulate": data, "train": trained}
-    results["drive"] = stage("drive", {"km": s.km}, lambda: _drive(s, out, ckpt))
+    results["drive"] = stage("drive", {"km": s.km, "conditions": s.conditions}, lambda: _drive(s, out, ckpt))
     results["saliency"] = stage("saliency", {}, lambda: _saliency(out, ckpt, data["test"]))
     results["robustness"] = stage("robustness", {}, lambda: _robustness(out, ckpt, data["test"]))
     results["closed_form"] = stage("closed_form", {}, lambda: _closed_form(out, ckpt, data["test"], s))
