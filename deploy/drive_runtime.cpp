@@ -98,6 +98,20 @@ class TorchScriptRunner : public Runner {
     meta.json = module_.run_method("metadata").toStringRef();
     meta.format = "torchscript";
     meta.device = dev.str();
+    // Specialise to this process, never saved (docs/deploy.md): oneDNN convolutions on CPU, then
+    // freeze (parameters become constants, everything derived from them is folded once). The
+    // list matches drive.export.runtime.PRESERVED.
+    if (module_.hasattr("head")) {
+      auto head = module_.attr("head").toModule();
+      if (head.hasattr("use_mkldnn")) head.setattr("use_mkldnn", dev.is_cpu() && at::hasMKLDNN());
+    }
+    std::vector<std::string> keep;
+    for (const char* name : {"step", "step_with_status", "initial_state", "metadata", "frame_height", "frame_width",
+                             "state_size", "hidden_size", "fps", "period_s", "curvature_limit_per_m", "half",
+                             "black_level", "max_gap_s", "family", "metadata_json", "crop", "model_size"}) {
+      if (module_.hasattr(name) || module_.find_method(name)) keep.emplace_back(name);
+    }
+    module_ = torch::jit::freeze(module_, keep);
   }
   StepOut step(const at::Tensor& frame, const at::Tensor& hidden) override {
     validate(frame, hidden);

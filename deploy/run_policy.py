@@ -114,7 +114,12 @@ class Model:
             self.device = device
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", FutureWarning)  # TorchScript's deprecation notice
-                self.run = torch.jit.load(str(path), map_location=device).eval().step_with_status
+                module = torch.jit.load(str(path), map_location=device).eval()
+                # specialise to this process, as drive.export.optimize_loaded and drive_runtime do:
+                # oneDNN convolutions on CPU, then freeze (parameters and what derives from them folded)
+                if hasattr(module, "head") and hasattr(module.head, "use_mkldnn"):
+                    module.head.use_mkldnn = device.type == "cpu" and torch.backends.mkldnn.is_available()
+                self.run = torch.jit.freeze(module, preserved_attrs=["step_with_status"]).step_with_status
 
     def initial_state(self) -> torch.Tensor:
         return torch.zeros((1, self.hidden_size), dtype=torch.float32, device=self.device)

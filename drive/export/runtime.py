@@ -22,7 +22,7 @@ from typing import Any, Dict, Tuple, Union
 import numpy as np
 import torch
 
-__all__ = ["ExportedPolicy", "ExportedDriver", "load_exported", "read_metadata"]
+__all__ = ["ExportedPolicy", "ExportedDriver", "load_exported", "read_metadata", "optimize_loaded", "PRESERVED"]
 
 META_FILE = "drive_meta.json"
 PathLike = Union[str, os.PathLike]
@@ -53,6 +53,31 @@ def read_metadata(path: PathLike) -> Dict[str, Any]:
     raise ValueError(f"{path}: unknown export suffix {suffix!r} (.ts, .pt2, .onnx)")
 
 
+# What a frozen module keeps: the methods and the attributes drive_runtime and run_policy.py read.
+PRESERVED = ("step", "step_with_status", "initial_state", "metadata", "frame_height", "frame_width",
+             "state_size", "hidden_size", "fps", "period_s", "curvature_limit_per_m", "half", "black_level",
+             "max_gap_s", "family", "metadata_json", "crop", "model_size")
+
+
+def optimize_loaded(module: torch.jit.ScriptModule, device: str = "cpu") -> torch.jit.ScriptModule:
+    """Specialise a loaded TorchScript policy to this process: oneDNN convolutions where available,
+    then ``torch.jit.freeze`` (parameters become constants, everything derived from them only --
+    the LTC's synapse tables, sensory terms and masks -- is folded once, dead branches go).
+
+    Done at load time, never saved: the file stays portable (any libtorch, CPU or GPU), and a
+    frozen module cannot be re-saved and reloaded reliably (pytorch#81085). Outputs equal the
+    unfrozen module's within fp32 rounding (tests/test_export_optimize.py). The methods and
+    attributes in :data:`PRESERVED` survive.
+    """
+    module = module.eval()
+    if hasattr(module, "head") and hasattr(module.head, "use_mkldnn"):
+        module.head.use_mkldnn = torch.device(device).type == "cpu" and torch.backends.mkldnn.is_available()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
+        keep = [name for name in PRESERVED if hasattr(module, name)]
+        return torch.jit.freeze(module, preserved_attrs=keep)
+
+
 class ExportedPolicy:
     """An exported policy file, loaded with its own runtime (torch.jit, AOTInductor or onnxruntime).
 
@@ -61,7 +86,7 @@ class ExportedPolicy:
     TorchScript files also take batches ``[B, H, W, 3]``.
     """
 
-    def __init__(self, path: PathLike, device: str = "cpu", threads: int = 0) -> None:
+    def __init__(self, path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True) -> None:
         self.path = Path(path)
         self.meta = read_metadata(self.path)
         self.format = self.meta["format"]
@@ -72,6 +97,8 @@ class ExportedPolicy:
             with warnings.catch_warnings():  # TorchScript's deprecation notice
                 warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
                 self._module = torch.jit.load(str(self.path), map_location=self.device).eval()
+            if optimize:
+                self._module = optimize_loaded(self._module, self.device.type)
         elif self.format == "aoti":
             from torch._inductor import aoti_load_package
 
@@ -125,9 +152,10 @@ class ExportedPolicy:
         return curvature, hidden, status
 
 
-def load_exported(path: PathLike, device: str = "cpu", threads: int = 0) -> ExportedPolicy:
-    """Open an exported policy file (``.ts``, ``.pt2``, ``.onnx``)."""
-    return ExportedPolicy(path, device=device, threads=threads)
+def load_exported(path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True) -> ExportedPolicy:
+    """Open an exported policy file (``.ts``, ``.pt2``, ``.onnx``); TorchScript files are
+    specialised to this process with :func:`optimize_loaded` unless ``optimize=False``."""
+    return ExportedPolicy(path, device=device, threads=threads, optimize=optimize)
 
 
 class ExportedDriver:
