@@ -204,9 +204,9 @@ def test_half_precision_head_keeps_cell_and_hidden_in_fp32(tmp_path):
     path = export_policy(ckpt, tmp_path / "half.ts", half=True)
     module = torch.jit.load(str(path))
     assert read_metadata(path)["half"] is True
-    dtypes = {n.split(".")[0] if n.startswith("head.") else n.split(".")[1]: p.dtype
-              for n, p in list(module.named_parameters()) + list(module.named_buffers()) if p.is_floating_point()}
-    assert dtypes["head"] == torch.float16 and dtypes["rnn"] == torch.float32
+    named = {n: t for n, t in list(module.named_parameters()) + list(module.named_buffers()) if t.is_floating_point()}
+    assert {t.dtype for n, t in named.items() if n.startswith("head.")} == {torch.float16}
+    assert {t.dtype for n, t in named.items() if n.startswith("policy.rnn.")} == {torch.float32}
     full = load_exported(export_policy(ckpt, tmp_path / "full.ts"))
     h_half, h_full = module.initial_state(1), full.initial_state()
     for frame in camera_frames(30):

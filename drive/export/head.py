@@ -31,7 +31,7 @@ __all__ = ["DeployedNCPHead", "DeployedHead", "deployed_head"]
 
 
 class DeployedNCPHead(nn.Module):
-    """NCP conv head on 0-255 frames: ``x [B, 3, H, W]`` float -> (features ``[B, 32]``, mean pixel ``[B]``).
+    """NCP conv head on 0-255 frames: ``x [B, 3, H, W]`` uint8 (or float) -> (features ``[B, 32]``, mean pixel ``[B]``).
 
     Same parameters and equations as :class:`drive.nn.heads.NCPConvHead` (per-frame
     standardisation, five SAME ReLU convolutions, per-map ``Dense(h*w -> 4, ReLU)``).
@@ -60,8 +60,8 @@ class DeployedNCPHead(nn.Module):
                       and x.size(3) == self.input_size[1], "DeployedNCPHead: frames must be [B, 3, H, W] at input_size")
         batch, height, width = x.size(0), x.size(2), x.size(3)
         flat = x.permute(0, 2, 3, 1).reshape(batch, -1)  # HWC order: a view of a channels-last frame
-        mean = flat.mean(dim=1, keepdim=True)
-        centred = flat - mean
+        mean = torch.mean(flat, dim=[1], keepdim=True, dtype=torch.float32)
+        centred = flat - mean  # uint8 - fp32: one pass, no fp32 copy of the frame
         root_n = float(self.numel) ** 0.5
         std = torch.linalg.vector_norm(centred, dim=1, keepdim=True) / root_n  # two-pass: no cancellation
         centred.mul_(1.0 / std.clamp_min(255.0 / root_n))
@@ -90,6 +90,7 @@ class DeployedHead(nn.Module):
         self.use_mkldnn = False  # unused: the wrapped head runs as trained
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Tensor]:
+        x = x.float()
         mean = x.mean(dim=[1, 2, 3])
         x = (x / 255.0).contiguous(memory_format=torch.channels_last)
         if self.half:

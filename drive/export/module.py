@@ -135,6 +135,9 @@ class DeployedPolicy(nn.Module):
         self.max_gap_s = float(max_gap_s)
         self.family = str((meta or {}).get("family", "policy"))
         self.metadata_json = json.dumps(meta or {}, sort_keys=True)
+        self.register_buffer("status_bits", torch.tensor([float(b) for b in STATUS.values()]))
+        if bool(policy.initial_state(1).abs().sum() != 0):
+            raise ValueError("DeployedPolicy resets corrupted rows to zeros: the policy's initial_state must be zeros")
 
     @torch.jit.export
     def metadata(self) -> str:
@@ -172,7 +175,7 @@ class DeployedPolicy(nn.Module):
             raise ValueError("hidden must be float32; got " + _dtype_name(hidden.dtype))
 
     def _network_view(self, frames: Tensor) -> Tensor:
-        """uint8 ``[B, H, W, 3]`` -> float ``[B, 3, h, w]`` (0-255): crop and resize as in training.
+        """uint8 ``[B, H, W, 3]`` -> uint8 ``[B, 3, h, w]``: crop and resize as in training.
 
         When the crop already has the network's size no arithmetic happens, so the channels-last
         view of the camera's HWC frame goes to the head without the NCHW copy."""
@@ -182,8 +185,8 @@ class DeployedPolicy(nn.Module):
         if h == self.model_size[0] and w == self.model_size[1]:
             if len(self.crop) == 4:
                 frames = frames[:, self.crop[0]:self.crop[1], self.crop[2]:self.crop[3], :]
-            return frames.permute(0, 3, 1, 2).float()
-        return preprocess_frames(frames, self.crop, self.model_size).float()
+            return frames.permute(0, 3, 1, 2)
+        return preprocess_frames(frames, self.crop, self.model_size)
 
     @torch.jit.export
     def step_with_status(self, frame: Tensor, hidden: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -192,12 +195,10 @@ class DeployedPolicy(nn.Module):
         batch = frames.size(0)
         self._check_hidden(hidden, batch)
         s = self.state_size
-        zero = torch.zeros((batch,), dtype=torch.float32, device=hidden.device)
 
-        # 1. a corrupted hidden row restarts from the initial state
+        # 1. a corrupted hidden row restarts from the initial state (zeros, checked at construction)
         reset = ~torch.isfinite(hidden).all(dim=1)
-        init = self.initial_state(batch).to(hidden.device)
-        hidden = torch.where(reset.unsqueeze(1), init, hidden)
+        hidden = torch.where(reset.unsqueeze(1), 0.0, hidden)
         state, last, gap = hidden[:, :s], hidden[:, s], hidden[:, s + 2]
 
         # 2. the network's view and its features (every row; results of held rows are discarded);
@@ -210,25 +211,25 @@ class DeployedPolicy(nn.Module):
         # the cell, which would raise: they are zeroed and the row is flagged and held instead.
         dt = torch.clamp(gap + self.period_s, max=self.max_gap_s)
         features_ok = torch.isfinite(features).all(dim=1)
-        features = torch.where(features_ok.unsqueeze(1), features, torch.zeros_like(features))
+        features = torch.where(features_ok.unsqueeze(1), features, 0.0)
         y, new_state = self.policy.rnn.step(features, state, dt / self.policy.frame_period_s)
         curvature = self.policy.readout(y).squeeze(-1) / self.policy.km_per_m
-        bad_out = ~(features_ok & torch.isfinite(curvature) & torch.isfinite(new_state).all(dim=1))
+        # one finite test for command and state: a sum of finite values is finite unless it
+        # overflows fp32 (|x| ~ 1e38), itself a broken state
+        bad_out = ~(features_ok & torch.isfinite(new_state.sum(dim=1) + curvature))
 
         # 4. combine: hold the last command for unusable frames or outputs, clamp, keep the time
-        hold = held | bad_out
-        command = torch.where(hold, last, torch.nan_to_num(curvature, nan=0.0, posinf=0.0, neginf=0.0))
+        command = torch.where(held | bad_out, last, curvature)
         clamped = command.abs() > self.curvature_limit_per_m
         command = command.clamp(-self.curvature_limit_per_m, self.curvature_limit_per_m)
-        new_state = torch.where(held.unsqueeze(1), state, new_state)
-        new_state = torch.where((bad_out & ~held).unsqueeze(1), init[:, :s], new_state)
-        new_gap = torch.where(held, dt, zero)
+        restart = bad_out & ~held
+        new_state = torch.where(held.unsqueeze(1), state, torch.where(restart.unsqueeze(1), 0.0, new_state))
 
-        # bit values as in STATUS (TorchScript cannot read module globals)
-        status = (nonfinite.long() * 1 + (black & ~nonfinite).long() * 2 + clamped.long() * 4
-                  + reset.long() * 8 + (bad_out & ~held).long() * 16)
-        out = torch.cat([new_state, command.unsqueeze(1), status.float().unsqueeze(1), new_gap.unsqueeze(1)], dim=1)
-        return command, out, status
+        # status bits as in STATUS, weighted by the buffer status_bits = [1, 2, 4, 8, 16]
+        flags = torch.stack([nonfinite, black & ~nonfinite, clamped, reset, restart], dim=1)
+        status = torch.mv(flags.float(), self.status_bits)
+        tail = torch.stack([command, status, torch.where(held, dt, 0.0)], dim=1)
+        return command, torch.cat([new_state, tail], dim=1), status.long()
 
     @torch.jit.export
     def step(self, frame: Tensor, hidden: Tensor) -> Tuple[Tensor, Tensor]:
