@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The GPU checks the issues name, in one go, for a lent GPU machine (torch preinstalled there, no
+# network). Usage on that machine, from the repository root:
+#     bash tools/gpu_checks.sh bench     # benchmarks with --device cuda  -> $OUT/gpu_bench.log
+#     bash tools/gpu_checks.sh tests     # the test suite under that torch -> $OUT/gpu_tests.log
+# Wheels the machine lacks (ncps, jsonargparse, ...) travel in .whl/ (see docs/gpu.md).
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu_out}
+mkdir -p "$OUT"
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+
+bench() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
+  python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
+  for cmd in \
+      "tools/bench_rnn.py --device cuda" \
+      "tools/bench_closed_form.py --device cuda --rounds 11" \
+      "tools/bench_train.py --device cuda" \
+      "tools/bench_deploy.py --device cuda" \
+      "tools/bench_saliency.py --device cuda" \
+      "tools/bench_data.py --device cuda --workers 2"; do
+    echo; echo "### python $cmd"
+    timeout 240 python3 $cmd 2>&1 | grep -v -E "Warning|warn\(|^\s*$" | tail -40
+    echo "(exit ${PIPESTATUS[0]})"
+  done
+}
+
+tests() {
+  python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+  timeout 560 python3 -m pytest -q -p no:cacheprovider -n 12 --durations=10 2>&1 | tail -60
+}
+
+case "${1:-bench}" in
+  bench) bench 2>&1 | tee "$OUT/gpu_bench.log" ;;
+  tests) tests 2>&1 | tee "$OUT/gpu_tests.log" ;;
+  *) echo "usage: $0 bench|tests" >&2; exit 2 ;;
+esac
