@@ -60,6 +60,8 @@ class DeployedNCPHead(nn.Module):
                       and x.size(3) == self.input_size[1], "DeployedNCPHead: frames must be [B, 3, H, W] at input_size")
         batch, height, width = x.size(0), x.size(2), x.size(3)
         flat = x.permute(0, 2, 3, 1).reshape(batch, -1)  # HWC order: a view of a channels-last frame
+        if not torch.jit.is_scripting():
+            flat = flat.float()  # torch.export -> ONNX: ReduceMean takes no uint8
         mean = torch.mean(flat, dim=[1], keepdim=True, dtype=torch.float32)
         centred = flat - mean  # uint8 - fp32: one pass, no fp32 copy of the frame
         root_n = float(self.numel) ** 0.5
