@@ -59,14 +59,13 @@ class DeployedNCPHead(nn.Module):
         torch._assert(x.dim() == 4 and x.size(1) == 3 and x.size(2) == self.input_size[0]
                       and x.size(3) == self.input_size[1], "DeployedNCPHead: frames must be [B, 3, H, W] at input_size")
         batch, height, width = x.size(0), x.size(2), x.size(3)
-        flat = x.permute(0, 2, 3, 1).reshape(batch, -1)  # HWC order: a view of a channels-last frame
-        if not torch.jit.is_scripting():
-            flat = flat.float()  # torch.export -> ONNX: ReduceMean takes no uint8
-        mean = torch.mean(flat, dim=[1], keepdim=True, dtype=torch.float32)
-        centred = flat - mean  # uint8 - fp32: one pass, no fp32 copy of the frame
+        # HWC order: for a channels-last (camera HWC) frame the reshape is a view, the cast the one copy
+        centred = x.permute(0, 2, 3, 1).reshape(batch, -1).to(torch.float32, copy=True)
+        mean = centred.mean(dim=1, keepdim=True)
+        centred.sub_(mean)
+        # std = |x - m| / sqrt(n) (two-pass: no cancellation), floored at 255 / sqrt(n)
         root_n = float(self.numel) ** 0.5
-        std = torch.linalg.vector_norm(centred, dim=1, keepdim=True) / root_n  # two-pass: no cancellation
-        centred.mul_(1.0 / std.clamp_min(255.0 / root_n))
+        centred.mul_(root_n / torch.linalg.vector_norm(centred, dim=1, keepdim=True).clamp_min(255.0))
         y = centred.view(batch, height, width, 3).permute(0, 3, 1, 2).to(self.dense_block.dtype)  # channels-last
         fast = self.use_mkldnn and y.device.type == "cpu" and y.dtype == torch.float32
         for i, conv in enumerate(self.convs):
