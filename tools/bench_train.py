@@ -6,11 +6,14 @@ single frames), and time full optimizer steps (forward, curve-weighted loss, bac
 Adam, weight constraints) -> training frames per second. Then time the conv head alone on the same
 frames (forward + backward of its features) in the same run: the share of step time outside the
 head = (step - head) / step. Target for ``ncp_ltc``: <= 25 % (the recurrent part is not the
-bottleneck). The data pipeline is measured by tools/bench_data.py; here frames come from memory.
+bottleneck). Frames come from memory; ``--logs DIR`` also times the data pipeline
+(:class:`~drive.data.datamodule.DriveDataModule` batches of the same shape, in this process) and
+reports its share of a serial step (data + step; DataLoader workers overlap it in practice).
 
     python tools/bench_train.py                       # all families, this CPU
     python tools/bench_train.py --device cuda --batch 64   # on a GPU (head under bf16 autocast)
     python tools/bench_train.py --families ncp_ltc --threads 1
+    python tools/bench_train.py --families ncp_ltc --logs runs/demo/data/train
 """
 from __future__ import annotations
 
@@ -80,6 +83,27 @@ def bench_family(family: str, batch: int, seq: int, device: torch.device, warmup
     }
 
 
+def bench_data(logs: str, batch: int, seq: int, iters: int) -> float:
+    """Seconds per training batch from the datamodule (cached, no augmentation, no workers)."""
+    import tempfile
+
+    from drive.data.datamodule import DriveDataModule
+
+    with tempfile.TemporaryDirectory() as cache:
+        dm = DriveDataModule(train=[logs], seq_len=seq, batch_size=batch, num_workers=0, cache_dir=cache,
+                             val_split="none")
+        dm.prepare_data()
+        dm.setup("fit")
+        it = iter(dm.train_dataloader())
+        next(it)
+        best = float("inf")
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            next(it)
+            best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated families")
@@ -89,6 +113,7 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--logs", default="", help="recordings to time the data pipeline on (optional)")
     parser.add_argument("--json", default="", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     if args.threads:
@@ -102,6 +127,14 @@ def main(argv: List[str] | None = None) -> int:
         rows.append(row)
         print(f"{row['family']:<9} {row['frames_per_s']:>9.1f} {row['step_ms']:>9.1f} {row['head_ms']:>9.1f} "
               f"{100 * row['outside_head_share']:>12.1f}%")
+    if args.logs:
+        data_s = bench_data(args.logs, args.batch, args.seq, args.iters)
+        for row in rows:
+            serial = row["step_ms"] / 1e3 + data_s
+            row["data_ms"] = data_s * 1e3
+            row["outside_head_share_with_data"] = (serial - row["head_ms"] / 1e3) / serial
+            print(f"{row['family']:<9} data {data_s * 1e3:.1f} ms/batch; outside the head incl. data (serial): "
+                  f"{100 * row['outside_head_share_with_data']:.1f}%")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=2)
