@@ -8,10 +8,10 @@ operators, not the convolutions' FLOPs, set the latency:
   the black-frame test and the standardisation's centre; ``/255`` is folded into the
   standardisation (``(x/255 - m/255) / max(s/255, 1/sqrt(n)) = (x - m) / max(s, 255/sqrt(n))``),
   the deviation is a norm of the centred frame, scaled in place (``std_mean`` takes ~10x as long
-  at batch 1); all on the HWC view of the camera frame, so no layout copy; the five convolutions run channels-last with in-place ReLU; the eight
-  per-map ``Dense(250 -> 4)`` layers become one ``addmm`` with a block-diagonal weight
-  ``[h*w*8, 32]`` laid out for the channels-last maps (no copy, no batched einsum). The
-  block-diagonal weight is derived from the head's own ``dense_weight`` at export time.
+  at batch 1); all on the HWC view of the camera frame, so no layout copy. The five convolutions
+  run channels-last with in-place ReLU; the eight per-map ``Dense(250 -> 4)`` layers become one
+  ``addmm`` with a block-diagonal weight ``[h*w*8, 32]`` laid out for the channels-last maps (no
+  copy, no batched einsum), derived from the head's own ``dense_weight`` at export time.
 * :class:`DeployedHead` -- any other head (PilotNet): ``head(x / 255)`` as in training.
 
 ``use_mkldnn`` (default False, the portable choice saved in files) routes fp32 CPU convolutions to
