@@ -26,16 +26,11 @@ CAMERA = (80, 208)  # cropped to 79x204, then resized (antialiased) to 78x200 in
 FPS = 20.0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine more threads mostly wait for each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-pytestmark = pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("c++") is None,
-                                reason="needs cmake and a C++ compiler")
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("c++") is None,
+                       reason="needs cmake and a C++ compiler"),
+]
 
 
 @pytest.fixture(scope="module")

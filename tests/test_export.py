@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,13 +22,7 @@ from drive.train.families import build_policy
 FPS = 30.0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine more threads mostly wait for each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 CAMERA = (96, 240)  # native frame (H, W): cropped to 90x220, resized to the network's 78x200
 CROP = (6, 96, 10, 230)
 

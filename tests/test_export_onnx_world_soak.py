@@ -14,13 +14,7 @@ from drive.sim.closed_loop import evaluate
 from drive.train.families import build_policy
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on a shared 2-core machine more threads mostly wait for each other."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def checkpoint(path, family="ncp_ltc", fps=30.0, steer_bias_per_km=0.0, seed=0):

@@ -20,12 +20,7 @@ from drive.train.families import build_policy
 FPS = 30.0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def ncp_checkpoint(path: Path, crop=None, camera=(78, 200)) -> Path:
