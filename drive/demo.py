@@ -43,7 +43,7 @@ class DemoSettings:
     out: str = "runs/demo"
     config: str = str(DEFAULT_CONFIG)
     seed: int = 0
-    train_minutes: float = 20.0
+    train_minutes: float = 30.0
     val_minutes: float = 2.0
     recording_minutes: float = 0.5
     fps: float = 10.0
