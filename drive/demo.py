@@ -7,12 +7,16 @@ outputs still exist; changing a setting re-runs that stage and everything downst
    built-in world with DART steering noise (recoveries in the data), plus one short test-split
    recording for the open-loop analyses.
 2. **train** -- ``drive fit`` with ``configs/demo.yaml`` (NCP conv head + 19-neuron NCP LTC).
+   **baselines** -- the same data and profile for the LSTM and the feed-forward PilotNet CNN (at
+   78x200, single frames), each capped at ``--baseline-minutes``, for the robustness comparison.
 3. **drive** -- closed loop on held-out TEST-split roads: the NCP-LTC, the expert and a
    constant-steering (straight ahead) policy, ``--km`` each.
 4. **saliency** -- VisualBackProp video of the policy on the test recording (drive.explain).
-5. **robustness** -- open-loop error and saliency stability under camera noise (drive.evaluate).
+5. **robustness** -- open-loop error, closed-loop interventions and saliency stability under camera
+   noise, NCP-LTC beside the baselines (drive.evaluate).
 6. **closed_form** -- the LTC converted to its closed form, fidelity against the ODE.
-7. **export** -- TorchScript for the vehicle, checked against the checkpoint frame by frame.
+7. **export** -- TorchScript for the vehicle, checked against the checkpoint frame by frame and
+   driven closed loop on the same held-out roads.
 
 Everything lands in ``--out`` (``runs/demo``) and is summarised in ``REPORT.md`` there.
 """
@@ -53,6 +57,9 @@ class DemoSettings:
     conditions: str = ""
     max_epochs: int = 0
     threads: int = 0
+    baselines: str = "lstm,cnn"
+    baseline_minutes: float = 1.5
+    robustness_km: float = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -72,6 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: every season, light and marking at random)")
     parser.add_argument("--max-epochs", type=int, default=d.max_epochs, help="override the config's epochs (0: keep)")
     parser.add_argument("--threads", type=int, default=d.threads, help="torch threads for training (0: all cores)")
+    parser.add_argument("--baselines", default=d.baselines,
+                        help="families trained beside the NCP-LTC for the robustness comparison ('' for none)")
+    parser.add_argument("--baseline-minutes", type=float, default=d.baseline_minutes,
+                        help="training time cap per baseline (minutes)")
+    parser.add_argument("--robustness-km", type=float, default=d.robustness_km,
+                        help="closed-loop km per model and noise level in the robustness stage (0: open loop only)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -133,14 +146,31 @@ def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
             "_outputs": [*train, *val, *test]}
 
 
-def _train(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[str, Any]:
+# What a baseline changes in the demo profile (configs/demo.yaml): PilotNet's VALID convolutions need
+# the paper's 78x200 input and see single shuffled frames; validation every epoch so a best checkpoint
+# exists within the time cap.
+BASELINE_OVERRIDES: Dict[str, List[str]] = {
+    "lstm": ["--model.family", "lstm"],
+    "ctrnn": ["--model.family", "ctrnn"],
+    "cfc": ["--model.family", "cfc"],
+    "cnn": ["--model.family", "cnn", "--model.input_hw", "[78, 200]", "--data.image_size", "[78, 200]",
+            "--data.seq_len", "1", "--data.stride", "1", "--data.batch_size", "128"],
+}
+
+
+def _train(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None) -> Dict[str, Any]:
+    """``drive fit`` on the demo data: the NCP-LTC (``family=None``) or a time-capped baseline."""
     from drive.train.cli import lightning_main
 
-    root = out / "train"
+    root = out / "train" if family is None else out / "baselines" / family
     shutil.rmtree(root, ignore_errors=True)
     argv = ["fit", "--config", s.config, "--seed_everything", str(s.seed),
             "--data.train", json.dumps(data["train"]), "--data.val", json.dumps(data["val"]),
             "--data.cache_dir", str(out / "cache"), "--trainer.default_root_dir", str(root)]
+    if family is not None:
+        minutes = int(s.baseline_minutes * 60)
+        argv += [*BASELINE_OVERRIDES[family], "--trainer.check_val_every_n_epoch", "1",
+                 "--trainer.max_time", f"00:00:{minutes // 60:02d}:{minutes % 60:02d}"]
     if s.max_epochs:
         argv += ["--trainer.max_epochs", str(s.max_epochs)]
     if s.threads:
@@ -150,6 +180,18 @@ def _train(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[str, Any]:
     ckpt = best[-1] if best else root / "checkpoints" / "last.ckpt"
     return {"checkpoint": str(ckpt), "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
             "_outputs": [ckpt]}
+
+
+def _baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[str, Any]:
+    families = [f for f in s.baselines.split(",") if f]
+    unknown = [f for f in families if f not in BASELINE_OVERRIDES]
+    if unknown:
+        raise ValueError(f"--baselines: unknown families {unknown}; choose from {sorted(BASELINE_OVERRIDES)}")
+    trained = {}
+    for family in families:
+        print(f"  training baseline {family} (at most {s.baseline_minutes:g} min)", flush=True)
+        trained[family] = _train(s, out, data, family)["checkpoint"]
+    return {"checkpoints": trained, "_outputs": list(trained.values())}
 
 
 def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
@@ -190,12 +232,21 @@ def _saliency(out: Path, ckpt: str, test: List[str]) -> Dict[str, Any]:
     return {**{k: (str(v) if isinstance(v, Path) else v) for k, v in info.items()}, "_outputs": [info["video"]]}
 
 
-def _robustness(out: Path, ckpt: str, test: List[str]) -> Dict[str, Any]:
+def _robustness(s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str], test: List[str]) -> Dict[str, Any]:
     from drive.evaluate.robustness import RobustnessConfig, robustness_report
 
     config = RobustnessConfig(noise_levels=(0.0, 0.1, 0.2, 0.3), saliency_frames=24, max_frames=300,
-                              other={"blur": (2.0,), "brightness": (-0.3,)})
-    info = robustness_report([ckpt], test, out / "robustness", config=config, workers=1)
+                              other={"blur": (2.0,), "brightness": (-0.3,)}, closed_loop_km=s.robustness_km,
+                              closed_loop_seed=s.test_seed)
+    named = out / "robustness" / "models"
+    named.mkdir(parents=True, exist_ok=True)
+    models = []
+    for name, path in {"ncp_ltc": ckpt, **baselines}.items():  # report rows are named after the file
+        link = named / f"{name}.ckpt"
+        link.unlink(missing_ok=True)
+        link.symlink_to(Path(path).resolve())
+        models.append(str(link))
+    info = robustness_report(models, test, out / "robustness", config=config, workers=min(2, len(models)))
     return {"report": str(info["report"]), "plots": [str(p) for p in info.get("plots", [])],
             "rows": info["rows"], "_outputs": [info["report"]]}
 
@@ -209,10 +260,11 @@ def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Dict
     return {"converted": str(path), "fidelity": report, "_outputs": [path]}
 
 
-def _export(out: Path, ckpt: str, test: List[str]) -> Dict[str, Any]:
+def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Dict[str, Any]:
     import numpy as np
 
     from drive.export import export_policy
+    from drive.sim.closed_loop import evaluate
     from drive.policy_io import load_driver
     from drive.recording import Recording
     from drive.sim.driver import Observation
@@ -229,8 +281,10 @@ def _export(out: Path, ckpt: str, test: List[str]) -> Dict[str, Any]:
         obs = Observation(image=frame, dt_s=dt, speed_mps=8.3, timestamp_s=i * dt, road=None, s_m=0.0, x_m=0.0,
                           y_m=0.0, yaw_rad=0.0, lateral_offset_m=0.0, heading_error_rad=0.0)
         diffs.append(abs(exported.act(obs) - reference.act(obs)))
+    drive = evaluate(load_driver(path), s.km, seed=s.test_seed, split="test", fps=s.fps, segment_km=0.5,
+                     conditions=[c for c in s.conditions.split(",") if c] or None)
     return {"file": str(path), "bytes": Path(path).stat().st_size, "frames_compared": len(diffs),
-            "max_abs_diff_per_km": float(np.max(diffs)) * 1000.0, "_outputs": [path]}
+            "max_abs_diff_per_km": float(np.max(diffs)) * 1000.0, "closed_loop": drive.metrics, "_outputs": [path]}
 
 
 def run_demo(s: DemoSettings) -> Dict[str, Any]:
@@ -238,18 +292,21 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    stage = _Stages(out, total=7)
+    stage = _Stages(out, total=8)
     sim_keys = ["seed", "train_minutes", "val_minutes", "recording_minutes", "fps", "dart_noise", "test_seed",
                 "conditions"]
     data = stage("simulate", {k: getattr(s, k) for k in sim_keys}, lambda: _simulate(s, out))
     config_text = Path(s.config).read_text()
     trained = stage("train", {"config": config_text, "max_epochs": s.max_epochs}, lambda: _train(s, out, data))
     ckpt = trained["checkpoint"]
-    results: Dict[str, Any] = {"settings": asdict(s), "simulate": data, "train": trained}
+    baselines = stage("baselines", {"families": s.baselines, "minutes": s.baseline_minutes},
+                      lambda: _baselines(s, out, data))
+    results: Dict[str, Any] = {"settings": asdict(s), "simulate": data, "train": trained, "baselines": baselines}
     results["drive"] = stage("drive", {"km": s.km, "conditions": s.conditions}, lambda: _drive(s, out, ckpt))
     results["saliency"] = stage("saliency", {}, lambda: _saliency(out, ckpt, data["test"]))
-    results["robustness"] = stage("robustness", {}, lambda: _robustness(out, ckpt, data["test"]))
+    results["robustness"] = stage("robustness", {"km": s.robustness_km},
+                                  lambda: _robustness(s, out, ckpt, baselines["checkpoints"], data["test"]))
     results["closed_form"] = stage("closed_form", {}, lambda: _closed_form(out, ckpt, data["test"], s))
-    results["export"] = stage("export", {}, lambda: _export(out, ckpt, data["test"]))
+    results["export"] = stage("export", {"km": s.km}, lambda: _export(s, out, ckpt, data["test"]))
     results["total_seconds"] = round(time.perf_counter() - started, 1)
     return write_report(out, results)

@@ -52,3 +52,13 @@ def test_missing_output_reruns_the_stage(tmp_path: Path) -> None:
     (tmp_path / "first.txt").unlink()
     _run(tmp_path, calls, 1, 2)
     assert calls == ["first", "second", "first", "second"]
+
+
+def test_unknown_baseline_family_is_named_before_any_training(tmp_path: Path) -> None:
+    import pytest
+
+    from drive.demo import DemoSettings, _baselines
+
+    with pytest.raises(ValueError, match=r"unknown families \['gru'\]"):
+        _baselines(DemoSettings(out=str(tmp_path), baselines="lstm,gru"), tmp_path, {"train": [], "val": []})
+    assert not (tmp_path / "baselines").exists()
