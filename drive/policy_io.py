@@ -174,7 +174,7 @@ def load_driver(spec: PathLike, device: Union[str, torch.device] = "cpu") -> Any
     if suffix in EXPORT_SUFFIXES:
         from drive.export import ExportedDriver
 
-        return ExportedDriver(path)
+        return ExportedDriver(path, device=str(device))
     raise ValueError(
         f"cannot tell what {path} is from its suffix {suffix!r}: "
         f"checkpoints end in {CHECKPOINT_SUFFIXES}, exported policies in {EXPORT_SUFFIXES}"
