@@ -122,6 +122,7 @@ def test_checkpoint_carries_everything_to_rebuild_and_loads_weights_only(logs: P
     assert meta["family"] == "ncp_ltc" and meta["label_units"] == {"network": "1/km", "policy": "1/m",
                                                                      "label": "curvature"}
     assert meta["policy_config"]["rnn"]["kwargs"]["wiring"]["units"] == 19
+    assert meta["frame_size"] == [40, 100]  # the logs' camera size, so export builds the module for it
     policy, _ = load_policy(tmp_path / "checkpoints" / "last.ckpt")
     torch.testing.assert_close(policy.state_dict()["rnn.w"], module.policy.state_dict()["rnn.w"])
     # weight constraints (positivity="clip") hold after training steps

@@ -117,6 +117,7 @@ class PolicyModule(pl.LightningModule):
         )
         self.preprocessing = Preprocessing(size=(int(input_hw[0]), int(input_hw[1])))
         self.fps = 1.0 / self.policy.frame_period_s
+        self.frame_size: Optional[List[int]] = None
         self._stream_hidden: Optional[Tensor] = None
         self._stream_pos: Optional[Tuple[int, Optional[int]]] = None
         self._stats: Dict[str, Tensor] = {}
@@ -144,13 +145,17 @@ class PolicyModule(pl.LightningModule):
                 scale = float(f"{max(float(np.std(labels_km)), 1e-3):.2g}")
             self.policy.readout.scale_km.fill_(scale)  # a resumed run restores its own afterwards
         if recordings and stage == "fit":
+            sizes = {tuple(int(v) for v in r.info["source_size"]) for r in recordings}
+            self.frame_size = list(sizes.pop()) if len(sizes) == 1 else None  # camera size, for export
             period_s = float(np.median([median_dt(r.timestamp_s) for r in recordings]))
             self.fps = round(1.0 / period_s, 6)  # timestamps are rounded: 10 Hz, not 10.000000000014
             self.policy.frame_period_s = 1.0 / self.fps
 
     def drive_meta(self) -> Dict[str, Any]:
-        """Checkpoint metadata (plain types): policy config, preprocessing, fps, units, family."""
-        return policy_meta(self.policy, self.preprocessing, self.fps, self.hparams.family)
+        """Checkpoint metadata (plain types): policy config, preprocessing, fps, units, family, and the
+        camera frame size [H, W] of the training logs when they share one (export builds the module for it)."""
+        extra = {"frame_size": self.frame_size} if self.frame_size else {}
+        return policy_meta(self.policy, self.preprocessing, self.fps, self.hparams.family, **extra)
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         checkpoint["drive"] = self.drive_meta()
@@ -165,6 +170,7 @@ class PolicyModule(pl.LightningModule):
             self.policy.frame_period_s = 1.0 / self.fps
         if "preprocessing" in meta:
             self.preprocessing = Preprocessing.from_dict(meta["preprocessing"])
+        self.frame_size = meta.get("frame_size")
 
     # -- forward -------------------------------------------------------------------------------
     def forward_km(
