@@ -16,6 +16,8 @@ every epoch end, independent of validation, so ``--ckpt_path last`` resumes a ki
 """
 from __future__ import annotations
 
+import warnings
+
 import os
 from typing import List, Optional
 
@@ -71,15 +73,19 @@ class DriveCLI(LightningCLI):
 
 def lightning_main(argv: Optional[List[str]] = None) -> int:
     """Run ``fit | validate | test | predict`` with the rest of ``argv`` (as ``drive <subcommand>``)."""
-    DriveCLI(
-        PolicyModule,
-        DriveDataModule,
-        args=argv,
-        seed_everything_default=1234,
-        save_config_kwargs={"overwrite": True},
-        parser_kwargs={"prog": "drive", "default_env": False},
-        auto_configure_optimizers=False,
-    )
+    with warnings.catch_warnings():
+        # `drive fit ...` hands its own command line over as ``args``; LightningCLI would warn that
+        # sys.argv holds arguments too, which is exactly how it is meant here.
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+        DriveCLI(
+            PolicyModule,
+            DriveDataModule,
+            args=argv,
+            seed_everything_default=1234,
+            save_config_kwargs={"overwrite": True},
+            parser_kwargs={"prog": "drive", "default_env": False},
+            auto_configure_optimizers=False,
+        )
     return 0
 
 
