@@ -1,6 +1,7 @@
 """Training end to end: learning works (closed loop beats constant steering), resume, checkpoints."""
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import List
 
@@ -8,6 +9,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
+from drive.data.augment import AugmentConfig
 from drive.data.datamodule import DriveDataModule
 from drive.policy_io import PolicyDriver, load_policy, read_checkpoint
 from drive.sim.closed_loop import evaluate
@@ -84,33 +86,67 @@ class _Steps(pl.Callback):
     def __init__(self) -> None:
         self.steps: List[int] = []
         self.lrs: List[float] = []
+        self.batches: List[List[int]] = []
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx) -> None:
         self.steps.append(trainer.global_step)
         self.lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+        self.batches.append((batch["recording"] * 100000 + batch["start"]).tolist())
 
 
-def test_resume_after_kill_continues_from_saved_step(logs: Path, tmp_path: Path) -> None:
-    dm = lambda: _datamodule(logs, tmp_path / "cache", batch_size=4)  # noqa: E731
-    common = dict(max_steps=6, limit_val_batches=0, every_n_train_steps=2)
+def test_resume_after_kill_continues_exactly_where_the_run_stopped(logs: Path, tmp_path: Path) -> None:
+    """Killed mid-epoch in the second epoch and resumed from last.ckpt, the run ends with the
+    weights of the run that was never interrupted: same step, LR schedule, batches and augmentation
+    (2 persistent workers), and Lightning sees a resumable loader."""
+    # 108 windows -> 7 batches an epoch; last.ckpt every 3 steps; killed at step 10, saved at 9
+    dm = lambda: _datamodule(logs, tmp_path / "cache", batch_size=16, stride=16, num_workers=2,  # noqa: E731
+                             augment=AugmentConfig(viewpoint_p=0.5, max_shift_m=0.3))
+    common = dict(max_steps=11, limit_val_batches=0, every_n_train_steps=3)
+    module = lambda: PolicyModule(input_hw=(40, 100), family="ncp_ltc")  # noqa: E731
     pl.seed_everything(0)
     full = _Steps()
-    _trainer(tmp_path / "full", [full], **common).fit(PolicyModule(input_hw=(40, 100), family="cfc"), datamodule=dm())
+    uninterrupted = module()
+    _trainer(tmp_path / "full", [full], **common).fit(uninterrupted, datamodule=dm())
 
     pl.seed_everything(0)
-    killed = _trainer(tmp_path / "run", [_Crash(at=5)], **common)
+    killed = _trainer(tmp_path / "run", [_Crash(at=10)], **common)
     with pytest.raises(_Killed):
-        killed.fit(PolicyModule(input_hw=(40, 100), family="cfc"), datamodule=dm())
-    assert killed.global_step == 5
+        killed.fit(module(), datamodule=dm())
     saved = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
-    assert saved["global_step"] == 4
+    assert saved["global_step"] == 9
+    assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches": 2}]
 
     resumed = _Steps()
+    pl.seed_everything(0)
     trainer = _trainer(tmp_path / "run", [resumed], **common)
-    trainer.fit(PolicyModule(input_hw=(40, 100), family="cfc"), datamodule=dm(), ckpt_path="last")
-    assert resumed.steps == [4, 5]
-    assert trainer.global_step == 6
-    assert resumed.lrs == pytest.approx(full.lrs[4:])  # the LR schedule continues too
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*dataloader is not resumable.*")
+        trained = module()
+        trainer.fit(trained, datamodule=dm(), ckpt_path="last")
+    assert resumed.steps == [9, 10] and trainer.global_step == 11
+    assert resumed.lrs == pytest.approx(full.lrs[9:])  # the LR schedule continues too
+    assert resumed.batches == full.batches[9:]  # the same windows, in the same order
+    for name, value in uninterrupted.state_dict().items():
+        torch.testing.assert_close(trained.state_dict()[name], value, msg=name)
+
+
+def test_epoch_order_and_augmentation_follow_seed_epoch_and_window(logs: Path, tmp_path: Path) -> None:
+    """Persistent workers draw fresh augmentation for every window every epoch, the same draw for the
+    same (seed, epoch, window) wherever it is loaded."""
+    dm = _datamodule(logs, tmp_path / "cache", batch_size=16, stride=16, num_workers=2,
+                     augment=AugmentConfig(viewpoint_p=0.0, photometric_p=1.0))
+    dm.prepare_data()
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    epochs = []
+    for epoch in (0, 1):
+        loader.sampler.set_epoch(epoch)
+        epochs.append({(int(r), int(s)): f for b in loader for r, s, f in zip(b["recording"], b["start"], b["frames"])})
+    assert epochs[0].keys() == epochs[1].keys() and len(epochs[0]) == len(dm.datasets["train"])
+    assert all(not torch.equal(epochs[0][k], epochs[1][k]) for k in epochs[0])
+    ds = dm.datasets["train"]
+    window = ds.windows[5]
+    assert torch.equal(ds[(5, 1)]["frames"], epochs[1][(window.recording, window.start)])  # main process == worker
 
 
 def test_checkpoint_carries_everything_to_rebuild_and_loads_weights_only(logs: Path, tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ def _loader_rate(tmp: Path, augment, workers: int, batches: int, device: torch.d
     for _ in range(3):
         next(it)
     n, t0 = 0, time.perf_counter()
-    for _ in range(batches):
+    for i in range(batches):
         try:
             batch = next(it)
         except StopIteration:
@@ -62,7 +62,7 @@ def _loader_rate(tmp: Path, augment, workers: int, batches: int, device: torch.d
             batch = next(it)
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         if augment_on == "device":
-            batch = dm.augment_batch(batch)
+            batch = dm.augment_batch(batch, batch_number=i)
         n += batch["frames"].shape[0] * batch["frames"].shape[1]
     if device.type == "cuda":
         torch.cuda.synchronize()

@@ -13,15 +13,16 @@ Batch contract (a dict; B windows of T = ``seq_len`` frames; see :mod:`drive.dat
     start      int64   [B]     first frame of the window in that recording
 
 Training windows overlap (``stride``), never cross a time gap or recording boundary, and are
-shuffled. Validation/test/predict iterate every recording in time order with consecutive,
+shuffled; the order and every augmentation draw follow from (seed, epoch, window), so a run killed
+mid-epoch resumes exactly where it stopped (:mod:`drive.data.sampling`). Validation/test/predict iterate every recording in time order with consecutive,
 non-overlapping windows (the last one of a segment padded): carry the hidden state from a batch
 to the next unless ``reset`` when evaluating statefully with ``eval_batch_size=1``.
 
 Splits: ``val`` paths when given; otherwise ``val_split`` = ``ncp`` (first and last 5% of every
 training drive, the paper's scheme), ``drives`` (a seeded share of whole drives) or ``none``.
 Caches are built in :meth:`prepare_data` (once per node) and reused everywhere else.
-Samplers are plain (``shuffle=True`` for training) so Lightning's ``use_distributed_sampler``
-swaps in a DistributedSampler under DDP.
+Under DDP Lightning's ``use_distributed_sampler`` wraps the training sampler in a
+``DistributedSamplerWrapper`` and puts DistributedSamplers on the evaluation loaders.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from drive.data.augment import AugmentConfig, Augmenter
 from drive.data.cache import CachedRecording, cache_recordings
 from drive.data.dataset import SequenceDataset, sample_weights
 from drive.data.errors import Problems
+from drive.data.sampling import EpochSampler, ResumableLoader
 from drive.data.readers import read_logs
 from drive.data.sequences import split_ranges, stateful_windows, train_windows
 from drive.preprocess import MODEL_SIZE, Preprocessing
@@ -102,7 +104,6 @@ class DriveDataModule(L.LightningDataModule):
         self.augment_on = augment_on
         self.problems = Problems(on_error)
         self.datasets: Dict[str, SequenceDataset] = {}
-        self._batches_augmented = 0
 
     def _load(self, paths: List[str]) -> List[CachedRecording]:
         recs = read_logs(paths, self.format, self.reader, self.problems)
@@ -145,14 +146,14 @@ class DriveDataModule(L.LightningDataModule):
         return SequenceDataset(recs, stateful_windows(recs, ranges, self.seq_len, self.gap_factor), self.seq_len,
                                None, self.curve_factor, self.seed)
 
-    def augment_batch(self, batch: Dict[str, torch.Tensor], rank: int = 0) -> Dict[str, torch.Tensor]:
+    def augment_batch(self, batch: Dict[str, torch.Tensor], rank: int = 0, batch_number: int = 0
+                      ) -> Dict[str, torch.Tensor]:
         """Augment a training batch where it lies (``augment_on="device"``): frames, corrected
-        curvature and weights are replaced; deterministic in (seed, rank, batch count)."""
+        curvature and weights are replaced; deterministic in (seed, rank, batch_number)."""
         if self.augment is None:
             return batch
         ds = self.datasets["train"]
-        rng = np.random.default_rng([self.seed, rank, self._batches_augmented])
-        self._batches_augmented += 1
+        rng = np.random.default_rng([self.seed, rank, batch_number])
         frames, curvature = Augmenter(self.augment).augment(
             batch["frames"], batch["curvature"].cpu().numpy(), batch["speed"].cpu().numpy(), rng,
             [ds.geometry(r) for r in batch["recording"].tolist()])
@@ -167,30 +168,31 @@ class DriveDataModule(L.LightningDataModule):
     def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         trainer = self.trainer
         if self.augment_on == "device" and trainer is not None and trainer.training:
-            return self.augment_batch(batch, trainer.global_rank)
+            # the run's batch count, restored with a checkpoint: a resumed run draws the same
+            return self.augment_batch(batch, trainer.global_rank, trainer.fit_loop.epoch_loop.batch_progress.total.ready)
         return batch
 
     def recordings(self, split: str) -> List[str]:
         """Source names of the recordings a split's ``recording`` indices refer to."""
         return self.datasets[split].names()
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+    def _loader(self, split: str, batch_size: int, **kw: Any) -> DataLoader:
         if split not in self.datasets:
             raise ValueError(f"no {split} data: give {split} paths (and call setup)")
-        return DataLoader(self.datasets[split], batch_size=self.batch_size if shuffle else self.eval_batch_size,
-                          shuffle=shuffle, drop_last=False, num_workers=self.num_workers,
-                          pin_memory=self.pin_memory and torch.cuda.is_available(),
-                          persistent_workers=self.num_workers > 0, worker_init_fn=_worker_init,
-                          generator=torch.Generator().manual_seed(self.seed))
+        cls = ResumableLoader if "sampler" in kw else DataLoader
+        return cls(self.datasets[split], batch_size=batch_size, drop_last=False, num_workers=self.num_workers,
+                   pin_memory=self.pin_memory and torch.cuda.is_available(),
+                   persistent_workers=self.num_workers > 0, worker_init_fn=_worker_init, **kw)
 
     def train_dataloader(self) -> DataLoader:
-        return self._loader("train", shuffle=True)
+        """Shuffled by (seed, epoch) and resumable mid-epoch (:mod:`drive.data.sampling`)."""
+        return self._loader("train", self.batch_size, sampler=EpochSampler(len(self.datasets["train"]), self.seed))
 
     def val_dataloader(self) -> Any:
-        return self._loader("val", shuffle=False) if "val" in self.datasets else []
+        return self._loader("val", self.eval_batch_size) if "val" in self.datasets else []
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", shuffle=False)
+        return self._loader("test", self.eval_batch_size)
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader("predict", shuffle=False)
+        return self._loader("predict", self.eval_batch_size)

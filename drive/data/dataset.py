@@ -20,11 +20,11 @@ start          int64 []           first frame index in that recording
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset
 
 from drive.data.augment import AugmentConfig, Augmenter
 from drive.data.cache import CachedRecording, source_to_model
@@ -49,7 +49,6 @@ class SequenceDataset(Dataset):
         self.augmenter = Augmenter(augment) if augment is not None else None
         self.curve_factor = curve_factor
         self.seed = seed
-        self._calls = 0
         self._nominal = [median_dt(r.timestamp_s) for r in self.recordings]
         self._geometry = [(r.info.get("camera"), source_to_model(r.info)[0]) for r in self.recordings]
         if augment is not None and augment.needs_camera():
@@ -69,14 +68,10 @@ class SequenceDataset(Dataset):
     def __len__(self) -> int:
         return len(self.windows)
 
-    def _rng(self, index: int) -> np.random.Generator:
-        info = get_worker_info()
-        if info is not None:
-            return np.random.default_rng([info.seed % 2 ** 63, index])
-        self._calls += 1
-        return np.random.default_rng([self.seed, torch.initial_seed() % 2 ** 63, index, self._calls])
-
-    def __getitem__(self, index: int) -> Dict[str, torch.Tensor]:
+    def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, torch.Tensor]:
+        """``key`` = a window index, or a draw key ``(window, epoch)`` from
+        :class:`~drive.data.sampling.EpochSampler`; augmentation is seeded by (seed, epoch, window)."""
+        index, epoch = key if isinstance(key, tuple) else (key, 0)
         w = self.windows[index]
         rec = self.recordings[w.recording]
         t_len, n = self.seq_len, w.length
@@ -89,7 +84,8 @@ class SequenceDataset(Dataset):
         speed = rec.speed_mps[w.start:w.start + n]
         if self.augmenter is not None:
             camera, affine = self._geometry[w.recording]
-            frames, curvature = self.augmenter(frames, curvature, speed, self._rng(index), camera, affine)
+            rng = np.random.default_rng([self.seed, epoch, index])
+            frames, curvature = self.augmenter(frames, curvature, speed, rng, camera, affine)
         weight = sample_weights(curvature, self.curve_factor)
         mask = np.ones(t_len, dtype=bool)
         if n < t_len:  # pad the last window of a segment: repeat the last frame, weight 0

@@ -1,0 +1,100 @@
+"""Training order that a killed run can resume exactly where it stopped.
+
+An epoch's order and every augmentation draw are pure functions of ``(seed, epoch, window)``:
+
+- :class:`EpochSampler` shuffles the windows with a permutation seeded by ``(seed, epoch)`` and
+  yields *draw keys* ``(window, epoch)``; :class:`~drive.data.dataset.SequenceDataset` seeds the
+  window's augmentation with ``(seed, epoch, window)``. Nothing depends on worker seeds, on how many
+  items a process has drawn before, or on how many epochs a DataLoader has run, so a resumed run
+  draws exactly what the uninterrupted run would have (and persistent workers still draw fresh
+  augmentation every epoch).
+- :class:`ResumableLoader` is a DataLoader with ``state_dict`` / ``load_state_dict`` (Lightning's
+  stateful-loader protocol: the state is saved in every checkpoint and loaded before the epoch's
+  iterator is created): it records the epoch and how many batches of it were handed out, and on
+  resume skips those batches by index, without loading them.
+
+Under DDP Lightning wraps the sampler in a ``DistributedSamplerWrapper`` (which passes the keys
+through and forwards ``set_epoch``) and rebuilds the loader around it, which stays resumable.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Dict, Iterator, Tuple
+
+import numpy as np
+from torch.utils.data import DataLoader, Sampler
+
+__all__ = ["EpochSampler", "ResumableLoader"]
+
+DrawKey = Tuple[int, int]
+
+
+class EpochSampler(Sampler[DrawKey]):
+    """Every window once per epoch, shuffled by ``(seed, epoch)``; yields ``(window, epoch)``."""
+
+    def __init__(self, size: int, seed: int, shuffle: bool = True) -> None:
+        self.size, self.seed, self.shuffle = int(size), int(seed), shuffle
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[DrawKey]:
+        order = (np.random.default_rng([self.seed, self.epoch]).permutation(self.size) if self.shuffle
+                 else np.arange(self.size))
+        return iter([(int(i), self.epoch) for i in order])
+
+
+class _SkipFirst:
+    """The loader's batches of indices, leaving out the first ``loader._skip`` (the loader zeroes it
+    once its iteration serves a batch: DataLoader iterators may call ``iter()`` here more than once
+    before that); ``len()`` stays the whole epoch's, as Lightning counts skipped batches as done."""
+
+    def __init__(self, batches: Any, loader: "ResumableLoader") -> None:
+        self.batches, self.loader = batches, loader
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.islice(iter(self.batches), self.loader._skip, None)
+
+
+class ResumableLoader(DataLoader):
+    """A training DataLoader over an :class:`EpochSampler` (``sampler=``) that saves and restores
+    its position: ``state_dict()`` = ``{"epoch", "batches"}`` handed out so far in that epoch (a
+    finished epoch is saved as the start of the next); after ``load_state_dict`` the next iteration
+    starts there, skipping the batches by index without loading them.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not hasattr(self.sampler, "set_epoch"):
+            raise TypeError("ResumableLoader needs a sampler with set_epoch, e.g. EpochSampler")
+        self._skip = 0
+        self._served = 0
+
+    @property
+    def _index_sampler(self) -> Any:
+        return _SkipFirst(super()._index_sampler, self)
+
+    def __iter__(self) -> Iterator[Any]:
+        self._served = self._skip
+        for batch in super().__iter__():
+            self._skip = 0
+            self._served += 1
+            yield batch
+        self._skip = 0
+
+    def state_dict(self) -> Dict[str, int]:
+        epoch = int(self.sampler.epoch)
+        if self._served >= len(self):
+            return {"epoch": epoch + 1, "batches": 0}
+        return {"epoch": epoch, "batches": self._served}
+
+    def load_state_dict(self, state: Dict[str, int]) -> None:
+        self.sampler.set_epoch(int(state["epoch"]))
+        self._skip = int(state["batches"])
