@@ -3,11 +3,14 @@
 Upstream of everything that consumes frames (the world's closed loop, saliency, robustness), so
 every part of drive corrupts images the same way.
 
-Every perturbation maps uint8 RGB frames [H, W, 3] to uint8 RGB frames of the same size, so it can
-sit anywhere a camera frame flows: over recorded frames (open loop), in front of a driver in the
-built-in world (closed loop, ``drive.sim.closed_loop.evaluate(..., perturb=p)``), and before
-saliency maps. Randomness comes from a NumPy generator seeded by ``seed``; call :meth:`reset`
-to replay the same noise sequence (one frame after another, as a drive sees it).
+Every perturbation maps uint8 RGB frames [H, W, 3] to uint8 RGB frames of the same size. drive
+applies it to the **network's view** -- the frame after the checkpoint's crop and resize
+(:func:`perturb_views`) -- so a level means what it means in the papers, whose noise is added to
+the network's 200x78 input: noise on a larger camera frame would be averaged away by the resize
+(std 0.2 on a 920x360 crop reaches a 200x78 input as ~0.03). That is where robustness open loop,
+closed loop (:class:`drive.policy_io.PolicyDriver` ``perturb=``), saliency stability and saliency
+videos put it. Randomness comes from a NumPy generator seeded by ``seed``; call :meth:`reset` to
+replay the same noise sequence (one frame after another, as a drive sees it).
 
 Kinds and what ``level`` means:
 
@@ -23,12 +26,13 @@ Kinds and what ``level`` means:
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import cv2
 import numpy as np
+import torch
 
-__all__ = ["Perturbation", "KINDS", "gaussian_noise"]
+__all__ = ["Perturbation", "KINDS", "gaussian_noise", "perturb_views"]
 
 KINDS = ("gaussian", "salt_pepper", "blur", "brightness", "occlusion")
 
@@ -112,3 +116,13 @@ class Perturbation:
 
 def _to_uint8(x: np.ndarray) -> np.ndarray:
     return (np.clip(x, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+
+
+def perturb_views(views: torch.Tensor, perturb: Optional[Callable[[np.ndarray], np.ndarray]]) -> torch.Tensor:
+    """Network views uint8 ``[N, 3, h, w]`` -> the same, ``perturb`` applied to each (as an
+    ``[h, w, 3]`` frame) in order; ``None`` returns ``views`` unchanged."""
+    if perturb is None:
+        return views
+    frames = views.permute(0, 2, 3, 1).cpu().numpy()
+    out = np.stack([perturb(np.ascontiguousarray(f)) for f in frames])
+    return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous().to(views.device)

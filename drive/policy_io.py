@@ -15,7 +15,8 @@ Training writes it through Lightning (``PolicyModule.on_save_checkpoint``); any 
 tensors and plain types to load (a pickled payload) is rejected before anything in it runs.
 
 :class:`PolicyDriver` runs a policy in the world's ``Driver`` protocol (``reset()``,
-``act(obs) -> curvature 1/m``), preprocessing each camera frame exactly as training did.
+``act(obs) -> curvature 1/m``), preprocessing each camera frame exactly as training did
+(optionally perturbing the network's view).
 :func:`load_driver` opens any policy file: checkpoints here, exported files via
 :class:`drive.export.ExportedDriver`.
 """
@@ -25,13 +26,14 @@ import os
 import pickle
 import tempfile
 from pathlib import Path
-from typing import Any, Dict, Mapping, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
 from drive import __version__
 from drive.nn.policy import Policy
+from drive.perturb import perturb_views
 from drive.preprocess import Preprocessing
 
 __all__ = [
@@ -131,17 +133,21 @@ def save_policy(path: PathLike, policy: Policy, meta: Mapping[str, Any]) -> Path
 class PolicyDriver:
     """A policy in the world's ``Driver`` protocol: camera frames in, curvature (1/m) out.
 
-    Each ``act(obs)`` preprocesses ``obs.image`` (uint8 RGB ``[H, W, 3]``) with the checkpoint's
-    :class:`~drive.preprocess.Preprocessing`, scales it to [0, 1] and runs one
-    :meth:`Policy.step` with ``dt = obs.dt_s``; the hidden state lives here and ``reset()``
-    zeroes it (start of an episode, or after an intervention).
+    Each ``act(obs)`` turns ``obs.image`` (uint8 RGB ``[H, W, 3]``) into the network's view with
+    the checkpoint's :class:`~drive.preprocess.Preprocessing`, applies ``perturb`` to that view
+    (a :class:`drive.perturb.Perturbation`: noise levels mean what they mean at the network input,
+    whatever the camera's size), scales it to [0, 1] and runs one :meth:`Policy.step` with
+    ``dt = obs.dt_s``; the hidden state lives here and ``reset()`` zeroes it (start of an episode,
+    or after an intervention; the perturbation's random sequence goes on).
     """
 
-    def __init__(self, policy: Policy, meta: Mapping[str, Any], device: Union[str, torch.device] = "cpu") -> None:
+    def __init__(self, policy: Policy, meta: Mapping[str, Any], device: Union[str, torch.device] = "cpu",
+                 perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> None:
         self.device = torch.device(device)
         self.policy = policy.to(self.device).eval()
         self.meta = dict(meta)
         self.preprocessing = Preprocessing.from_dict(self.meta["preprocessing"])
+        self.perturb = perturb
         self.nominal_dt_s = 1.0 / float(self.meta["fps"])
         self.name = str(self.meta.get("family", "policy"))
         self.hidden = self.policy.initial_state(1).to(self.device)
@@ -149,14 +155,22 @@ class PolicyDriver:
     def reset(self) -> None:
         self.hidden = self.policy.initial_state(1).to(self.device)
 
+    def view(self, image: np.ndarray) -> torch.Tensor:
+        """What the network sees of a camera frame: uint8 ``[1, 3, h, w]`` on the device, perturbed."""
+        return perturb_views(self.preprocessing(np.ascontiguousarray(image)), self.perturb).to(self.device)
+
     @torch.inference_mode()
     def act(self, obs: Any) -> float:
-        frame = self.preprocessing(np.ascontiguousarray(obs.image)).to(self.device)
+        return self.act_on_view(self.view(obs.image), obs)
+
+    @torch.inference_mode()
+    def act_on_view(self, view: torch.Tensor, obs: Any) -> float:
+        """One step on a view from :meth:`view` (``obs`` gives the elapsed time ``dt_s``)."""
         dt_s = float(getattr(obs, "dt_s", self.nominal_dt_s))
         if not np.isfinite(dt_s) or dt_s <= 0:
             raise ValueError(f"observation dt_s must be positive and finite, got {dt_s}")
         dt = torch.full((1,), dt_s, device=self.device)
-        curvature, self.hidden = self.policy.step(frame.float() / 255.0, self.hidden, dt)
+        curvature, self.hidden = self.policy.step(view.float() / 255.0, self.hidden, dt)
         return float(curvature[0])
 
 

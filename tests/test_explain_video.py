@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from drive.cli import main as drive_main
-from drive.explain.policy_saliency import add_noise, policy_saliency
+from drive.explain.policy_saliency import policy_saliency
 from drive.explain.video import contact_sheet_path, saliency_video
 from drive.explain.visual_backprop import visual_backprop
 from drive.nn.heads import NCPConvHead
@@ -93,15 +93,6 @@ def test_stream_gives_the_heads_masks_and_the_policys_steering_on_preprocessed_f
         assert item.frame.shape == (78, 200, 3) and item.frame.dtype == np.uint8
         np.testing.assert_allclose(item.mask, expected_masks[i].numpy(), atol=1e-6)
         assert item.prediction == pytest.approx(float(expected_steering[0, i]), abs=1e-7)
-
-
-def test_noise_has_the_requested_std_is_clipped_and_repeats_with_its_seed():
-    frames = torch.full((2, 3, 78, 200), 0.5)
-    noisy = add_noise(frames, 0.1, torch.Generator().manual_seed(1))
-    assert (noisy - frames).std().item() == pytest.approx(0.1, rel=0.03)
-    assert torch.equal(noisy, add_noise(frames, 0.1, torch.Generator().manual_seed(1)))
-    clipped = add_noise(torch.ones(1, 3, 8, 8), 0.5, torch.Generator().manual_seed(2))
-    assert clipped.max() <= 1.0 and clipped.min() >= 0.0 and clipped.min() < 1.0
 
 
 def test_noisy_row_sees_noisy_frames_and_the_clean_row_does_not(tmp_path):

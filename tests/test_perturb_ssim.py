@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy import ndimage
 
-from drive.perturb import Perturbation, gaussian_noise
+from drive.perturb import Perturbation, gaussian_noise, perturb_views
 from drive.evaluate.ssim import gaussian_window, ssim, ssim_map
 
 
@@ -14,6 +14,41 @@ def test_gaussian_noise_has_zero_mean_and_requested_std_before_clipping():
     noise = gaussian_noise((400, 400, 3), 0.25, np.random.default_rng(1))
     assert abs(float(noise.mean())) < 2e-3
     assert float(noise.std()) == pytest.approx(0.25, rel=0.01)
+
+
+def test_noise_is_added_to_the_network_view_so_its_level_survives_a_large_camera():
+    """Noise on a 4x camera frame would be averaged away by the resize (std 0.1 -> ~0.03); on the
+    network's view it keeps the requested std, in robustness, the world driver and saliency alike."""
+    from drive.evaluate.robustness import _frames_tensor
+    from drive.explain.policy_saliency import policy_saliency
+    from drive.nn.heads import NCPConvHead
+    from drive.nn.policy import Policy
+    from drive.policy_io import PolicyDriver, policy_meta
+    from drive.preprocess import Preprocessing
+
+    camera = np.full((312, 800, 3), 128, np.uint8)
+    pre = Preprocessing(size=(78, 200))
+    clean = _frames_tensor([camera], pre)
+    noisy = _frames_tensor([camera], pre, Perturbation("gaussian", 0.1, seed=1))
+    assert float((noisy - clean).std()) == pytest.approx(0.1, rel=0.03)
+
+    policy = Policy(NCPConvHead(), None, frame_period_s=0.1)
+    driver = PolicyDriver(policy, policy_meta(policy, pre, 10.0, "cnn"), perturb=Perturbation("gaussian", 0.1, seed=1))
+    view = driver.view(camera)
+    assert view.shape == (1, 3, 78, 200) and view.dtype == torch.uint8
+    np.testing.assert_array_equal(view.float().numpy() / 255.0, noisy.numpy())
+
+    explained = next(policy_saliency(policy, [camera], pre, noise=0.1, seed=1))
+    np.testing.assert_array_equal(explained.frame, view[0].permute(1, 2, 0).numpy())
+
+
+def test_perturb_views_applies_the_frame_perturbation_to_each_view_in_order():
+    views = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (3, 3, 8, 10), dtype=np.uint8))
+    out = perturb_views(views, Perturbation("salt_pepper", 0.3, seed=2))
+    replay = Perturbation("salt_pepper", 0.3, seed=2)
+    for view, got in zip(views, out):
+        np.testing.assert_array_equal(got.permute(1, 2, 0).numpy(), replay(view.permute(1, 2, 0).numpy()))
+    assert perturb_views(views, None) is views
 
 
 def test_variance_mode_takes_sigma_squared():

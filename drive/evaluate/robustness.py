@@ -4,7 +4,7 @@
 - **open loop**: steering MSE / MAE in 1/km on test recordings, hidden state carried across the
   whole recording and reset at time gaps (as on the car);
 - **closed loop** (optional): interventions per km and lateral RMS in the built-in world on
-  held-out roads, the camera perturbed frame by frame;
+  held-out roads, the policy's view perturbed frame by frame;
 - **saliency stability**: SSIM (MATLAB defaults) between the VisualBackProp maps of clean and
   perturbed frames, mean and spread over frames;
 - **sensitivity profile** of the recurrent compartment: per hidden unit
@@ -13,6 +13,9 @@
 
 :func:`robustness_report` runs it all (in parallel over models when the CPU allows) and writes
 ``REPORT.md``, ``results.csv`` and plots through :mod:`drive.evaluate.report`.
+
+Perturbations act on the network's view (after the checkpoint's crop and resize), as in the papers,
+so levels compare across cameras (:mod:`drive.perturb`).
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from drive.perturb import Perturbation
+from drive.perturb import Perturbation, perturb_views
 from drive.evaluate.ssim import ssim
 from drive.explain.visual_backprop import visual_backprop
 from drive.nn.policy import Policy
@@ -85,8 +88,10 @@ def find_recordings(paths: Iterable[Union[str, os.PathLike]]) -> List[Path]:
     return found
 
 
-def _frames_tensor(frames: Sequence[np.ndarray], pre: Preprocessing) -> torch.Tensor:
-    return pre(np.stack(frames)).float().div_(255.0)
+def _frames_tensor(frames: Sequence[np.ndarray], pre: Preprocessing,
+                   perturb: Optional[Perturbation] = None) -> torch.Tensor:
+    """Camera frames -> the network's [0, 1] input [N, 3, h, w], perturbed after crop and resize."""
+    return perturb_views(pre(np.stack(frames)), perturb).float().div_(255.0)
 
 
 def _segments(timestamps_s: np.ndarray, period_s: float) -> List[Tuple[int, int]]:
@@ -115,7 +120,7 @@ def _drive_recording(policy: Policy, meta: Mapping[str, Any], rec: Recording, pe
         dt[start] = period
         for a in range(start, end, chunk):
             b = min(a + chunk, end)
-            x = _frames_tensor([perturb(rec.frame(i)) for i in range(a, b)], pre)[None]
+            x = _frames_tensor([rec.frame(i) for i in range(a, b)], pre, perturb)[None]
             features = policy.encode(x)
             y, hidden = policy.decode(features, hidden, torch.from_numpy(dt[a:b])[None])
             preds.append(y[0].numpy())
@@ -148,10 +153,9 @@ def saliency_stability(policy: Policy, meta: Mapping[str, Any], recordings: Sequ
     perturb.reset()
     for rec in recordings:
         idx = np.unique(np.linspace(0, len(rec) - 1, per_rec).round().astype(int))
-        clean = [rec.frame(int(i)) for i in idx]
-        noisy = [perturb(f) for f in clean]
-        masks_clean = visual_backprop(policy.head, _frames_tensor(clean, pre))
-        masks_noisy = visual_backprop(policy.head, _frames_tensor(noisy, pre))
+        frames = [rec.frame(int(i)) for i in idx]
+        masks_clean = visual_backprop(policy.head, _frames_tensor(frames, pre))
+        masks_noisy = visual_backprop(policy.head, _frames_tensor(frames, pre, perturb))
         scores.append(ssim(masks_clean, masks_noisy).numpy())
     s = np.concatenate(scores)
     return {"ssim_mean": float(s.mean()), "ssim_std": float(s.std())}
@@ -188,7 +192,7 @@ def _closed_loop(policy: Policy, meta: Mapping[str, Any], perturb: Perturbation,
     from drive.sim.closed_loop import evaluate
 
     perturb.reset()
-    result = evaluate(PolicyDriver(policy, meta), km=km, seed=seed, perturb=perturb)
+    result = evaluate(PolicyDriver(policy, meta, perturb=perturb), km=km, seed=seed)
     m = result.metrics
     return {"interventions_per_km": float(m["interventions_per_km"]), "lateral_rms_m": float(m["lateral_rms_m"])}
 

@@ -6,7 +6,7 @@
 - :class:`SaliencyRecorder` -- the same video recorded live during closed-loop driving.
 """
 from drive.explain.live import SaliencyRecorder
-from drive.explain.policy_saliency import SaliencyFrame, add_noise, policy_saliency
+from drive.explain.policy_saliency import SaliencyFrame, policy_saliency
 from drive.explain.video import SaliencyVideoWriter, saliency_still, saliency_video
 from drive.explain.visual_backprop import VisualBackPropError, conv_geometry, visual_backprop
 
@@ -16,7 +16,6 @@ __all__ = [
     "conv_geometry",
     "policy_saliency",
     "SaliencyFrame",
-    "add_noise",
     "saliency_video",
     "saliency_still",
     "SaliencyVideoWriter",

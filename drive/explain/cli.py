@@ -87,11 +87,11 @@ def _world(args: argparse.Namespace, policy, meta) -> int:
 
     if not args.km > 0:
         raise SystemExit(f"drive saliency: --km must be positive, got {args.km}")
-    recorder = SaliencyRecorder(PolicyDriver(policy, meta, device=args.device), args.out,
-                                reference=PurePursuitExpert(), method=args.method, scale=args.scale)
     perturb = Perturbation("gaussian", args.noise, seed=args.seed) if args.noise else None
+    recorder = SaliencyRecorder(PolicyDriver(policy, meta, device=args.device, perturb=perturb), args.out,
+                                reference=PurePursuitExpert(), method=args.method, scale=args.scale)
     try:
-        drive = evaluate(recorder, km=args.km, seed=args.seed, conditions=args.conditions, perturb=perturb)
+        drive = evaluate(recorder, km=args.km, seed=args.seed, conditions=args.conditions)
     except BaseException:
         recorder.writer.abort()
         raise

@@ -2,8 +2,8 @@
 
 :class:`SaliencyRecorder` is a world ``Driver`` (``reset()``, ``act(obs) -> curvature 1/m``) that
 wraps a policy's driver: it steers exactly as the wrapped driver does and, for every observation,
-also computes the VisualBackProp mask of the frame the policy saw (after any ``perturb`` the
-closed-loop runner applied) and appends a row to a saliency video::
+also computes the VisualBackProp mask of the frame the policy saw (its view, after the driver's
+``perturb``) and appends a row to a saliency video::
 
     recorder = SaliencyRecorder(policy_driver, "drive.mp4", reference=PurePursuitExpert())
     result = drive.sim.closed_loop.evaluate(recorder, km=0.5, seed=0)
@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Mapping, Optional, Union
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -85,11 +84,11 @@ class SaliencyRecorder:
 
     def act(self, obs: Any) -> float:
         """Steer like the wrapped driver (1/m) and record this frame's saliency."""
-        curvature = self.driver.act(obs)
+        view = self.driver.view(obs.image)
+        curvature = self.driver.act_on_view(view, obs)
         with torch.no_grad():
-            x = self.driver.preprocessing(np.ascontiguousarray(obs.image)).to(self.driver.device).float() / 255.0
-            mask = visual_backprop(self.driver.policy.head, x, method=self.method)[0].cpu().numpy()
-        frame = (x[0] * 255.0).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+            mask = visual_backprop(self.driver.policy.head, view.float() / 255.0, method=self.method)[0].cpu().numpy()
+        frame = view[0].permute(1, 2, 0).cpu().numpy()
         label = float(self.reference.act(obs)) if self.reference is not None else None
         self.writer.write([SaliencyFrame(frame, mask, float(curvature))], label)
         return curvature

@@ -1,9 +1,9 @@
 """Saliency of a whole policy along a drive: masks from its head, steering from its full recurrence.
 
 Every camera frame is preprocessed exactly as in training (the checkpoint's
-:class:`~drive.preprocess.Preprocessing`), optionally corrupted with Gaussian noise (the NCP
-paper's robustness test: zero-mean noise of standard deviation ``noise`` on [0, 1] pixels,
-clipped), and then
+:class:`~drive.preprocess.Preprocessing`), optionally corrupted with Gaussian noise on that view
+(the NCP paper's robustness test: zero-mean noise of standard deviation ``noise`` on [0, 1] pixels,
+clipped; the same :class:`drive.perturb.Perturbation` the robustness report uses), and then
 
 * the policy's perception head gives the VisualBackProp mask (:func:`visual_backprop`), and
 * the whole policy (head -> recurrent cell -> readout) gives the steering, with its hidden state
@@ -20,9 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from drive.explain.visual_backprop import visual_backprop
+from drive.perturb import Perturbation, perturb_views
 from drive.preprocess import Preprocessing
 
-__all__ = ["SaliencyFrame", "policy_saliency", "add_noise"]
+__all__ = ["SaliencyFrame", "policy_saliency"]
 
 
 class SaliencyFrame(NamedTuple):
@@ -31,14 +32,6 @@ class SaliencyFrame(NamedTuple):
     frame: np.ndarray  # uint8 RGB [h, w, 3]: the network input (noise included)
     mask: np.ndarray  # float32 [h, w] in [0, 1]: VisualBackProp mask
     prediction: float  # steering curvature, 1/m (positive = left)
-
-
-def add_noise(frames: Tensor, std: float, generator: Optional[torch.Generator] = None) -> Tensor:
-    """Zero-mean Gaussian noise of standard deviation ``std`` on [0, 1] frames, clipped to [0, 1]."""
-    if std < 0:
-        raise ValueError(f"noise standard deviation must be >= 0, got {std}")
-    noise = torch.randn(frames.shape, generator=generator, dtype=frames.dtype).to(frames.device)
-    return (frames + std * noise).clamp_(0.0, 1.0)
 
 
 def _chunks(frames: Iterable[np.ndarray], size: int) -> Iterator[list]:
@@ -84,16 +77,16 @@ def policy_saliency(
     device = torch.device(device)
     policy = policy.to(device).eval()
     period_s = float(frame_period_s if frame_period_s is not None else getattr(policy, "frame_period_s", 1.0))
-    generator = torch.Generator().manual_seed(int(seed))
+    if noise is not None and noise < 0:
+        raise ValueError(f"noise standard deviation must be >= 0, got {noise}")
+    perturb = Perturbation("gaussian", float(noise), seed=int(seed)) if noise else None
     hidden = policy.initial_state(1).to(device)
     previous_t: Optional[float] = None
     index = 0
     for raw in _chunks(frames_iter, max(1, int(chunk))):
         stacked = torch.as_tensor(np.stack(raw))
-        x = preprocessing(stacked) if preprocessing is not None else stacked.permute(0, 3, 1, 2)
-        x = x.to(device).float() / 255.0  # [L, 3, h, w]
-        if noise:
-            x = add_noise(x, float(noise), generator)
+        views = preprocessing(stacked) if preprocessing is not None else stacked.permute(0, 3, 1, 2)
+        x = perturb_views(views, perturb).to(device).float() / 255.0  # [L, 3, h, w]
         if timestamps_s is not None:
             t = np.asarray(timestamps_s[index : index + len(raw)], dtype=np.float64)
             if len(t) != len(raw):

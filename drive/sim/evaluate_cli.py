@@ -68,7 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output directory (metrics.json, drive.png)")
     parser.add_argument("--video", action="store_true", help="also write drive.mp4 of the camera view")
     parser.add_argument("--noise-std", type=float, default=0.0,
-                        help="Gaussian noise std on [0,1] images seen by the policy (default 0)")
+                        help="Gaussian noise std on [0,1] pixels of the policy's view: a checkpoint's network input "
+                             "(after crop and resize), an exported file's camera frame (default 0)")
     parser.add_argument("--speed-kmh", type=float, default=30.0, help="vehicle speed (default 30 km/h)")
     parser.add_argument("--fps", type=float, default=30.0, help="camera rate (default 30 Hz)")
     parser.add_argument("--width", type=int, default=200, help="camera image width (default 200)")
@@ -88,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
         driver = make_driver(args.policy, args.device, args.threads)
         perturb = Perturbation("gaussian", args.noise_std, seed=args.seed) if args.noise_std > 0 else None
+        if hasattr(driver, "view"):  # a checkpoint's PolicyDriver: noise on the network's view
+            driver.perturb, perturb = perturb, None
         out = Path(args.out)
 
         def progress(seg: Any) -> None:
