@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from drive.cli import main as drive_main
-from drive.export import STATUS, build_deployed, decode_status, export_policy, load_exported, read_metadata
+from drive.export import STATUS, DeployedPolicy, build_deployed, decode_status, export_policy, load_exported, read_metadata
 from drive.nn.closed_form import convert
 from drive.nn.policy import Policy
 from drive.policy_io import PolicyDriver, load_policy, policy_meta, save_policy
@@ -208,6 +208,31 @@ def test_half_precision_head_keeps_cell_and_hidden_in_fp32(tmp_path):
     assert h_half.dtype == torch.float32
     # fp16 head on CPU: features agree to ~1e-3 relative; the LTC state to a few 1e-3
     assert torch.allclose(h_half, h_full, atol=5e-3), (h_half - h_full).abs().max()
+
+
+@pytest.mark.parametrize("family", ["ncp_ltc", "cnn"])  # NCPConvHead -> DeployedNCPHead; PilotNet -> DeployedHead
+def test_building_the_module_leaves_the_callers_policy_untouched(family):
+    torch.manual_seed(0)
+    policy = build_policy(family, frame_period_s=1.0 / FPS, units=16)
+    frame = camera_frames(1)[0, :78, :200].permute(2, 0, 1)[None].float() / 255
+    hidden, dt = policy.initial_state(1), torch.tensor([1.0 / FPS])
+    with torch.no_grad():
+        before = policy.eval().step(frame, hidden, dt)
+    policy.train()
+    tensors = {n: (t.detach().clone(), t.stride(), t.requires_grad)
+               for n, t in list(policy.named_parameters()) + list(policy.named_buffers())}
+    head = policy.head
+    # half=True converts the deployed head to fp16 and channels-last in place: it must be a copy's
+    DeployedPolicy(policy, (78, 200), [], FPS, 0.2, half=True)
+    assert policy.head is head and type(head).__name__ != "Identity" and policy.training
+    now = {n: t for n, t in list(policy.named_parameters()) + list(policy.named_buffers())}
+    assert now.keys() == tensors.keys()
+    for name, (value, stride, requires_grad) in tensors.items():
+        assert now[name].dtype == value.dtype and now[name].stride() == stride, name
+        assert now[name].requires_grad == requires_grad and torch.equal(now[name], value), name
+    with torch.no_grad():
+        after = policy.eval().step(frame, hidden, dt)
+    assert all(torch.equal(a, b) for a, b in zip(before, after))
 
 
 def test_pickled_payload_checkpoint_is_rejected_without_running_it(tmp_path):

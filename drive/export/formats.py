@@ -19,7 +19,6 @@ with a pickled payload is refused before anything in it runs.
 """
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import os
@@ -108,16 +107,14 @@ def build_deployed(
     max_gap_s: float = 1.0,
 ) -> DeployedPolicy:
     """Wrap a copy of a loaded policy (``load_policy`` output) in the deployable module (eager)."""
-    policy = copy.deepcopy(policy).eval()
     prep = Preprocessing.from_dict(meta["preprocessing"])
     if tuple(prep.size) != tuple(policy.input_size):
         raise ValueError(f"preprocessing resizes to {prep.size} but the policy takes {policy.input_size}")
     limit = curvature_limit_per_m or meta.get("curvature_limit_per_m") or DEFAULT_CURVATURE_LIMIT_PER_M
     size = _resolve_frame_size(meta, frame_size)
-    for p in policy.parameters():
-        p.requires_grad_(False)
     deployed = DeployedPolicy(policy, size, prep.crop_list, float(meta["fps"]), float(limit), half=half,
                               black_level=black_level, max_gap_s=max_gap_s)
+    deployed.requires_grad_(False)
     deployed.family = str(meta.get("family", "policy"))
     deployed.metadata_json = json.dumps(export_metadata(deployed, meta, "eager", "cpu"), sort_keys=True)
     return deployed.eval()

@@ -87,14 +87,14 @@ class DeployedHead(nn.Module):
     def __init__(self, head: nn.Module, half: bool) -> None:
         super().__init__()
         self.head = head
-        self.half = bool(half)
+        self.fp16 = bool(half)  # not `half`: that name would hide nn.Module.half(), which deployed_head calls
         self.use_mkldnn = False  # unused: the wrapped head runs as trained
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Tensor]:
         x = x.float()
         mean = x.mean(dim=[1, 2, 3])
         x = (x / 255.0).contiguous(memory_format=torch.channels_last)
-        if self.half:
+        if self.fp16:
             x = x.half()
         return self.head(x).float(), mean
 

@@ -34,6 +34,7 @@ Safety, per row of the batch (the status bits, :data:`STATUS`):
 Precision: with ``half=True`` the conv head runs in fp16 and its features are cast back to fp32;
 the recurrent cell, the readout and ``hidden`` stay fp32 (LTC's epsilon 1e-8 underflows in fp16).
 """
+import copy
 import json
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -82,7 +83,8 @@ class DeployedPolicy(nn.Module):
     """Raw camera frame -> clamped curvature (1/m), with preprocessing and safety inside.
 
     Args:
-        policy: the trained policy (any family, closed-form conversions included).
+        policy: the trained policy (any family, closed-form conversions included); the module
+            wraps a deep copy and leaves it untouched.
         frame_size: ``(height, width)`` of the camera frames the vehicle delivers.
         crop: ``[top, bottom, left, right]`` or ``[]`` (from the checkpoint's preprocessing).
         fps: camera rate; the nominal step is ``dt = 1 / fps`` seconds.
@@ -113,10 +115,12 @@ class DeployedPolicy(nn.Module):
         super().__init__()
         if fps <= 0 or not curvature_limit_per_m > 0 or max_gap_s <= 0:
             raise ValueError("fps, curvature_limit_per_m and max_gap_s must be positive")
-        self.policy = policy.eval()
+        # A copy: the head is swapped out below and converted in place (fp16, channels-last
+        # weights), which must not reach the caller's policy (it may go on training or driving).
+        self.policy = copy.deepcopy(policy).eval()
         # the head, rearranged for batch-1 steps on 0-255 frames (drive/export/head.py), fp16 on
         # request, channels-last (~30% faster at batch 1 on CPU (oneDNN) and on GPU (cuDNN))
-        self.head = deployed_head(policy.head, half)
+        self.head = deployed_head(self.policy.head, half)
         self.policy.head = nn.Identity()  # the head's parameters live in self.head
         self.frame_height = int(frame_size[0])
         self.frame_width = int(frame_size[1])
