@@ -97,21 +97,38 @@ def test_each_image_is_normalised_on_its_own():
     torch.testing.assert_close(batched, single, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("method", ["bojarski", "ncp"])
-def test_constant_maps_give_an_all_zero_mask_not_nan(method):
+def _constant_head(bias: float) -> nn.Module:
+    """Zero weights, one bias everywhere: every post-ReLU map is the constant relu(bias)."""
     head = NCPConvHead().eval()
     with torch.no_grad():
         for conv in head.convs[::2]:
             conv.weight.zero_()
-            conv.bias.fill_(0.5)  # every map constant (padding borders included after layer 1)
-    mask = visual_backprop(head, torch.rand(2, 3, 78, 200), method=method)
-    assert torch.isfinite(mask).all()
-    dead = NCPConvHead().eval()
-    with torch.no_grad():
-        for conv in dead.convs[::2]:
-            conv.weight.zero_()
-            conv.bias.fill_(-1.0)  # ReLU kills everything: all maps are exactly zero
-    assert visual_backprop(dead, torch.rand(2, 3, 78, 200), method=method).abs().max() == 0
+            conv.bias.fill_(bias)
+    return head
+
+
+def test_constant_maps_leave_only_the_overlap_ridges_of_the_reference():
+    """Bojarski on constant maps: the mask is the ones-kernel overlap count, exactly as the reference
+    spreads it; it is not constant, so the guard must not zero it."""
+    head, frames = _constant_head(0.5), torch.rand(2, 3, 78, 200)
+    masks = visual_backprop(head, frames)
+    for b in range(2):
+        torch.testing.assert_close(masks[b], _reference_vbp(head, frames[b]), rtol=1e-4, atol=1e-5)
+    assert masks.amax(dim=(1, 2)).tolist() == [1.0, 1.0]
+
+
+def test_ncp_variant_of_constant_maps_is_exactly_zero():
+    """The NCP variant's per-channel max and bilinear scaling keep a constant map constant: min-max
+    has no range and the guard gives zeros, not 0/0."""
+    mask = visual_backprop(_constant_head(0.5), torch.rand(2, 3, 78, 200), method="ncp")
+    assert torch.equal(mask, torch.zeros(2, 78, 200))
+
+
+@pytest.mark.parametrize("method", ["bojarski", "ncp"])
+def test_dead_maps_give_an_all_zero_mask(method):
+    """ReLU kills everything: every map is exactly zero, so is the mask (not NaN)."""
+    mask = visual_backprop(_constant_head(-1.0), torch.rand(2, 3, 78, 200), method=method)
+    assert torch.equal(mask, torch.zeros(2, 78, 200))
 
 
 class _Head(nn.Module):
