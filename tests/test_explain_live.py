@@ -88,3 +88,23 @@ def test_saliency_cli_world_mode_writes_a_closed_loop_video_with_metrics(tmp_pat
     # 50 m at 30 km/h is 6 s of driving at 30 Hz: every step of the drive is one video frame
     assert frames == summary["frames"] and 170 <= frames <= 190
     assert summary["closed_loop"]["km"] == pytest.approx(0.05, abs=0.002)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--world", "--side-by-side"], "--side-by-side cannot be used with --world"),
+    (["--world", "--still", "still.png", "--still-frame", "3"], "--still, --still-frame cannot be used with --world"),
+    (["--world", "--max-frames", "10"], "--max-frames cannot be used with --world"),
+    (["--recording", "rec", "--km", "1"], "--km cannot be used with --recording"),
+    (["--recording", "rec", "--conditions", "winter"], "--conditions cannot be used with --recording"),
+    (["--recording", "rec", "--still-frame", "3"], "--still-frame picks the frame of --still"),
+], ids=["world-side-by-side", "world-still", "world-max-frames", "recording-km", "recording-conditions",
+        "still-frame-alone"])
+def test_saliency_cli_refuses_options_its_source_would_ignore(tmp_path, extra, message):
+    from drive.cli import main
+    from drive.policy_io import save_policy
+
+    policy = Policy(NCPConvHead(), None, frame_period_s=1 / FPS)
+    ckpt = save_policy(tmp_path / "p.ckpt", policy, _meta(policy))
+    with pytest.raises(SystemExit, match=f"^drive saliency: {message}"):
+        main(["saliency", "--ckpt", str(ckpt), "--out", str(tmp_path / "video.mp4"), *extra])
+    assert [p.name for p in tmp_path.iterdir()] == ["p.ckpt"]

@@ -18,6 +18,13 @@ from drive.explain.visual_backprop import METHODS
 
 __all__ = ["add_arguments", "run"]
 
+DEFAULT_KM = 0.5
+# options that mean something for one source only; given with the other they would be silently
+# ignored (a live drive records one row as it goes: no clean/noisy pair, no frame to pick a still from)
+RECORDING_ONLY = {"side_by_side": "--side-by-side", "still": "--still", "still_frame": "--still-frame",
+                  "max_frames": "--max-frames"}
+WORLD_ONLY = {"km": "--km", "conditions": "--conditions"}
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ckpt", required=True, help="policy checkpoint (.ckpt from `drive fit`, or .pt)")
@@ -25,7 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--recording", help="canonical recording directory to explain")
     source.add_argument("--world", action="store_true",
                         help="drive held-out roads of the built-in world closed loop, recording saliency live")
-    parser.add_argument("--km", type=float, default=0.5, help="with --world: distance to drive (default 0.5)")
+    parser.add_argument("--km", type=float, default=None,
+                        help=f"with --world: distance to drive (default {DEFAULT_KM:g})")
     parser.add_argument("--conditions", default=None, help="with --world: comma-separated condition names")
     parser.add_argument("--out", required=True, help="output video (.mp4); the contact sheet goes beside it")
     parser.add_argument("--noise", type=float, default=None,
@@ -51,6 +59,13 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"drive saliency: --noise must be in [0, 1], got {args.noise}")
     if args.max_frames is not None and args.max_frames <= 0:
         raise SystemExit(f"drive saliency: --max-frames must be positive, got {args.max_frames}")
+    source, other, misplaced = ("--world", "--recording", RECORDING_ONLY) if args.world else \
+        ("--recording", "--world", WORLD_ONLY)
+    given = [flag for dest, flag in misplaced.items() if getattr(args, dest) not in (None, False)]
+    if given:
+        raise SystemExit(f"drive saliency: {', '.join(given)} cannot be used with {source} (only with {other})")
+    if args.still_frame is not None and not args.still:
+        raise SystemExit("drive saliency: --still-frame picks the frame of --still; give --still too")
     policy, meta = load_policy(args.ckpt, map_location=args.device)
     if args.world:
         return _world(args, policy, meta)
@@ -85,13 +100,14 @@ def _world(args: argparse.Namespace, policy, meta) -> int:
     from drive.sim.closed_loop import evaluate
     from drive.sim.expert import PurePursuitExpert
 
-    if not args.km > 0:
-        raise SystemExit(f"drive saliency: --km must be positive, got {args.km}")
+    km = DEFAULT_KM if args.km is None else args.km
+    if not km > 0:
+        raise SystemExit(f"drive saliency: --km must be positive, got {km}")
     perturb = Perturbation("gaussian", args.noise, seed=args.seed) if args.noise else None
     recorder = SaliencyRecorder(PolicyDriver(policy, meta, device=args.device, perturb=perturb), args.out,
                                 reference=PurePursuitExpert(), method=args.method, scale=args.scale)
     try:
-        drive = evaluate(recorder, km=args.km, seed=args.seed, conditions=args.conditions)
+        drive = evaluate(recorder, km=km, seed=args.seed, conditions=args.conditions)
     except BaseException:
         recorder.writer.abort()
         raise
