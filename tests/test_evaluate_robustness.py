@@ -1,40 +1,57 @@
 """The robustness report: every model x level measured and written; a blind model is perfectly stable."""
 import csv
+import json
+import shutil
+import types
 
 import numpy as np
 import pytest
 import torch
 
-from drive.evaluate.robustness import RobustnessConfig, robustness_report, sensitivity_profile
-from drive.nn import LTC, lane_keeping_ncp
+from drive.evaluate.robustness import RobustnessConfig, evaluate_model, robustness_report, sensitivity_profile
+from drive.nn import LSTM, LTC, lane_keeping_ncp
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
-from drive.policy_io import policy_meta, save_policy
+from drive.perturb import Perturbation
+from drive.policy_io import PolicyDriver, load_policy, policy_meta, save_policy
 from drive.preprocess import Preprocessing
-from drive.recording import CameraCalibration, RecordingMeta, RecordingWriter
+from drive.recording import CameraCalibration, Recording, RecordingMeta, RecordingWriter
+
+FPS = 30.0
 
 
 def _recording(path, n=40, seed=0):
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:78, 0:200]
-    meta = RecordingMeta(fps=30.0, width=200, height=78, source="test",
+    meta = RecordingMeta(fps=FPS, width=200, height=78, source="test",
                          camera=CameraCalibration(fx=100, fy=100, cx=100, cy=20))
     with RecordingWriter(path, meta) as w:
         for i in range(n):
             bar = (np.abs(xx - (60 + 2 * i)) < 8) * 120
             img = np.stack([xx * 0.6 + bar, yy * 2.0 + bar, 90 + 0 * xx], -1)
             img = np.clip(img + rng.normal(0, 3, img.shape), 0, 255).astype(np.uint8)
-            w.append(img, timestamp_s=i / 30.0, curvature=0.01 * np.sin(i / 6), speed_mps=8.0)
+            w.append(img, timestamp_s=i / FPS, curvature=0.01 * np.sin(i / 6), speed_mps=8.0)
     return path
 
 
 def _save(path, policy, family):
-    return save_policy(path, policy, policy_meta(policy, Preprocessing(), 30.0, family))
+    return save_policy(path, policy, policy_meta(policy, Preprocessing(), FPS, family))
+
+
+def _seeing_policy():
+    """An untrained LTC made to react to what it sees: a stronger input mapping, and steering scaled
+    to the labels' range (tens of 1/km), so noise moves its errors well above rounding."""
+    torch.manual_seed(1)
+    policy = Policy(NCPConvHead(), LTC(lane_keeping_ncp()), frame_period_s=1 / FPS)
+    with torch.no_grad():
+        policy.rnn.input_w.mul_(10.0)
+        policy.readout.scale_km.fill_(100.0)
+    return policy
 
 
 def _blind_policy():
     torch.manual_seed(0)
-    policy = Policy(NCPConvHead(), None, frame_period_s=1 / 30)
+    policy = Policy(NCPConvHead(), None, frame_period_s=1 / FPS)
     with torch.no_grad():
         for p in policy.head.parameters():
             p.zero_()
@@ -46,13 +63,19 @@ def _blind_policy():
 def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("robust")
     recs = [_recording(root / "recs" / "a"), _recording(root / "recs" / "b", seed=1)]
-    torch.manual_seed(1)
-    seeing = _save(root / "seeing.ckpt", Policy(NCPConvHead(), LTC(lane_keeping_ncp()), frame_period_s=1 / 30),
-                   "ncp_ltc")
+    seeing = _save(root / "seeing.ckpt", _seeing_policy(), "ncp_ltc")
     blind = _save(root / "blind.ckpt", _blind_policy(), "blind")
     config = RobustnessConfig(noise_levels=(0.0, 0.2), other={"blur": (2.0,)}, seed=3, saliency_frames=8)
     out = robustness_report([seeing, blind], [root / "recs"], root / "report", config, workers=1)
     return root, out, recs, config, (seeing, blind)
+
+
+def _rows(out, model):
+    return {(r["kind"], r["level"]): r for r in out["rows"] if r["model"] == model}
+
+
+def _profiles(report_dir):
+    return {res["name"]: res["profile"] for res in json.loads((report_dir / "results.json").read_text())["results"]}
 
 
 def test_every_model_and_level_is_in_the_csv_and_report(study):
@@ -74,10 +97,32 @@ def test_a_model_that_ignores_its_input_has_ssim_one_and_constant_error(study):
 
 def test_a_seeing_model_loses_saliency_similarity_under_noise(study):
     _, out, *_ = study
-    seeing = {(r["kind"], r["level"]): r for r in out["rows"] if r["model"] == "seeing"}
+    seeing = _rows(out, "seeing")
     assert seeing[("gaussian", 0.0)]["ssim_mean"] == pytest.approx(1.0)
     assert seeing[("gaussian", 0.2)]["ssim_mean"] < 0.95
-    assert seeing[("gaussian", 0.2)]["mse"] != seeing[("gaussian", 0.0)]["mse"]
+
+
+def _driver_mse(ckpt, recordings, level, seed):
+    """The open-loop MSE as the car's driver would see it: PolicyDriver steps frame by frame, noise on
+    its view, the state and the noise sequence restarting with each recording."""
+    policy, meta = load_policy(ckpt)
+    errors = []
+    for path in recordings:
+        rec = Recording.open(path)
+        driver = PolicyDriver(policy, meta, perturb=Perturbation("gaussian", level, seed=seed))
+        for i in range(len(rec)):
+            command = driver.act(types.SimpleNamespace(image=rec.frame(i), dt_s=1 / FPS))
+            errors.append(1000.0 * (command - rec.curvature[i]))
+    return float(np.mean(np.square(errors)))
+
+
+def test_open_loop_mse_under_noise_is_what_the_cars_driver_would_score(study, one_thread):
+    _, out, recs, config, (seeing, _) = study
+    noisy, clean = _driver_mse(seeing, recs, 0.2, config.seed), _driver_mse(seeing, recs, 0.0, config.seed)
+    assert abs(noisy - clean) > 1e-4 * clean  # the noise matters far beyond the tolerance below
+    rows = _rows(out, "seeing")
+    assert rows[("gaussian", 0.2)]["mse"] == pytest.approx(noisy, rel=1e-6)
+    assert rows[("gaussian", 0.0)]["mse"] == pytest.approx(clean, rel=1e-6)
 
 
 def test_same_seed_gives_the_same_report(study):
@@ -86,15 +131,84 @@ def test_same_seed_gives_the_same_report(study):
     assert again["csv"].read_text() == out["csv"].read_text()
 
 
+def test_the_clean_profile_is_reported_even_without_a_zero_noise_level(study, tmp_path):
+    root, out, recs, config, (seeing, _) = study
+    noisy_only = RobustnessConfig(noise_levels=(0.2,), other={}, seed=config.seed, saliency_frames=2)
+    robustness_report([seeing], recs, tmp_path, noisy_only, workers=1)
+    profile = _profiles(tmp_path)["seeing"]
+    assert len(profile) == 19 and profile == _profiles(root / "report")["seeing"]
+    assert max(profile) == pytest.approx(_rows(out, "seeing")[("gaussian", 0.0)]["lipschitz_max"])
+    assert "![sensitivity](sensitivity_profile.png)" in (tmp_path / "REPORT.md").read_text()
+
+
+def test_a_reused_folder_shows_only_what_this_run_produced(study, tmp_path):
+    root, _, recs, config, (_, blind) = study
+    folder = tmp_path / "report"
+    shutil.copytree(root / "report", folder)
+    (folder / "models").mkdir()  # not a report output (the demo keeps its checkpoint links here)
+    robustness_report([blind], recs, folder, RobustnessConfig(noise_levels=(0.0,), other={}, saliency_frames=2),
+                      workers=1)
+    assert sorted(p.name for p in folder.glob("*.png")) == ["mae.png", "mse.png", "ssim_mean.png"]
+    report = (folder / "REPORT.md").read_text()
+    assert "sensitivity_profile.png" not in report and "lipschitz" not in report
+    assert "- blind: no profile, the policy has no recurrent state (feed-forward)." in report
+    assert (folder / "models").is_dir()
+
+
+def test_evaluating_in_process_leaves_the_callers_thread_count_alone(study):
+    _, _, recs, _, (_, blind) = study
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        evaluate_model(blind, recs, RobustnessConfig(noise_levels=(0.0,), other={}, saliency_frames=2), log=False)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def _reference_profile(policy, features, units):
+    """max over steps of |h(t+1) - h(t)| / ||x(t+1) - x(t)|| per neuron, written out: one frame period per
+    step, h = the first ``units`` entries of the hidden state."""
+    hidden, states = policy.initial_state(1), []
+    with torch.no_grad():
+        for x in torch.from_numpy(features):
+            _, hidden = policy.rnn.step(x[None], hidden, torch.ones(1))
+            states.append(hidden[0, :units])
+    h, x = torch.stack(states), torch.from_numpy(features)
+    ratio = (h[1:] - h[:-1]).abs() / (x[1:] - x[:-1]).norm(dim=1, keepdim=True)
+    return np.sort(ratio.amax(dim=0).numpy())[::-1]
+
+
 def test_sensitivity_profile_covers_every_neuron_sorted(study):
     _, out, *_ = study
-    rows = [r for r in out["rows"] if r["model"] == "seeing"]
-    assert all(r["lipschitz_max"] > 0 for r in rows)
-    policy = Policy(NCPConvHead(), LTC(lane_keeping_ncp()), frame_period_s=1 / 30)
-    profile = sensitivity_profile(policy, np.random.default_rng(0).random((20, 32)).astype(np.float32))
+    assert all(r["lipschitz_max"] > 0 for r in _rows(out, "seeing").values())
+    policy = Policy(NCPConvHead(), LTC(lane_keeping_ncp()), frame_period_s=1 / FPS)
+    features = np.random.default_rng(0).random((20, 32)).astype(np.float32)
+    profile = sensitivity_profile(policy, features)
     assert profile.shape == (19,) and np.all(np.diff(profile) <= 0) and profile[0] > 0
+    np.testing.assert_allclose(profile, _reference_profile(policy, features, 19), rtol=1e-5)
+
+
+def test_lstm_profile_counts_the_output_state_h_not_the_cell_state_c():
+    torch.manual_seed(0)
+    policy = Policy(NCPConvHead(), LSTM(32, units=8), frame_period_s=1 / FPS)
+    features = np.random.default_rng(1).random((20, 32)).astype(np.float32)
+    profile = sensitivity_profile(policy, features)
+    assert policy.state_size == 16 and profile.shape == (8,)
+    np.testing.assert_allclose(profile, _reference_profile(policy, features, 8), rtol=1e-5)
+
+
+def test_sensitivity_profile_restarts_at_a_time_gap_and_skips_the_step_across_it():
+    """The same drive twice, 1 s apart: with the state reset at the gap and the jump across it
+    skipped, the second half repeats the first exactly, so the profile is that of one half."""
+    policy = Policy(NCPConvHead(), LTC(lane_keeping_ncp()), frame_period_s=1 / FPS)
+    half = np.random.default_rng(2).random((15, 32)).astype(np.float32)
+    t = np.arange(15) / FPS
+    profile = sensitivity_profile(policy, np.concatenate([half, half]), np.concatenate([t, t + t[-1] + 1.0]))
+    np.testing.assert_allclose(profile, sensitivity_profile(policy, half, t), rtol=1e-6)
 
 
 def test_sensitivity_profile_is_empty_without_memory():
     policy = _blind_policy()
     assert sensitivity_profile(policy, np.random.rand(10, 32).astype(np.float32)).size == 0
+

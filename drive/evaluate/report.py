@@ -1,4 +1,8 @@
-"""Write a robustness study: ``REPORT.md`` (tables model x level), ``results.csv`` and PNG plots."""
+"""Write a robustness study: ``REPORT.md`` (tables model x level), ``results.csv`` and PNG plots.
+
+An output folder holds one run: the files a previous run wrote there are removed first, and the
+report links only the plots this run drew, so a reused folder never shows a stale result.
+"""
 from __future__ import annotations
 
 import csv
@@ -12,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-__all__ = ["write_report", "METRICS", "COLUMNS"]
+__all__ = ["write_report", "METRICS", "COLUMNS", "OUTPUTS"]
 
 # column -> (title, better)
 METRICS: Dict[str, tuple] = {
@@ -25,6 +29,9 @@ METRICS: Dict[str, tuple] = {
 }
 COLUMNS = ["model", "family", "kind", "level", "mse", "mae", "ssim_mean", "ssim_std",
            "interventions_per_km", "lateral_rms_m", "lipschitz_max", "lipschitz_median"]
+PROFILE_PLOT = "sensitivity_profile.png"
+# every file write_report may write; nothing else in the folder is touched (e.g. the demo's models/)
+OUTPUTS = ("REPORT.md", "results.csv", "results.json", PROFILE_PLOT, *(f"{m}.png" for m in METRICS))
 
 
 def _fmt(value: Any) -> str:
@@ -52,12 +59,17 @@ def _table(rows: Sequence[Mapping[str, Any]], metric: str, kinds: Sequence[str])
     return lines
 
 
-def _plot(rows: Sequence[Mapping[str, Any]], metric: str, title: str, path: Path) -> None:
+def _noise_unit(config: Mapping[str, Any]) -> str:
+    """What a Gaussian level is: the run's ``variance`` flag decides."""
+    return "variance sigma^2" if config.get("variance") else "standard deviation"
+
+
+def _plot(rows: Sequence[Mapping[str, Any]], metric: str, title: str, xlabel: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=110)
     for model in dict.fromkeys(r["model"] for r in rows):
         pts = sorted((r["level"], r[metric]) for r in rows if r["model"] == model and r["kind"] == "gaussian")
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
-    ax.set_xlabel("Gaussian noise level on [0, 1] pixels")
+    ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -71,10 +83,10 @@ def _plot_profiles(results: Sequence[Mapping[str, Any]], path: Path) -> None:
     for res in results:
         if res["profile"]:
             ax.plot(range(1, len(res["profile"]) + 1), res["profile"], marker=".", label=res["name"])
-    ax.set_xlabel("hidden unit (sorted)")
+    ax.set_xlabel("neuron (sorted; output state h only)")
     ax.set_ylabel("max |dh| / |dx|")
     ax.set_yscale("log")
-    ax.set_title("sensitivity profile of the recurrent compartment (clean drive)", fontsize=9)
+    ax.set_title("sensitivity profile of the recurrent neurons (clean drive)", fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -82,10 +94,32 @@ def _plot_profiles(results: Sequence[Mapping[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _profile_section(results: Sequence[Mapping[str, Any]], plotted: bool) -> List[str]:
+    """The sensitivity profile's text: what was measured, and which models have none and why."""
+    md = ["## Sensitivity profile", "",
+          "Per neuron, max over a clean drive (the first test recording; the state reset and pairs "
+          "skipped at time gaps) of |h(t+1) - h(t)| / ||x(t+1) - x(t)|| (x = conv-head features), sorted. "
+          "h is the neurons' output state only: an LSTM's or mixed-memory CfC's cell state c is not a "
+          "neuron's response and is left out. Lower and flatter = smoother response to input changes.", ""]
+    for res in results:
+        if not res["profile"]:
+            md.append(f"- {res['name']}: no profile, the policy has no recurrent state (feed-forward).")
+        elif len(res["profile"]) < res["state_size"]:
+            md.append(f"- {res['name']}: {len(res['profile'])} neurons (h) of its {res['state_size']} state entries.")
+    if plotted:
+        md += ["", f"![sensitivity]({PROFILE_PLOT})"]
+    return md + [""]
+
+
 def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Mapping[str, Any],
                  recordings: Sequence[str]) -> Dict[str, Any]:
-    """Write REPORT.md, results.csv, results.json and plots under ``out_dir``; return their paths and rows."""
+    """Write REPORT.md, results.csv, results.json and plots under ``out_dir``; return their paths and rows.
+
+    Outputs of an earlier run in ``out_dir`` (:data:`OUTPUTS`) are removed first.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
+    for name in OUTPUTS:
+        (out_dir / name).unlink(missing_ok=True)
     rows = [r for res in results for r in res["rows"]]
     with open(out_dir / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
@@ -94,16 +128,17 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Ma
             writer.writerow({c: r.get(c, float("nan")) for c in COLUMNS})
     (out_dir / "results.json").write_text(json.dumps({"config": config, "recordings": list(recordings),
                                                       "results": list(results)}, indent=1, default=float))
+    noise_unit = _noise_unit(config)
     present = [m for m in METRICS if any(m in r and not _isnan(r[m]) for r in rows)]
     plots = []
     for metric in present:
         path = out_dir / f"{metric}.png"
-        _plot(rows, metric, METRICS[metric][0], path)
+        _plot(rows, metric, METRICS[metric][0], f"Gaussian noise {noise_unit} on [0, 1] pixels", path)
         plots.append(path)
-    if any(res["profile"] for res in results):
-        _plot_profiles(results, out_dir / "sensitivity_profile.png")
-        plots.append(out_dir / "sensitivity_profile.png")
-    noise_unit = "variance sigma^2" if config.get("variance") else "standard deviation"
+    profiled = any(res["profile"] for res in results)
+    if profiled:
+        _plot_profiles(results, out_dir / PROFILE_PLOT)
+        plots.append(out_dir / PROFILE_PLOT)
     md = ["# Robustness report", "",
           f"Models: {', '.join(res['name'] for res in results)}. Test recordings: {len(recordings)}. "
           f"Gaussian levels are the noise {noise_unit} on [0, 1] pixels (clipped), seed {config.get('seed')}.",
@@ -115,11 +150,7 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Ma
         if other_kinds:
             md += ["Other perturbations:", "", *_table(rows, metric, other_kinds), ""]
         md += [f"![{metric}]({metric}.png)", ""]
-    if (out_dir / "sensitivity_profile.png").exists():
-        md += ["## Sensitivity profile", "",
-               "Per hidden unit, max over a clean drive of |h(t+1) - h(t)| / ||x(t+1) - x(t)|| "
-               "(x = conv-head features), sorted. Lower and flatter = smoother response to input changes.",
-               "", "![sensitivity](sensitivity_profile.png)", ""]
+    md += _profile_section(results, profiled)
     md += ["Raw numbers: `results.csv` (one row per model x perturbation), `results.json` (with profiles).", ""]
     (out_dir / "REPORT.md").write_text("\n".join(md))
     return {"rows": rows, "report": out_dir / "REPORT.md", "csv": out_dir / "results.csv", "plots": plots}

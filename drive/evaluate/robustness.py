@@ -7,9 +7,10 @@
   held-out roads, the policy's view perturbed frame by frame;
 - **saliency stability**: SSIM (MATLAB defaults) between the VisualBackProp maps of clean and
   perturbed frames, mean and spread over frames;
-- **sensitivity profile** of the recurrent compartment: per hidden unit
-  ``max_t |h(t+1) - h(t)| / ||x(t+1) - x(t)||`` over a drive (x = the head's features), sorted
-  descending -- a faithful reconstruction of the NCP paper's Lipschitz analysis (REFERENCE.md §2).
+- **sensitivity profile** of the recurrent compartment: per neuron
+  ``max_t |h(t+1) - h(t)| / ||x(t+1) - x(t)||`` over a drive (h = the neurons' outputs, x = the
+  head's features), sorted descending -- a faithful reconstruction of the NCP paper's Lipschitz
+  analysis (REFERENCE.md §2). Stepped in time exactly as the open-loop drive is.
 
 :func:`robustness_report` runs it all (in parallel over models when the CPU allows) and writes
 ``REPORT.md``, ``results.csv`` and plots through :mod:`drive.evaluate.report`.
@@ -23,9 +24,10 @@ import concurrent.futures as futures
 import multiprocessing
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -43,6 +45,7 @@ __all__ = [
     "open_loop_errors",
     "saliency_stability",
     "sensitivity_profile",
+    "neuron_count",
     "evaluate_model",
     "robustness_report",
     "find_recordings",
@@ -94,30 +97,45 @@ def _frames_tensor(frames: Sequence[np.ndarray], pre: Preprocessing,
     return perturb_views(pre(np.stack(frames)), perturb).float().div_(255.0)
 
 
-def _segments(timestamps_s: np.ndarray, period_s: float) -> List[Tuple[int, int]]:
-    """[start, end) index ranges without time gaps."""
-    cuts = np.flatnonzero(np.diff(timestamps_s) > GAP_FACTOR * period_s) + 1
-    edges = [0, *cuts.tolist(), len(timestamps_s)]
-    return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+def _timing(timestamps_s: np.ndarray, period_s: float) -> Tuple[List[Tuple[int, int]], np.ndarray]:
+    """Gap-free ``[start, end)`` index ranges and each frame's elapsed seconds (float32).
+
+    A frame interval longer than ``GAP_FACTOR`` periods is a gap: the state restarts there, and the
+    first frame of every range counts one period. The open-loop drive and the sensitivity profile
+    both step through time with this, so they see the same dynamics.
+    """
+    t = np.asarray(timestamps_s, dtype=np.float64)
+    cuts = np.flatnonzero(np.diff(t) > GAP_FACTOR * period_s) + 1
+    edges = [0, *cuts.tolist(), len(t)]
+    segments = [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    dt = np.diff(t, prepend=t[0] - period_s).astype(np.float32) if len(t) else np.zeros(0, np.float32)
+    for start, _ in segments:
+        dt[start] = period_s
+    return segments, dt
+
+
+class _Drive(NamedTuple):
+    """One open-loop drive over a recording: steering in 1/km, head features, frame times."""
+
+    prediction: np.ndarray  # [T] 1/km
+    label: np.ndarray  # [T] 1/km
+    features: np.ndarray  # [T, F]
+    timestamps_s: np.ndarray  # [T]
 
 
 @torch.inference_mode()
-def _drive_recording(policy: Policy, meta: Mapping[str, Any], rec: Recording, perturb: Perturbation,
-                     max_frames: Optional[int], chunk: int = 64) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run a policy over a whole recording with carried state, reset at gaps.
-
-    Returns (prediction 1/km [T], label 1/km [T], head features [T, F]).
-    """
+def _drive_recording(policy: Policy, meta: Mapping[str, Any], rec: Recording, perturb: Optional[Perturbation],
+                     max_frames: Optional[int], chunk: int = 64) -> _Drive:
+    """Run a policy over a whole recording with carried state, reset at gaps (``perturb`` None: clean)."""
     pre = Preprocessing.from_dict(meta["preprocessing"])
-    period = 1.0 / float(meta["fps"])
     n = len(rec) if max_frames is None else min(len(rec), max_frames)
     t = rec.timestamps_s[:n]
-    dt = np.diff(t, prepend=t[0] - period).astype(np.float32)
+    segments, dt = _timing(t, 1.0 / float(meta["fps"]))
     preds, feats = [], []
-    perturb.reset()
-    for start, end in _segments(t, period):
+    if perturb is not None:
+        perturb.reset()
+    for start, end in segments:
         hidden = policy.initial_state(1)
-        dt[start] = period
         for a in range(start, end, chunk):
             b = min(a + chunk, end)
             x = _frames_tensor([rec.frame(i) for i in range(a, b)], pre, perturb)[None]
@@ -126,22 +144,20 @@ def _drive_recording(policy: Policy, meta: Mapping[str, Any], rec: Recording, pe
             preds.append(y[0].numpy())
             feats.append(features[0].numpy())
     label = rec.curvature[:n] * policy.km_per_m
-    return np.concatenate(preds), label, np.concatenate(feats)
+    return _Drive(np.concatenate(preds), label, np.concatenate(feats), np.asarray(t, dtype=np.float64))
 
 
 def open_loop_errors(policy: Policy, meta: Mapping[str, Any], recordings: Sequence[Recording],
-                     perturb: Perturbation, max_frames: Optional[int] = None) -> Dict[str, Any]:
+                     perturb: Optional[Perturbation], max_frames: Optional[int] = None
+                     ) -> Tuple[Dict[str, float], _Drive]:
     """Steering MSE (1/km^2) and MAE (1/km) over all frames of ``recordings``.
 
-    Also returns ``features``: the head features of the first recording (for the sensitivity profile).
+    Also returns the first recording's drive, whose features feed the sensitivity profile, so the
+    head does not run twice.
     """
-    errors, first_features = [], None
-    for rec in recordings:
-        pred, label, feats = _drive_recording(policy, meta, rec, perturb, max_frames)
-        errors.append(pred - label)
-        first_features = feats if first_features is None else first_features
-    e = np.concatenate(errors)
-    return {"mse": float(np.mean(e**2)), "mae": float(np.mean(np.abs(e))), "features": first_features}
+    drives = [_drive_recording(policy, meta, rec, perturb, max_frames) for rec in recordings]
+    e = np.concatenate([d.prediction - d.label for d in drives])
+    return {"mse": float(np.mean(e**2)), "mae": float(np.mean(np.abs(e)))}, drives[0]
 
 
 def saliency_stability(policy: Policy, meta: Mapping[str, Any], recordings: Sequence[Recording],
@@ -161,30 +177,52 @@ def saliency_stability(policy: Policy, meta: Mapping[str, Any], recordings: Sequ
     return {"ssim_mean": float(s.mean()), "ssim_std": float(s.std())}
 
 
-@torch.inference_mode()
-def sensitivity_profile(policy: Policy, features: np.ndarray) -> np.ndarray:
-    """Per hidden unit ``max_t |h(t+1)-h(t)| / ||x(t+1)-x(t)||`` over a feature sequence [T, F], sorted descending.
+def neuron_count(policy: Policy) -> int:
+    """How many leading entries of the policy's flat hidden state are its neurons' outputs h.
 
-    One frame period per step; steps of (numerically) unchanged input are skipped; a policy without
-    memory gives an empty profile.
+    drive's cells pack further memory after h (LSTM and mixed-memory CfC: the cell state c; the
+    approximate closed-form LTC: x0 and t). That memory is no neuron's response, so the sensitivity
+    profile leaves it out; cells without such memory (``units`` absent) are all neurons.
     """
-    if policy.state_size == 0 or len(features) < 2:
+    return int(getattr(policy.rnn, "units", policy.state_size))
+
+
+@torch.inference_mode()
+def sensitivity_profile(policy: Policy, features: np.ndarray, timestamps_s: Optional[np.ndarray] = None,
+                        period_s: Optional[float] = None) -> np.ndarray:
+    """Per neuron ``max_t |h(t+1)-h(t)| / ||x(t+1)-x(t)||`` over a feature sequence [T, F], sorted descending.
+
+    The cell steps through ``timestamps_s`` as the open-loop drive does (elapsed time per step, the
+    state reset at gaps longer than ``GAP_FACTOR`` periods, pairs across a gap skipped): a gap is not
+    a response to the input. ``timestamps_s`` None: one ``period_s`` per step (default the policy's
+    frame period). Steps of (numerically) unchanged input are skipped; a policy without memory gives
+    an empty profile. h is the neurons' outputs only (:func:`neuron_count`).
+    """
+    period = policy.frame_period_s if period_s is None else float(period_s)
+    if not period > 0:
+        raise ValueError(f"period_s must be positive, got {period_s}")
+    if timestamps_s is None:
+        timestamps_s = np.arange(len(features)) * period
+    if len(timestamps_s) != len(features):
+        raise ValueError(f"timestamps_s has {len(timestamps_s)} entries for {len(features)} feature rows")
+    units = neuron_count(policy)
+    if units == 0 or len(features) < 2:
         return np.zeros(0)
-    x = torch.from_numpy(features).float()
-    hidden = policy.initial_state(1)
-    one_period = torch.ones(1)  # the cell's time unit is the frame period (drive.nn.policy)
-    states = []
-    for t in range(len(x)):
-        _, hidden = policy.rnn.step(x[t:t + 1], hidden, one_period)
-        states.append(hidden[0].clone())
-    h = torch.stack(states)
-    dh = (h[1:] - h[:-1]).abs()
-    dx = (x[1:] - x[:-1]).norm(dim=1, keepdim=True)
-    keep = dx[:, 0] > 1e-6
-    if not bool(keep.any()):
-        return np.zeros(h.shape[1])
-    ratio = (dh[keep] / dx[keep]).amax(dim=0)
-    return np.sort(ratio.numpy())[::-1].copy()
+    x = torch.from_numpy(np.asarray(features, dtype=np.float32))
+    segments, dt = _timing(timestamps_s, period)
+    ratios = [torch.zeros(1, units)]  # ratios are >= 0: a neutral start, and the answer if no step counts
+    for start, end in segments:
+        hidden = policy.initial_state(1)
+        states = []
+        for t in range(start, end):
+            _, hidden = policy.decode(x[None, t:t + 1], hidden, torch.from_numpy(dt[None, t:t + 1]))
+            states.append(hidden[0, :units].clone())
+        h = torch.stack(states)
+        dh = (h[1:] - h[:-1]).abs()
+        dx = (x[start + 1:end] - x[start:end - 1]).norm(dim=1, keepdim=True)
+        keep = dx[:, 0] > 1e-6
+        ratios.append(dh[keep] / dx[keep])
+    return np.sort(torch.cat(ratios).amax(dim=0).numpy())[::-1].copy()
 
 
 def _closed_loop(policy: Policy, meta: Mapping[str, Any], perturb: Perturbation, km: float,
@@ -208,35 +246,61 @@ def _resolve(model: ModelSpec) -> Tuple[str, Policy, Dict[str, Any]]:
     return Path(model).stem, policy, meta
 
 
+@contextmanager
+def _one_thread() -> Iterator[None]:
+    """One intra-op thread while a model is measured, the caller's setting restored afterwards.
+
+    Batch-1 stepping gains nothing from more threads on a small machine, parallelism comes from
+    processes over models, and the thread count can change floating-point reduction order: with
+    one thread everywhere, a model's numbers do not depend on ``workers`` or on the caller.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _lipschitz(profile: np.ndarray) -> Dict[str, float]:
+    """The profile's max and median for the CSV (NaN for a policy without memory)."""
+    if not profile.size:
+        return {"lipschitz_max": float("nan"), "lipschitz_median": float("nan")}
+    return {"lipschitz_max": float(profile.max()), "lipschitz_median": float(np.median(profile))}
+
+
 def evaluate_model(model: ModelSpec, recordings: Sequence[Union[str, os.PathLike]], config: RobustnessConfig,
                    log: bool = True) -> Dict[str, Any]:
-    """All measurements for one model: ``{"name", "family", "rows": [...], "profile": [...]}``."""
-    torch.set_num_threads(1)
-    name, policy, meta = _resolve(model)
-    recs = [Recording.open(r) for r in recordings]
-    rows = []
-    profile = np.zeros(0)
-    for perturb in config.perturbations():
-        started = time.perf_counter()
-        row: Dict[str, Any] = {"model": name, "family": meta.get("family", ""), "kind": perturb.kind,
-                               "level": perturb.level}
-        errors = open_loop_errors(policy, meta, recs, perturb, config.max_frames)
-        features = errors.pop("features")
-        row.update(errors)
-        row.update(saliency_stability(policy, meta, recs, perturb, config.saliency_frames))
-        lip = sensitivity_profile(policy, features)
-        row.update(lipschitz_max=float(lip.max()) if lip.size else float("nan"),
-                   lipschitz_median=float(np.median(lip)) if lip.size else float("nan"))
-        if perturb.kind == "gaussian" and perturb.level == 0:
-            profile = lip
-        if config.closed_loop_km > 0:
-            row.update(_closed_loop(policy, meta, perturb, config.closed_loop_km, config.closed_loop_seed))
-        rows.append(row)
-        if log:
-            print(f"  [{name}] {perturb.name:<18} mse {row['mse']:9.2f}  ssim {row['ssim_mean']:.3f}"
-                  + (f"  interventions/km {row['interventions_per_km']:.2f}" if "interventions_per_km" in row else "")
-                  + f"  ({time.perf_counter() - started:.1f}s)", flush=True)
-    return {"name": name, "family": meta.get("family", ""), "rows": rows, "profile": profile.tolist()}
+    """All measurements for one model: ``{"name", "family", "rows": [...], "profile": [...], "state_size"}``.
+
+    ``profile`` is the sensitivity profile on the clean first recording, whatever the levels asked
+    for (it is the report's reference curve); each row also carries the profile's max and median
+    on that recording as perturbed.
+    """
+    with _one_thread():
+        name, policy, meta = _resolve(model)
+        recs = [Recording.open(r) for r in recordings]
+        period = 1.0 / float(meta["fps"])
+        clean = _drive_recording(policy, meta, recs[0], None, config.max_frames)
+        profile = sensitivity_profile(policy, clean.features, clean.timestamps_s, period)
+        rows = []
+        for perturb in config.perturbations():
+            started = time.perf_counter()
+            row: Dict[str, Any] = {"model": name, "family": meta.get("family", ""), "kind": perturb.kind,
+                                   "level": perturb.level}
+            errors, first = open_loop_errors(policy, meta, recs, perturb, config.max_frames)
+            row.update(errors)
+            row.update(saliency_stability(policy, meta, recs, perturb, config.saliency_frames))
+            row.update(_lipschitz(sensitivity_profile(policy, first.features, first.timestamps_s, period)))
+            if config.closed_loop_km > 0:
+                row.update(_closed_loop(policy, meta, perturb, config.closed_loop_km, config.closed_loop_seed))
+            rows.append(row)
+            if log:
+                closed = f"  interventions/km {row['interventions_per_km']:.2f}" if config.closed_loop_km > 0 else ""
+                print(f"  [{name}] {perturb.name:<18} mse {row['mse']:9.2f}  ssim {row['ssim_mean']:.3f}{closed}"
+                      f"  ({time.perf_counter() - started:.1f}s)", flush=True)
+    return {"name": name, "family": meta.get("family", ""), "rows": rows, "profile": profile.tolist(),
+            "state_size": policy.state_size}
 
 
 def robustness_report(models: Sequence[ModelSpec], recordings: Sequence[Union[str, os.PathLike]],
@@ -248,6 +312,7 @@ def robustness_report(models: Sequence[ModelSpec], recordings: Sequence[Union[st
         models: checkpoint paths (or ``(name, policy, meta)`` tuples, evaluated in-process).
         recordings: canonical recording directories or folders of them (test drives).
         workers: processes to spread models over (default: min(models, CPUs)); 1 runs in-process.
+            Every model runs on one thread either way, so the numbers do not depend on it.
     Returns:
         ``{"rows": [...], "report": path, "csv": path, "plots": [...]}``.
     """
@@ -256,12 +321,14 @@ def robustness_report(models: Sequence[ModelSpec], recordings: Sequence[Union[st
     config = config or RobustnessConfig()
     if not models:
         raise ValueError("robustness: give at least one model")
+    if workers is not None and workers < 1:
+        raise ValueError(f"robustness: workers must be >= 1, got {workers}")
     rec_dirs = [str(p) for p in find_recordings(recordings)]
     workers = workers or min(len(models), os.cpu_count() or 1)
     in_process = workers == 1 or any(isinstance(m, tuple) for m in models)
+    closed = f", closed loop {config.closed_loop_km:g} km" if config.closed_loop_km else ""
     print(f"robustness: {len(models)} model(s) x {len(config.perturbations())} perturbation(s) "
-          f"on {len(rec_dirs)} recording(s)" + (f", closed loop {config.closed_loop_km:g} km" if config.closed_loop_km else ""),
-          flush=True)
+          f"on {len(rec_dirs)} recording(s){closed}", flush=True)
     if in_process:
         results = [evaluate_model(m, rec_dirs, config) for m in models]
     else:
