@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from drive.cli import main as drive_main
+from drive.evaluate.report import COLUMNS
 from drive.evaluate.robustness import RobustnessConfig, evaluate_model, robustness_report, sensitivity_profile
 from drive.nn import LSTM, LTC, lane_keeping_ncp
 from drive.nn.heads import NCPConvHead
@@ -212,3 +214,45 @@ def test_sensitivity_profile_is_empty_without_memory():
     policy = _blind_policy()
     assert sensitivity_profile(policy, np.random.rand(10, 32).astype(np.float32)).size == 0
 
+
+def _cli(ckpts, recordings, out, *extra):
+    return drive_main(["robustness", "--ckpt", *map(str, ckpts), "--recordings", str(recordings),
+                       "--out", str(out), *extra])
+
+
+def test_cli_parallel_closed_loop_run_in_variance_units_equals_a_one_worker_run(study, tmp_path):
+    root, out, _, config, models = study
+    args = ["--noise", "0", "0.04", "--variance", "--other", "blur=2", "--closed-loop", "--km", "0.02",
+            "--saliency-frames", "8", "--seed", str(config.seed)]
+    assert _cli(models, root / "recs", tmp_path / "two", *args, "--workers", "2") == 0
+    assert _cli(models, root / "recs", tmp_path / "one", *args, "--workers", "1") == 0
+    text = (tmp_path / "two" / "results.csv").read_text()
+    assert text == (tmp_path / "one" / "results.csv").read_text()
+    rows = list(csv.DictReader(text.splitlines()))
+    assert list(rows[0]) == COLUMNS
+    assert [(r["model"], r["kind"], float(r["level"])) for r in rows] == [
+        (m, k, lvl) for m in ("seeing", "blind") for k, lvl in (("gaussian", 0.0), ("gaussian", 0.04), ("blur", 2.0))]
+    assert all(float(r["lateral_rms_m"]) > 0 and float(r["interventions_per_km"]) >= 0 for r in rows)
+    # variance 0.04 is sigma 0.2: the same noise as the study's std 0.2 at the same seed
+    variance_row = next(r for r in rows if r["model"] == "seeing" and float(r["level"]) == 0.04)
+    assert float(variance_row["mse"]) == pytest.approx(_rows(out, "seeing")[("gaussian", 0.2)]["mse"], rel=1e-12)
+    assert "Gaussian levels are the noise variance sigma^2" in (tmp_path / "two" / "REPORT.md").read_text()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--other", "fog=0.1"], "--other 'fog=0.1': expected KIND=L1,L2"),
+    (["--other", "blur"], "--other 'blur': expected KIND=L1,L2"),
+    (["--other", "blur=1,x"], "--other 'blur=1,x': levels must be numbers"),
+    (["--other", "salt_pepper=2"], "--other 'salt_pepper=2': salt_pepper level is a fraction"),
+    (["--other", "blur=1", "blur=2"], "--other 'blur=2': blur is given twice"),
+    (["--noise", "0", "-0.1"], "--noise levels must be finite and >= 0"),
+    (["--km", "0.5"], "--km applies to the closed loop only"),
+    (["--closed-loop", "--km", "0"], "--km must be positive"),
+    (["--workers", "0"], "--workers must be >= 1"),
+], ids=["unknown-kind", "no-levels", "not-a-number", "out-of-range", "twice", "negative-noise", "km-alone",
+        "zero-km", "zero-workers"])
+def test_cli_bad_arguments_are_named_before_anything_runs(study, tmp_path, extra, message):
+    root, *_, models = study
+    with pytest.raises(SystemExit, match=f"^drive robustness: {message}"):
+        _cli(models, root / "recs", tmp_path / "out", *extra)
+    assert not (tmp_path / "out").exists()
