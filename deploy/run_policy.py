@@ -31,10 +31,14 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
 def read_metadata(model: Path) -> Dict:
     """The drive export metadata of a .ts (zip entry) or .pt2 (package metadata) file."""
+    if not model.is_file():
+        raise SystemExit(f"{model}: no such file")
     if model.suffix == ".pt2":
         from torch._inductor.package import load_package
 
         return json.loads(load_package(str(model)).get_metadata()["metadata_json"])
+    if not zipfile.is_zipfile(model):
+        raise SystemExit(f"{model}: not a TorchScript file (.ts, a zip archive) or an AOTInductor package (.pt2)")
     with zipfile.ZipFile(model) as zf:
         name = next((n for n in zf.namelist() if n.endswith("extra/drive_meta.json")), None)
         if name is None:
@@ -46,21 +50,23 @@ def read_ppm(path: Path) -> torch.Tensor:
     """Binary PPM (P6, maxval 255) -> uint8 [H, W, 3]."""
     data = path.read_bytes()
     fields, pos = [], 0
-    while len(fields) < 4:
+    while len(fields) < 4 and pos < len(data):
         while data[pos:pos + 1].isspace():
             pos += 1
         if data[pos:pos + 1] == b"#":
-            pos = data.index(b"\n", pos) + 1
+            pos = data.find(b"\n", pos) + 1 or len(data)
             continue
         end = pos
-        while not data[end:end + 1].isspace():
+        while end < len(data) and not data[end:end + 1].isspace():
             end += 1
         fields.append(data[pos:end])
         pos = end
-    if fields[0] != b"P6" or int(fields[3]) != 255:
+    if len(fields) < 4 or fields[0] != b"P6" or not all(f.isdigit() for f in fields[1:]) or int(fields[3]) != 255:
         raise SystemExit(f"{path}: only binary 8-bit PPM (P6, maxval 255)")
     w, h = int(fields[1]), int(fields[2])
     pixels = data[pos + 1:pos + 1 + w * h * 3]
+    if len(pixels) != w * h * 3:
+        raise SystemExit(f"{path}: truncated ({len(pixels)} of {w * h * 3} pixel bytes)")
     return torch.frombuffer(bytearray(pixels), dtype=torch.uint8).reshape(h, w, 3)
 
 
@@ -69,23 +75,27 @@ def write_ppm(path: Path, frame: torch.Tensor) -> None:
     path.write_bytes(b"P6\n%d %d\n255\n" % (w, h) + frame.contiguous().numpy().tobytes())
 
 
-def frames_from(source: Path, size: Tuple[int, int]) -> Iterator[torch.Tensor]:
-    """uint8 RGB [H, W, 3] frames from a video, an image folder or a raw .rgb dump."""
+def _read_frames(source: Path, size: Tuple[int, int]) -> Iterator[Tuple[str, torch.Tensor]]:
+    """(where it came from, uint8 RGB [h, w, 3]) for each frame of a video, an image folder or a raw dump."""
     h, w = size
     if source.is_dir():
         files = sorted(p for p in source.iterdir() if p.suffix.lower() in (".ppm",) + IMAGE_SUFFIXES)
         for p in files:
             if p.suffix.lower() == ".ppm":
-                yield read_ppm(p)
+                yield str(p), read_ppm(p)
             else:
                 import cv2
 
-                yield torch.from_numpy(cv2.cvtColor(cv2.imread(str(p)), cv2.COLOR_BGR2RGB))
+                bgr = cv2.imread(str(p))
+                if bgr is None:
+                    raise SystemExit(f"{p}: cannot read the image")
+                yield str(p), torch.from_numpy(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
     elif source.suffix.lower() in (".rgb", ".raw"):
         raw = torch.from_file(str(source), size=source.stat().st_size, dtype=torch.uint8)
         if raw.numel() % (h * w * 3):
             raise SystemExit(f"{source}: {raw.numel()} bytes is not a whole number of {h}x{w}x3 frames")
-        yield from raw.reshape(-1, h, w, 3)
+        for i, frame in enumerate(raw.reshape(-1, h, w, 3)):
+            yield f"{source} frame {i}", frame
     else:
         import cv2
 
@@ -93,9 +103,29 @@ def frames_from(source: Path, size: Tuple[int, int]) -> Iterator[torch.Tensor]:
         if not video.isOpened():
             raise SystemExit(f"cannot open video {source}")
         ok, bgr = video.read()
+        i = 0
         while ok:
-            yield torch.from_numpy(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
+            yield f"{source} frame {i}", torch.from_numpy(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB))
             ok, bgr = video.read()
+            i += 1
+
+
+def frames_from(source: Path, size: Tuple[int, int]) -> Iterator[torch.Tensor]:
+    """uint8 RGB [H, W, 3] frames at the camera's native ``size`` from a video, an image folder or a raw .rgb dump.
+
+    Bad input stops the run with a message naming the file: a missing source, a frame of another
+    size, or no frames at all (which would otherwise surface as a bare StopIteration)."""
+    if not source.exists():
+        raise SystemExit(f"{source}: no such file or folder")
+    count = 0
+    for name, frame in _read_frames(source, size):
+        if tuple(frame.shape) != (*size, 3):
+            raise SystemExit(f"{name}: frame is {frame.shape[1]}x{frame.shape[0]}, the model expects the camera's "
+                             f"{size[1]}x{size[0]} (frame_size in its metadata); resize on the camera side, not here")
+        count += 1
+        yield frame
+    if count == 0:
+        raise SystemExit(f"{source}: no frames")
 
 
 class Model:
@@ -124,11 +154,15 @@ class Model:
     def initial_state(self) -> torch.Tensor:
         return torch.zeros((1, self.hidden_size), dtype=torch.float32, device=self.device)
 
-    def step(self, frame: torch.Tensor, hidden: torch.Tensor):
-        # checked here because an AOTInductor package accepts wrong shapes silently
+    def step(self, frame: torch.Tensor, hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(curvature_per_m [1], hidden [1, S], status [1]); inputs checked against the metadata first,
+        because an AOTInductor package accepts wrong shapes and dtypes silently."""
         if tuple(frame.shape) != (1, *self.size, 3) or frame.dtype != torch.uint8:
-            raise SystemExit(f"frame must be uint8 [1, {self.size[0]}, {self.size[1]}, 3]; got "
+            raise ValueError(f"frame must be uint8 [1, {self.size[0]}, {self.size[1]}, 3]; got "
                              f"{frame.dtype} {list(frame.shape)} (resize on the camera side, not here)")
+        if tuple(hidden.shape) != (1, self.hidden_size) or hidden.dtype != torch.float32:
+            raise ValueError(f"hidden must be float32 [1, {self.hidden_size}] (hidden_size in the metadata; start "
+                             f"from initial_state()); got {hidden.dtype} {list(hidden.shape)}")
         return self.run(frame.to(self.device), hidden)
 
 
