@@ -2,13 +2,17 @@
 //
 //   drive_runtime MODEL FRAMES [--device auto|cpu|cuda] [--warmup N] [--threads N]
 //                 [--fps F] [--no-pace] [--out commands.csv] [--quiet]
+//   drive_runtime MODEL --video PATH [--ffmpeg PATH] [same options]
 //
 // MODEL   policy.ts  (TorchScript, `drive export --format torchscript`) or
 //         policy.pt2 (AOTInductor package, `drive export --format aoti`).
 // FRAMES  a folder of binary PPM images (P6, 8-bit RGB, read in file-name order) or one raw file
-//         of consecutive uint8 RGB frames (height*width*3 bytes each, HWC). Both carry the
-//         camera's native resolution; the model crops, resizes and normalises inside.
-//         `python deploy/run_policy.py ... --dump-ppm DIR` writes a video or recording as PPMs.
+//         (or pipe, e.g. /dev/stdin) of consecutive uint8 RGB frames (height*width*3 bytes each,
+//         HWC). Both carry the camera's native resolution; the model crops, resizes and
+//         normalises inside.
+// --video PATH  any video ffmpeg decodes, at the camera's native resolution (`frame_size` in the
+//         model's metadata; a mismatch is refused, never rescaled here). Decoded by an ffmpeg
+//         subprocess (`--ffmpeg PATH`, default `ffmpeg` on PATH) writing raw RGB to a pipe.
 //
 // The model is stateless: its hidden tensor [1, S] carries the recurrent state, the last command,
 // the status flags of the last step and the time since the last usable frame; we hold it between
@@ -21,17 +25,23 @@
 #include <ATen/Parallel.h>
 #include <torch/script.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace fs = std::filesystem;
@@ -156,17 +166,22 @@ class AOTIRunner : public Runner {
 };
 
 // ---------------------------------------------------------------- frame sources
-// Reads one binary PPM (P6, maxval 255) into HWC RGB bytes.
-static std::vector<uint8_t> read_ppm(const fs::path& path, int64_t& h, int64_t& w) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot open " + path.string());
+struct FrameSize {
+  int64_t height = 0, width = 0;
+  bool operator==(const FrameSize&) const = default;
+  int64_t bytes() const { return height * width * 3; }
+  std::string str() const { return std::to_string(width) + "x" + std::to_string(height); }  // W x H, as ffmpeg says
+};
+
+// A binary PPM header (P6, maxval 255) from `in`, which is left at the first pixel byte.
+static FrameSize read_ppm_header(std::istream& in, const std::string& name) {
   auto token = [&]() {
     std::string t;
     char c;
-    while (f.get(c)) {
+    while (in.get(c)) {
       if (c == '#') {
         std::string line;
-        std::getline(f, line);
+        std::getline(in, line);
       } else if (std::isspace(static_cast<unsigned char>(c))) {
         if (!t.empty()) break;
       } else {
@@ -175,71 +190,179 @@ static std::vector<uint8_t> read_ppm(const fs::path& path, int64_t& h, int64_t& 
     }
     return t;
   };
-  if (token() != "P6") throw std::runtime_error(path.string() + ": not a binary PPM (P6)");
-  w = std::stoll(token());
-  h = std::stoll(token());
-  if (std::stoll(token()) != 255) throw std::runtime_error(path.string() + ": only 8-bit PPM (maxval 255)");
-  std::vector<uint8_t> data(static_cast<size_t>(h * w * 3));
-  f.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size()));
-  if (f.gcount() != static_cast<std::streamsize>(data.size())) throw std::runtime_error(path.string() + ": truncated");
-  return data;
+  auto number = [&]() {
+    const std::string t = token();
+    if (t.empty() || t.find_first_not_of("0123456789") != std::string::npos)
+      throw std::runtime_error(name + ": bad PPM header field '" + t + "'");
+    return std::stoll(t);
+  };
+  if (token() != "P6") throw std::runtime_error(name + ": not a binary PPM (P6)");
+  FrameSize size;
+  size.width = number();
+  size.height = number();
+  if (number() != 255) throw std::runtime_error(name + ": only 8-bit PPM (maxval 255)");
+  return size;
+}
+
+static std::string not_whole_frames(const std::string& name, uintmax_t bytes, const FrameSize& size) {
+  return name + ": " + std::to_string(bytes) + " bytes is not a whole number of " + std::to_string(size.height) +
+         "x" + std::to_string(size.width) + "x3 frames";
+}
+
+// How a child process ended, for error messages (status as pclose returns it).
+static std::string exit_text(int status) {
+  if (status == -1) return "could not be waited for";
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "wait status " + std::to_string(status);
 }
 
 class FrameSource {
  public:
-  FrameSource(const std::string& path, int64_t height, int64_t width) : h_(height), w_(width) {
-    if (fs::is_directory(path)) {
-      for (const auto& e : fs::directory_iterator(path))
-        if (e.path().extension() == ".ppm") files_.push_back(e.path());
-      std::sort(files_.begin(), files_.end());
-      if (files_.empty()) throw std::runtime_error(path + ": no .ppm frames");
-      count_ = files_.size();
-    } else {
-      raw_.open(path, std::ios::binary);
-      if (!raw_) throw std::runtime_error("cannot open " + path);
-      const auto bytes = fs::file_size(path);
-      const auto frame = static_cast<uintmax_t>(h_ * w_ * 3);
-      if (bytes == 0 || bytes % frame != 0)
-        throw std::runtime_error(path + ": " + std::to_string(bytes) + " bytes is not a whole number of " +
-                                 std::to_string(h_) + "x" + std::to_string(w_) + "x3 frames");
-      count_ = bytes / frame;
-    }
+  virtual ~FrameSource() = default;
+  // The next frame as a uint8 tensor [1, H, W, 3] on the host; false after the last one.
+  virtual bool next(at::Tensor& frame) = 0;
+};
+
+// A folder of binary PPM images, read in file-name order.
+class PpmFolder final : public FrameSource {
+ public:
+  PpmFolder(const fs::path& dir, FrameSize size) : size_(size) {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().extension() == ".ppm") files_.push_back(e.path());
+    std::sort(files_.begin(), files_.end());
   }
-  size_t size() const { return count_; }
-  // Frame i as a uint8 tensor [1, H, W, 3] on the host.
-  at::Tensor frame(size_t i) {
-    std::vector<uint8_t> data;
-    if (!files_.empty()) {
-      int64_t h = 0, w = 0;
-      data = read_ppm(files_[i], h, w);
-      if (h != h_ || w != w_)
-        throw std::runtime_error(files_[i].string() + ": frame is " + std::to_string(w) + "x" + std::to_string(h) +
-                                 ", the model expects the camera's " + std::to_string(w_) + "x" + std::to_string(h_));
-    } else {
-      data.resize(static_cast<size_t>(h_ * w_ * 3));
-      raw_.seekg(static_cast<std::streamoff>(i * data.size()));
-      raw_.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size()));
-    }
-    return torch::from_blob(data.data(), {1, h_, w_, 3}, torch::kUInt8).clone();
+  bool next(at::Tensor& frame) override {
+    if (next_ == files_.size()) return false;
+    const fs::path& path = files_[next_++];
+    std::ifstream f(path, std::ios::binary);
+    if (!f) throw std::runtime_error("cannot open " + path.string());
+    const FrameSize got = read_ppm_header(f, path.string());
+    if (got != size_)
+      throw std::runtime_error(path.string() + ": frame is " + got.str() + ", the model expects the camera's " +
+                               size_.str());
+    frame = torch::empty({1, size_.height, size_.width, 3}, torch::kUInt8);
+    f.read(static_cast<char*>(frame.data_ptr()), static_cast<std::streamsize>(size_.bytes()));
+    if (f.gcount() != static_cast<std::streamsize>(size_.bytes())) throw std::runtime_error(path.string() + ": truncated");
+    return true;
   }
 
  private:
-  int64_t h_, w_;
+  FrameSize size_;
   std::vector<fs::path> files_;
-  std::ifstream raw_;
-  size_t count_ = 0;
+  size_t next_ = 0;
 };
+
+// Consecutive uint8 RGB frames (H*W*3 bytes each, HWC) from a stream: a raw file, or the stdout
+// of ffmpeg decoding a video. One reader for both, so a stream that ends mid-frame is caught the
+// same way whichever produced it.
+class RawFrames final : public FrameSource {
+ public:
+  // A regular file, or a pipe or FIFO a camera process writes into (e.g. /dev/stdin).
+  static std::unique_ptr<RawFrames> file(const std::string& path, FrameSize size) {
+    // a regular file's length is known: refuse a partial last frame before stepping on the first one
+    if (fs::is_regular_file(path)) {
+      const uintmax_t bytes = fs::file_size(path);
+      if (bytes % static_cast<uintmax_t>(size.bytes()) != 0) throw std::runtime_error(not_whole_frames(path, bytes, size));
+    }
+    FILE* f = std::fopen(path.c_str(), "rb");
+    if (!f) throw std::runtime_error("cannot open " + path);
+    return std::unique_ptr<RawFrames>(new RawFrames(f, false, path, size));
+  }
+  // `command` writes raw rgb24 frames of `size` to stdout; `name` is the video it decodes.
+  static std::unique_ptr<RawFrames> pipe(const std::string& command, const std::string& name, FrameSize size) {
+    FILE* p = popen(command.c_str(), "r");
+    if (!p) throw std::runtime_error("cannot start " + command);
+    return std::unique_ptr<RawFrames>(new RawFrames(p, true, name, size));
+  }
+  ~RawFrames() override {
+    if (stream_) close();  // stopped early (an error): ffmpeg ends on the closed pipe
+  }
+  bool next(at::Tensor& frame) override {
+    if (!stream_) return false;
+    at::Tensor t = torch::empty({1, size_.height, size_.width, 3}, torch::kUInt8);
+    const auto want = static_cast<size_t>(size_.bytes());
+    const size_t got = std::fread(t.data_ptr(), 1, want, stream_);
+    total_ += got;
+    if (got == want) {
+      frame = t;
+      return true;
+    }
+    const bool read_error = std::ferror(stream_) != 0;
+    const int status = close();
+    if (read_error) throw std::runtime_error(name_ + ": read error");
+    if (piped_ && status != 0)
+      throw std::runtime_error(name_ + ": ffmpeg ended with " + exit_text(status) + " while decoding (its message is above)");
+    if (got != 0) throw std::runtime_error(not_whole_frames(name_, total_, size_) + ": the stream ended mid-frame");
+    return false;
+  }
+
+ private:
+  RawFrames(FILE* stream, bool piped, std::string name, FrameSize size)
+      : stream_(stream), piped_(piped), name_(std::move(name)), size_(size) {}
+  // pclose waits for the child and returns how it ended
+  int close() { return piped_ ? pclose(std::exchange(stream_, nullptr)) : std::fclose(std::exchange(stream_, nullptr)); }
+
+  FILE* stream_;
+  bool piped_;  // from popen (ffmpeg), else fopen
+  std::string name_;
+  FrameSize size_;
+  uintmax_t total_ = 0;
+};
+
+// The --ffmpeg executable as the shell would find it (a path as given, a bare name on PATH), looked
+// up first so that a missing ffmpeg is named as such, not reported as a failed decode.
+static std::string find_ffmpeg(const std::string& name) {
+  auto runnable = [](const fs::path& p) { return !fs::is_directory(p) && access(p.c_str(), X_OK) == 0; };
+  if (name.find('/') != std::string::npos) {
+    if (runnable(name)) return name;
+    throw std::runtime_error("--ffmpeg " + name + ": no such executable");
+  }
+  std::istringstream dirs(std::getenv("PATH") ? std::getenv("PATH") : "");
+  for (std::string dir; std::getline(dirs, dir, ':');)
+    if (!dir.empty() && runnable(fs::path(dir) / name)) return (fs::path(dir) / name).string();
+  throw std::runtime_error("--ffmpeg " + name + ": not found on PATH; install ffmpeg or pass --ffmpeg /path/to/ffmpeg");
+}
+
+static std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// An ffmpeg command line decoding the first video stream of `video` to stdout in `format`.
+// -nostdin: ffmpeg would otherwise read its interactive keys from our stdin.
+static std::string ffmpeg_command(const std::string& ffmpeg, const std::string& video, const std::string& format) {
+  return shell_quote(ffmpeg) + " -nostdin -v error -i " + shell_quote(video) + " -map 0:v:0 " + format;
+}
+
+// The size of the video's frames as ffmpeg decodes them: its first frame as a PPM (exact, and no
+// parsing of ffmpeg's human-readable stream summary).
+static FrameSize video_frame_size(const std::string& ffmpeg, const std::string& video) {
+  FILE* p = popen(ffmpeg_command(ffmpeg, video, "-frames:v 1 -f image2pipe -vcodec ppm -").c_str(), "r");
+  if (!p) throw std::runtime_error("cannot start " + ffmpeg);
+  std::string ppm;
+  char buffer[1 << 16];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, p)) > 0;) ppm.append(buffer, n);
+  const int status = pclose(p);
+  if (status != 0 || ppm.empty())
+    throw std::runtime_error(video + ": ffmpeg could not decode a video frame (" + exit_text(status) +
+                             "; its message is above)");
+  std::istringstream in(ppm);
+  return read_ppm_header(in, video + " (first frame, decoded by " + ffmpeg + ")");
+}
 
 // ---------------------------------------------------------------- main loop
 struct Options {
-  std::string model, frames, device = "auto", out;
+  std::string model, frames, video, ffmpeg = "ffmpeg", device = "auto", out;
   int warmup = 20, threads = 1;
   double fps = 0.0;
   bool pace = true, quiet = false;
 };
 
 static void usage() {
-  std::cerr << "usage: drive_runtime MODEL(.ts|.pt2) FRAMES(dir of .ppm | raw .rgb file)\n"
+  std::cerr << "usage: drive_runtime MODEL(.ts|.pt2) FRAMES(dir of .ppm | raw .rgb file or pipe)\n"
+               "       drive_runtime MODEL(.ts|.pt2) --video PATH [--ffmpeg PATH]\n"
                "       [--device auto|cpu|cuda] [--warmup N] [--threads N] [--fps F] [--no-pace]\n"
                "       [--out commands.csv] [--quiet]\n";
 }
@@ -254,6 +377,8 @@ static Options parse(int argc, char** argv) {
       return std::string(argv[++i]);
     };
     if (a == "--device") o.device = value();
+    else if (a == "--video") o.video = value();
+    else if (a == "--ffmpeg") o.ffmpeg = value();
     else if (a == "--warmup") o.warmup = std::stoi(value());
     else if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--fps") o.fps = std::stod(value());
@@ -264,12 +389,31 @@ static Options parse(int argc, char** argv) {
     else if (!a.empty() && a[0] == '-') throw std::invalid_argument("unknown option " + a);
     else pos.push_back(a);
   }
-  if (pos.size() != 2) throw std::invalid_argument("need MODEL and FRAMES");
+  if (pos.size() != (o.video.empty() ? 2u : 1u))
+    throw std::invalid_argument(o.video.empty() ? "need MODEL and FRAMES (or MODEL --video PATH)"
+                                                : "--video replaces FRAMES: give MODEL and --video PATH");
   if (o.device != "auto" && o.device != "cpu" && o.device != "cuda")
     throw std::invalid_argument("--device must be auto, cpu or cuda");
   o.model = pos[0];
-  o.frames = pos[1];
+  if (o.video.empty()) o.frames = pos[1];
   return o;
+}
+
+// The frames the options name: --video through ffmpeg, else FRAMES (a .ppm folder or a raw file
+// or pipe). A video must already be at the camera's size: rescaling here would hide a wrong camera.
+static std::unique_ptr<FrameSource> open_frames(const Options& o, FrameSize size) {
+  if (o.video.empty()) {
+    if (!fs::exists(o.frames)) throw std::runtime_error(o.frames + ": no such file or folder");
+    if (fs::is_directory(o.frames)) return std::make_unique<PpmFolder>(o.frames, size);
+    return RawFrames::file(o.frames, size);
+  }
+  if (!fs::exists(o.video)) throw std::runtime_error("--video " + o.video + ": no such file");
+  const std::string ffmpeg = find_ffmpeg(o.ffmpeg);
+  const FrameSize got = video_frame_size(ffmpeg, o.video);
+  if (got != size)
+    throw std::runtime_error(o.video + ": video frames are " + got.str() + " (width x height), the model expects the camera's " +
+                             size.str() + " (frame_size in its metadata); record or re-encode at that size");
+  return RawFrames::pipe(ffmpeg_command(ffmpeg, o.video, "-f rawvideo -pix_fmt rgb24 -"), o.video, size);
 }
 
 static double percentile(std::vector<double> v, double q) {
@@ -297,30 +441,31 @@ static int run(const Options& o) {
                static_cast<long long>(m.width), static_cast<long long>(m.height), static_cast<long long>(m.hidden_size), fps,
                m.curvature_limit_per_m);
 
-  FrameSource source(o.frames, m.height, m.width);
-  FILE* out = o.out.empty() ? nullptr : std::fopen(o.out.c_str(), "w");
+  const std::unique_ptr<FrameSource> source = open_frames(o, {m.height, m.width});
+  at::Tensor host;  // the current frame, on the host
+  if (!source->next(host)) throw std::runtime_error((o.video.empty() ? o.frames : o.video) + ": no frames");
+  std::unique_ptr<FILE, int (*)(FILE*)> out(o.out.empty() ? nullptr : std::fopen(o.out.c_str(), "w"), std::fclose);
   if (!o.out.empty() && !out) throw std::runtime_error("cannot write " + o.out);
 
   // Warm-up on the first frame (allocator, kernel selection, TorchScript profiling), then start fresh.
   {
     at::Tensor hidden = runner->initial_state();
-    const at::Tensor frame = source.frame(0).to(runner->device);
+    const at::Tensor frame = host.to(runner->device);
     for (int i = 0; i < o.warmup; ++i) hidden = runner->step(frame, hidden).hidden;
     (void)hidden.sum().item<float>();
   }
 
   const char* header = "frame,curvature_per_m,status,latency_ms\n";
   if (!o.quiet) std::fputs(header, stdout);
-  if (out) std::fputs(header, out);
+  if (out) std::fputs(header, out.get());
   std::vector<double> latency_ms;
-  latency_ms.reserve(source.size());
   std::map<int64_t, size_t> status_counts;
   size_t overruns = 0;
   const auto period = std::chrono::duration<double>(1.0 / fps);
   at::Tensor hidden = runner->initial_state();
   const auto t0 = Clock::now();
-  for (size_t i = 0; i < source.size(); ++i) {
-    const at::Tensor host = source.frame(i);  // disk read is the camera's job: not timed
+  size_t i = 0;
+  do {  // reading the next frame (disk, ffmpeg) is the camera's job: not timed
     if (o.pace) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(period * static_cast<double>(i)));
     const auto start = Clock::now();
     StepOut s = runner->step(host.to(runner->device, /*non_blocking=*/false), hidden);
@@ -333,11 +478,11 @@ static int run(const Options& o) {
     status_counts[status] += 1;
     if (ms > 1000.0 / fps) ++overruns;
     char line[160];
-    std::snprintf(line, sizeof line, "%zu,%.9g,%lld,%.4f\n", i, curvature, static_cast<long long>(status), ms);
+    std::snprintf(line, sizeof line, "%zu,%.9g,%lld,%.4f\n", i++, curvature, static_cast<long long>(status), ms);
     if (!o.quiet) std::fputs(line, stdout);
-    if (out) std::fputs(line, out);
-  }
-  if (out) std::fclose(out);
+    if (out) std::fputs(line, out.get());
+  } while (source->next(host));
+  out.reset();
   std::fprintf(stderr, "# %zu steps: latency p50 %.3f ms, p99 %.3f ms, max %.3f ms; %zu over the %.1f ms frame period\n",
                latency_ms.size(), percentile(latency_ms, 0.5), percentile(latency_ms, 0.99),
                *std::max_element(latency_ms.begin(), latency_ms.end()), overruns, 1000.0 / fps);
