@@ -25,7 +25,7 @@ METRICS: Dict[str, tuple] = {
     "ssim_mean": ("saliency SSIM clean vs perturbed (mean over frames)", "higher"),
     "interventions_per_km": ("closed-loop interventions per km", "lower"),
     "lateral_rms_m": ("closed-loop lateral RMS (m)", "lower"),
-    "lipschitz_max": ("recurrent sensitivity, max over units of max |dh|/|dx|", "lower"),
+    "lipschitz_max": ("recurrent sensitivity on the perturbed drive, max over neurons of max |dh|/|dx|", "lower"),
 }
 COLUMNS = ["model", "family", "kind", "level", "mse", "mae", "ssim_mean", "ssim_std",
            "interventions_per_km", "lateral_rms_m", "lipschitz_max", "lipschitz_median"]
