@@ -1,18 +1,26 @@
 """deploy/: the C++ runtime (built here with CMake against the wheel's libtorch) and the Python
-runner give the same commands as Python; the AOTInductor package matches TorchScript.
+runner give the same commands as Python on PPM folders, raw dumps and videos (decoded by the
+static ffmpeg of imageio-ffmpeg); the AOTInductor package matches TorchScript.
 
 The C++ build takes ~20-60 s and the AOTInductor compile ~60-90 s on a 2-core machine; both run
-once per session. Set DRIVE_DEPLOY_BUILD=/some/dir to reuse a build directory between runs.
+once per session. Set DRIVE_DEPLOY_BUILD=/some/dir to reuse a build directory between runs. Every
+test can run alone: what several compare against is a module-scoped fixture, never a file another
+test wrote.
 """
 from __future__ import annotations
 
 import csv
+import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, List, Optional, Tuple
 
+import cv2
+import imageio_ffmpeg
+import numpy as np
 import pytest
 import torch
 
@@ -22,8 +30,12 @@ from drive.preprocess import Preprocessing
 from drive.train.families import build_policy
 
 REPO = Path(__file__).resolve().parents[1]
+RUNNER = REPO / "deploy" / "run_policy.py"
 CAMERA = (80, 208)  # cropped to 79x204, then resized (antialiased) to 78x200 inside every runtime
 FPS = 20.0
+BLACK = 17  # a black frame: held and flagged in every runtime
+
+Commands = List[Tuple[float, int]]  # (curvature_per_m, status) per frame
 
 
 pytestmark = [
@@ -42,14 +54,14 @@ def exported(tmp_path_factory):
     ckpt = save_policy(d / "ncp.ckpt", policy, meta)
     g = torch.Generator().manual_seed(1)
     frames = torch.randint(0, 256, (40, *CAMERA, 3), dtype=torch.uint8, generator=g)
-    frames[17] = 0  # a black frame: held and flagged in every runtime
+    frames[BLACK] = 0
     ppm = d / "frames"
     ppm.mkdir()
     for i, f in enumerate(frames):
         (ppm / f"{i:06d}.ppm").write_bytes(b"P6\n%d %d\n255\n" % (CAMERA[1], CAMERA[0]) + f.numpy().tobytes())
     raw = d / "frames.rgb"
     frames.numpy().tofile(raw)
-    return {"dir": d, "ckpt": ckpt, "ts": export_policy(ckpt, d / "policy.ts"), "frames": frames, "ppm": ppm, "raw": raw}
+    return {"ckpt": ckpt, "ts": export_policy(ckpt, d / "policy.ts"), "frames": frames, "ppm": ppm, "raw": raw}
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +75,7 @@ def runtime(tmp_path_factory) -> Path:
     return build / "drive_runtime"
 
 
-def python_reference(path: Path, frames: torch.Tensor, optimize: bool = True):
+def python_reference(path: Path, frames: torch.Tensor, optimize: bool = True) -> Commands:
     model = load_exported(path, optimize=optimize)
     hidden, rows = model.initial_state(), []
     for frame in frames:
@@ -72,58 +84,191 @@ def python_reference(path: Path, frames: torch.Tensor, optimize: bool = True):
     return rows
 
 
-def read_commands(path: Path):
+@pytest.fixture(scope="module")
+def portable_reference(exported) -> Commands:
+    """Python's commands from the file as saved (no load-time specialisation)."""
+    return python_reference(exported["ts"], exported["frames"], optimize=False)
+
+
+@pytest.fixture(scope="module")
+def reference(exported) -> Commands:
+    """Python's commands from the file specialised at load, as load_exported and run_policy.py run it."""
+    return python_reference(exported["ts"], exported["frames"])
+
+
+def read_commands(path: Path) -> Commands:
     with open(path) as f:
         return [(float(r["curvature_per_m"]), int(r["status"])) for r in csv.DictReader(f)]
 
 
-def run_runtime(binary: Path, model: Path, frames: Path, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(binary), str(model), str(frames), "--no-pace", "--quiet", "--warmup", "3",
-                           "--device", "cpu", "--out", str(out), *extra], capture_output=True, text=True, timeout=300)
+def run_runtime(binary: Path, model: Path, frames: Optional[Path], out: Path, *extra: str,
+                **run: Any) -> subprocess.CompletedProcess:
+    """drive_runtime on FRAMES (None: the source is in ``extra``, e.g. --video); ``run``: e.g. env, stdin."""
+    source = [str(frames)] if frames is not None else []
+    return subprocess.run([str(binary), str(model), *source, "--no-pace", "--quiet", "--warmup", "3",
+                           "--device", "cpu", "--out", str(out), *extra], capture_output=True, text=True, timeout=300,
+                          **run)
 
 
-def test_cpp_runtime_matches_python_on_a_ppm_folder(runtime, exported):
-    done = run_runtime(runtime, exported["ts"], exported["ppm"], exported["dir"] / "cpp.csv")
+def assert_same_commands(got: Commands, want: Commands, tol_per_km: float) -> None:
+    assert len(got) == len(want) and [s for _, s in got] == [s for _, s in want]
+    assert max(abs(a - b) for (a, _), (b, _) in zip(got, want)) * 1000 < tol_per_km  # 1/km
+
+
+@pytest.fixture(scope="module")
+def cpp_ppm(runtime, exported, tmp_path_factory) -> Tuple[subprocess.CompletedProcess, Commands]:
+    """The C++ runtime run once on the PPM folder: (its process, its commands)."""
+    out = tmp_path_factory.mktemp("cpp_ppm") / "cpp.csv"
+    done = run_runtime(runtime, exported["ts"], exported["ppm"], out)
     assert done.returncode == 0, done.stderr
+    return done, read_commands(out)
+
+
+def test_cpp_runtime_matches_python_on_a_ppm_folder(cpp_ppm, portable_reference):
+    done, got = cpp_ppm
     # the runtime freezes the module and uses oneDNN convolutions; Python's reference is the portable file
-    got, want = read_commands(exported["dir"] / "cpp.csv"), python_reference(exported["ts"], exported["frames"], False)
-    assert [s for _, s in got] == [s for _, s in want] and got[17][1] == 2 and got[17][0] == got[16][0]
-    assert max(abs(a - b) for (a, _), (b, _) in zip(got, want)) * 1000 < 1e-6  # 1/km
+    assert_same_commands(got, portable_reference, 1e-6)
+    assert got[BLACK][1] == 2 and got[BLACK][0] == got[BLACK - 1][0]
     assert "latency p50" in done.stderr and "p99" in done.stderr and "family ncp_ltc" in done.stderr
 
 
-def test_cpp_runtime_reads_raw_frames_and_rejects_a_wrong_size(runtime, exported):
-    done = run_runtime(runtime, exported["ts"], exported["raw"], exported["dir"] / "raw.csv")
+def test_cpp_runtime_reads_raw_frames_and_rejects_a_wrong_size(runtime, exported, cpp_ppm, tmp_path):
+    done = run_runtime(runtime, exported["ts"], exported["raw"], tmp_path / "raw.csv")
     assert done.returncode == 0, done.stderr
-    assert read_commands(exported["dir"] / "raw.csv") == read_commands(exported["dir"] / "cpp.csv")
-    short = exported["dir"] / "short.rgb"
-    short.write_bytes(exported["raw"].read_bytes()[: CAMERA[0] * CAMERA[1] * 3 - 5])
-    done = run_runtime(runtime, exported["ts"], short, exported["dir"] / "x.csv")
-    assert done.returncode == 1 and "not a whole number of 80x208x3 frames" in done.stderr
+    assert read_commands(tmp_path / "raw.csv") == cpp_ppm[1]
+    # a file's partial frame is refused before the first step, naming the file
+    frame_bytes = CAMERA[0] * CAMERA[1] * 3
+    short = tmp_path / "short.rgb"
+    short.write_bytes(exported["raw"].read_bytes()[: frame_bytes - 5])
+    done = run_runtime(runtime, exported["ts"], short, tmp_path / "x.csv")
+    assert done.returncode == 1 and f"{short}: 49915 bytes is not a whole number of 80x208x3 frames" in done.stderr
+    # a pipe's when it comes, by the reader a video's ffmpeg pipe goes through too
+    short.write_bytes(exported["raw"].read_bytes()[: 2 * frame_bytes + 1000])
+    with open(short, "rb") as f:
+        camera = subprocess.Popen(["cat"], stdin=f, stdout=subprocess.PIPE)
+        done = run_runtime(runtime, exported["ts"], Path("/dev/stdin"), tmp_path / "pipe.csv", stdin=camera.stdout)
+        camera.stdout.close()
+        camera.wait()
+    assert done.returncode == 1, done.stderr
+    assert "/dev/stdin: 100840 bytes is not a whole number of 80x208x3 frames: the stream ended mid-frame" in done.stderr
+    assert read_commands(tmp_path / "pipe.csv") == cpp_ppm[1][:2]
 
 
-def test_python_runner_needs_only_torch_and_matches(exported, tmp_path):
+def road_scene(n: int, size: Tuple[int, int]) -> np.ndarray:
+    """uint8 RGB ``[n, H, W, 3]``: a smooth moving pattern (what a video codec keeps well) whose
+    channels differ, so a decoder that swapped them would be far off."""
+    h, w = size
+    yy, xx = np.meshgrid(np.linspace(0, 1, h), np.linspace(0, 1, w), indexing="ij")
+    base = 0.5 + 0.3 * np.sin(6 * xx + 3 * yy + 0.2 * np.arange(n).reshape(n, 1, 1))
+    return (np.stack([base, 0.8 * base, 1 - base], axis=-1) * 255).round().astype(np.uint8)
+
+
+def write_mp4(path: Path, frames: np.ndarray) -> Path:
+    """An MPEG-4 (mp4v) file of RGB frames, written by OpenCV as a camera recorder might."""
+    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), FPS, (frames.shape[2], frames.shape[1]))
+    assert writer.isOpened(), "OpenCV cannot write mp4v here"
+    for frame in frames:
+        writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
+    writer.release()
+    return path
+
+
+@pytest.fixture(scope="module")
+def ffmpeg() -> str:
+    """The static ffmpeg binary of the imageio-ffmpeg wheel (a dev dependency): no system ffmpeg needed."""
+    return imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def test_cpp_runtime_decodes_a_video_with_ffmpeg(runtime, exported, ffmpeg, tmp_path):
+    scene = road_scene(40, CAMERA)
+    scene[BLACK] = 0
+    video = write_mp4(tmp_path / "drive.mp4", scene)
+    # the frames the runtime gets: the same ffmpeg binary, decoding to raw RGB in Python
+    raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(video), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+                         capture_output=True, check=True).stdout
+    decoded = torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(-1, *CAMERA, 3)
+    assert decoded.shape[0] == len(scene)
+    # lossy, but the scene in RGB order (swapped channels would be ~100 levels off on average)
+    assert float((decoded.float() - torch.from_numpy(scene).float()).abs().mean()) < 8
+
+    done = run_runtime(runtime, exported["ts"], None, tmp_path / "video.csv", "--video", str(video), "--ffmpeg", ffmpeg)
+    assert done.returncode == 0, done.stderr
+    got = read_commands(tmp_path / "video.csv")
+    assert_same_commands(got, python_reference(exported["ts"], decoded, optimize=False), 1e-6)
+    assert got[BLACK][1] == 2 and "40 steps" in done.stderr
+
+
+def test_cpp_runtime_refuses_a_video_of_another_size_or_without_ffmpeg(runtime, exported, ffmpeg, tmp_path):
+    video = write_mp4(tmp_path / "small.mp4", road_scene(3, (64, CAMERA[1])))
+    out = tmp_path / "x.csv"
+    done = run_runtime(runtime, exported["ts"], None, out, "--video", str(video), "--ffmpeg", ffmpeg)
+    assert done.returncode == 1
+    assert f"{video}: video frames are 208x64 (width x height), the model expects the camera's 208x80" in done.stderr
+    done = run_runtime(runtime, exported["ts"], None, out, "--video", str(video), env={"PATH": str(tmp_path)})
+    assert done.returncode == 1 and "--ffmpeg ffmpeg: not found on PATH" in done.stderr
+    missing = tmp_path / "bin" / "ffmpeg"
+    done = run_runtime(runtime, exported["ts"], None, out, "--video", str(video), "--ffmpeg", str(missing))
+    assert done.returncode == 1 and f"--ffmpeg {missing}: no such executable" in done.stderr
+
+
+def test_python_runner_needs_only_torch_and_matches(exported, reference, tmp_path):
+    """The runner runs in an interpreter that cannot import drive: without `site` (so no .pth file
+    and no editable-install finder), the venv's site-packages on PYTHONPATH for torch, from an
+    empty folder. That same process first shows `import drive` fails, then runs the runner."""
     out = tmp_path / "py.csv"
-    done = subprocess.run([sys.executable, "-I", str(REPO / "deploy" / "run_policy.py"), str(exported["ts"]),
-                           str(exported["ppm"]), "--no-pace", "--quiet", "--warmup", "2", "--out", str(out)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    args = [str(exported["ts"]), str(exported["ppm"]), "--no-pace", "--quiet", "--warmup", "2", "--out", str(out)]
+    script = f"""
+import runpy, sys
+try:
+    import drive
+except ModuleNotFoundError:
+    pass
+else:
+    sys.exit('drive is importable here: ' + drive.__file__)
+sys.argv = [{str(RUNNER)!r}, *{args!r}]
+runpy.run_path(sys.argv[0], run_name='__main__')
+"""
+    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(torch.__file__).parents[1])}
+    done = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
-    want = python_reference(exported["ts"], exported["frames"])
-    got = read_commands(out)
-    assert [s for _, s in got] == [s for _, s in want]
-    assert max(abs(a - b) for (a, _), (b, _) in zip(got, want)) < 1e-12
+    assert_same_commands(read_commands(out), reference, 1e-9)
 
 
-def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported):
-    pt2 = export_policy(exported["ckpt"], exported["dir"] / "policy.pt2", format="aoti")
-    want = python_reference(exported["ts"], exported["frames"])
-    got = python_reference(pt2, exported["frames"])
-    assert [s for _, s in got] == [s for _, s in want]
-    assert max(abs(a - b) for (a, _), (b, _) in zip(got, want)) * 1000 < 1e-5
+def load_runner():
+    """deploy/run_policy.py as a module (it is a script, not part of the drive package)."""
+    spec = importlib.util.spec_from_file_location("run_policy", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_python_runner_names_bad_input(exported, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = subprocess.run([sys.executable, str(RUNNER), str(exported["ts"]), str(empty), "--no-pace", "--quiet"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and f"{empty}: no frames" in done.stderr and "Traceback" not in done.stderr
+    runner = load_runner()
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    runner.write_ppm(odd / "000000.ppm", torch.zeros(CAMERA[0] - 2, CAMERA[1], 3, dtype=torch.uint8))
+    with pytest.raises(SystemExit, match=r"000000.ppm: frame is 208x78, the model expects the camera's 208x80"):
+        list(runner.frames_from(odd, CAMERA))
+    model = runner.Model(exported["ts"], torch.device("cpu"))
+    frame, size = exported["frames"][:1], model.hidden_size
+    with pytest.raises(ValueError, match=rf"hidden must be float32 \[1, {size}\].*got torch.float32 \[1, {size - 1}\]"):
+        model.step(frame, torch.zeros(1, size - 1))
+    with pytest.raises(ValueError, match=rf"hidden must be float32 \[1, {size}\].*got torch.float64"):
+        model.step(frame, torch.zeros(1, size, dtype=torch.float64))
+    assert model.step(frame, model.initial_state())[0].shape == (1,)
+
+
+def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported, reference, tmp_path):
+    pt2 = export_policy(exported["ckpt"], tmp_path / "policy.pt2", format="aoti")
+    assert_same_commands(python_reference(pt2, exported["frames"]), reference, 1e-5)
     with pytest.raises(ValueError, match=r"\[1, H, W, 3\] with H, W = 80, 208"):
         load_exported(pt2).step(exported["frames"][:2], torch.zeros(2, load_exported(pt2).hidden_size))
-    done = run_runtime(runtime, pt2, exported["raw"], exported["dir"] / "aoti.csv")
+    done = run_runtime(runtime, pt2, exported["raw"], tmp_path / "aoti.csv")
     assert done.returncode == 0, done.stderr
-    cpp = read_commands(exported["dir"] / "aoti.csv")
-    assert [s for _, s in cpp] == [s for _, s in want]
-    assert max(abs(a - b) for (a, _), (b, _) in zip(cpp, want)) * 1000 < 1e-5
+    assert_same_commands(read_commands(tmp_path / "aoti.csv"), reference, 1e-5)
