@@ -255,3 +255,11 @@ def test_gradients_through_the_in_place_kernels_match_finite_differences(method:
                 p[idx] += 1e-6
             assert abs(float(g[idx]) - float(up - down) / 2e-6) < 1e-6 * max(1.0, abs(float(g[idx])))
             assert abs(float(g[idx])) > 1e-6
+
+
+def test_loading_weights_of_another_wiring_is_an_error():
+    from drive.nn.wiring import NCP
+    a = ClosedFormLTC(NCP(4, 3, 1, 2, 2, 2, 2, seed=0, input_dim=3))
+    with pytest.raises(ValueError, match="wiring mismatch"):
+        ClosedFormLTC(NCP(4, 3, 1, 2, 2, 2, 2, seed=1, input_dim=3)).load_state_dict(a.state_dict())
+    ClosedFormLTC(**a.config()).load_state_dict(a.state_dict())

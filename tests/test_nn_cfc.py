@@ -246,3 +246,13 @@ def test_config_is_json_and_rebuilds_the_same_architecture():
         x = torch.randn(2, 3, m.input_size)
         torch.testing.assert_close(rebuilt(x)[0], m(x)[0], rtol=0, atol=0)
     assert WiredCfC(lane_keeping_ncp()).config()["wiring"] == lane_keeping_ncp().to_dict()
+
+
+def test_loading_weights_of_another_wiring_or_polarity_is_an_error():
+    a = WiredCfC(lane_keeping_ncp(seed=0))
+    with pytest.raises(ValueError, match="wiring mismatch.*mask"):
+        WiredCfC(lane_keeping_ncp(seed=1)).load_state_dict(a.state_dict())
+    flipped = WiredCfC(rewired(lane_keeping_ncp(seed=0), -lane_keeping_ncp(seed=0).adjacency))
+    with pytest.raises(ValueError, match="wiring mismatch.*sign"):
+        flipped.load_state_dict(a.state_dict())
+    assert torch.equal(flipped.sign, -a.sign)  # the refused load left the module as it was

@@ -61,7 +61,7 @@ import torch
 from torch import Tensor, nn
 
 from drive.nn.closed_form_kernels import closed_form_sequence, closed_form_step, eq8_state
-from drive.nn.wiring import Wiring, as_wiring
+from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["ClosedFormLTC", "convert", "eq8_state", "METHODS", "PARAMETER_NAMES"]
 
@@ -160,12 +160,7 @@ class ClosedFormLTC(nn.Module):
         return out
 
     def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
-        for name in ("mask", "sensory_mask"):
-            theirs = state_dict.get(prefix + name)
-            ours = getattr(self, name)
-            if theirs is not None and (theirs.shape != ours.shape or not torch.equal(theirs.to(ours), ours)):
-                raise ValueError(f"wiring mismatch: the state_dict's {prefix + name} differs from this module's "
-                                 "wiring; build the module from the checkpoint's wiring instead")
+        check_wiring_buffers(self, state_dict, prefix, ("mask", "sensory_mask"))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # -- constants derived from the parameters ---------------------------------------------------

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from drive.nn.wiring import Wiring, as_wiring
+from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["LTC"]
 
@@ -224,15 +224,7 @@ class LTC(nn.Module):
                 "epsilon": self.epsilon, "positivity": self.positivity}
 
     def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
-        for name in ("mask", "sensory_mask"):
-            key = prefix + name
-            if key in state_dict:
-                theirs = state_dict[key]
-                ours = getattr(self, name)
-                if theirs.shape != ours.shape or not torch.equal(theirs.to(ours.device, ours.dtype), ours):
-                    raise ValueError(f"wiring mismatch: the state_dict's {key} (shape {tuple(theirs.shape)}) differs "
-                                     f"from this module's wiring (shape {tuple(ours.shape)}); build the module "
-                                     "from the checkpoint's wiring instead")
+        check_wiring_buffers(self, state_dict, prefix, ("mask", "sensory_mask"))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _positive(self, p: Tensor) -> Tensor:

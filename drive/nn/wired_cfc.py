@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from drive.nn.cfc_bptt import WiredBPTT, wired_loop_weights, wired_run
 from drive.nn.cfc_cells import (MixedMemory, PreparedCache, cfc_update, check_config, check_hidden,
                                 check_sequence, lstm_update, needs_grad, register_pure)
-from drive.nn.wiring import Wiring, as_wiring
+from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["WiredCfC"]
 
@@ -120,6 +120,10 @@ class WiredCfC(nn.Module):
         self.output_size = motor if output_size is None else int(output_size)
         self.readout = nn.Linear(motor, self.output_size) if output_size is not None else None
         self._cache = PreparedCache()
+
+    def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        check_wiring_buffers(self, state_dict, prefix, ("mask", "sensory_mask", "sign", "sensory_sign"))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def config(self) -> Dict[str, Any]:
         """JSON-able constructor kwargs (wiring as its dict): ``WiredCfC(**m.config())`` rebuilds it."""

@@ -31,7 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-__all__ = ["Wiring", "NCP", "AutoNCP", "FullyConnected", "Random", "lane_keeping_ncp", "as_wiring"]
+__all__ = ["Wiring", "NCP", "AutoNCP", "FullyConnected", "Random", "lane_keeping_ncp", "as_wiring",
+           "check_wiring_buffers"]
 
 Layers = List[Tuple[str, List[int]]]
 
@@ -231,6 +232,18 @@ def as_wiring(wiring: Any) -> Wiring:
     if isinstance(wiring, dict):
         return Wiring.from_dict(wiring)
     raise TypeError(f"expected a Wiring or its dict, got {type(wiring).__name__}")
+
+
+def check_wiring_buffers(module: Any, state_dict: Dict[str, Any], prefix: str, names: Sequence[str]) -> None:
+    """Refuse a state_dict whose wiring buffers (masks, polarities) differ from ``module``'s: loading
+    weights must never silently rewire a network. Call from ``_load_from_state_dict``."""
+    for name in names:
+        theirs, ours = state_dict.get(prefix + name), getattr(module, name)
+        if theirs is not None and (theirs.shape != ours.shape
+                                   or not bool((theirs.to(ours.device, ours.dtype) == ours).all())):
+            raise ValueError(f"wiring mismatch: the state_dict's {prefix + name} (shape {tuple(theirs.shape)}) "
+                             f"differs from this module's wiring (shape {tuple(ours.shape)}); build the module "
+                             "from the checkpoint's wiring instead")
 
 
 def _polarity(rng: np.random.Generator, excitatory_fraction: float) -> int:
