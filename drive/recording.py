@@ -25,7 +25,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Union
+from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
@@ -269,10 +269,13 @@ class Recording:
         log: column name -> np.ndarray [N] (float64; ``frame`` as int64).
         source: the :class:`FrameSource` giving frame ``i`` as uint8 RGB [H, W, 3].
         path: the directory (or foreign file) it came from, for messages.
+        origin: ``(file, rows)``: the file whose row ``rows[i]`` frame i's label came from (a log's
+            line number, or the frame's index in a video or HDF5 file), for messages that name the
+            row of the user's file even after unusable rows were dropped; None: ``(path, i)``.
     """
 
     def __init__(self, meta: RecordingMeta, log: Dict[str, np.ndarray], source: FrameSource,
-                 path: Optional[PathLike] = None):
+                 path: Optional[PathLike] = None, origin: Optional[Tuple[str, np.ndarray]] = None):
         missing = [c for c in REQUIRED_COLUMNS if c not in log]
         where = str(path) if path is not None else "recording"
         if missing:
@@ -285,6 +288,15 @@ class Recording:
             raise RecordingError(f"{where}: {len(source)} frames but {n} log rows")
         self.meta, self.log, self.source = meta, log, source
         self.path = Path(path) if path is not None else None
+        if origin is not None and len(origin[1]) != n:
+            raise RecordingError(f"{where}: origin has {len(origin[1])} rows, expected {n}")
+        self.origin = origin
+
+    def origin_of(self, index: int) -> Tuple[str, int]:
+        """(file, row) that frame ``index`` came from, as messages name it."""
+        if self.origin is None:
+            return str(self.path) if self.path is not None else "recording", int(index)
+        return self.origin[0], int(self.origin[1][index])
 
     def __len__(self) -> int:
         return len(self.log["frame"])
@@ -346,7 +358,7 @@ class Recording:
             source: FrameSource = VideoFrames(root / (meta.video or "video.mp4"), count=n)
         else:
             source = ImageFiles([root / "frames" / f"{i:06d}.jpg" for i in range(n)])
-        return cls(meta, log, source, root)
+        return cls(meta, log, source, root, origin=(str(root / "log.csv"), np.arange(n) + 2))
 
 
 def read_log_csv(path: Path) -> Dict[str, np.ndarray]:

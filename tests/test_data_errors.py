@@ -63,7 +63,7 @@ def test_corrupt_image_reported_by_cache_with_its_file(tmp_path):
     path = _folder(tmp_path)
     (tmp_path / "4.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
     recs = read_logs(path, options=OPTS)
-    with pytest.raises(DataError, match=r"4.jpg, row 4: .*not a readable image"):
+    with pytest.raises(DataError, match=r"log.csv, row 6: .*4.jpg: not a readable image"):
         cache_recordings(recs, Preprocessing(size=(20, 30)), tmp_path / "cache")
     problems = Problems("skip")
     (cached,) = cache_recordings(recs, Preprocessing(size=(20, 30)), tmp_path / "cache2", problems)
@@ -74,7 +74,7 @@ def test_corrupt_image_reported_by_cache_with_its_file(tmp_path):
 def test_wrong_image_size(tmp_path):
     path = _folder(tmp_path)
     cv2.imwrite(str(tmp_path / "1.jpg"), np.zeros((41, 60, 3), np.uint8))
-    with pytest.raises(DataError, match=r"1.jpg, row 1: frame is uint8 \(41, 60, 3\)"):
+    with pytest.raises(DataError, match=r"log.csv, row 3: 1.jpg: frame is uint8 \(41, 60, 3\)"):
         cache_recordings(read_logs(path, options=OPTS), Preprocessing(size=(20, 30)), tmp_path / "c")
 
 
@@ -122,3 +122,29 @@ def test_empty_recording(tmp_path):
     recs, problems = _skip(str(tmp_path))
     assert recs == [] and problems.counts() == {"empty": 1}
     assert "skipped 1 bad item(s): 1 empty" in problems.summary()
+
+
+@pytest.mark.parametrize("storage", ["frames", "video"])
+def test_canonical_recording_with_more_frames_than_log_rows_is_refused(tmp_path, storage):
+    from drive.recording import RecordingMeta, RecordingWriter
+    root = tmp_path / "rec"
+    meta = RecordingMeta(fps=10.0, width=32, height=24, storage=storage)
+    with RecordingWriter(root, meta) as w:
+        for i in range(6):
+            w.append(np.full((24, 32, 3), 30 * i, np.uint8), timestamp_s=i / 10.0, curvature=0.0, speed_mps=8.0)
+    log = (root / "log.csv").read_text().splitlines()
+    (root / "log.csv").write_text("\n".join(log[:4]) + "\n")  # 3 rows left for 6 stored frames
+    with pytest.raises(DataError, match=r"log.csv: 3 log rows but 6 frames in .*\[count_mismatch\]"):
+        read_logs(str(root))
+    (rec,), problems = _skip(str(root))
+    assert len(rec) == 3 and problems.counts() == {"count_mismatch": 1}
+
+
+def test_rows_named_after_dropped_rows_are_the_users_rows(tmp_path):
+    path = _folder(tmp_path, rows=[f"{i}.jpg,{0.1 * i},{'nan' if i == 1 else 0.0}" for i in range(6)])
+    (tmp_path / "4.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    recs, problems = _skip(path)
+    cache_recordings(recs, Preprocessing(size=(20, 30)), tmp_path / "cache", problems)
+    rows = {p.kind: (p.file, p.row) for p in problems.items}
+    assert rows["non_finite_label"][1] == 3  # 1.jpg's line
+    assert rows["unreadable_frame"] == (str(tmp_path / "log.csv"), 6)  # 4.jpg's line, not its new index 3

@@ -1,4 +1,5 @@
 """Cache, windows, splits, augmentation and the DataModule batch contract on real recordings."""
+import json
 import math
 import os
 
@@ -53,6 +54,10 @@ def test_cache_rebuilds_on_log_image_or_preprocessing_change_only(tmp_path):
     assert np.asarray(build_cache(read_logs(str(path))[0], pre, tmp_path / "c").frames[4]).max() == 0
     assert build_cache(read_logs(str(path))[0], Preprocessing(size=(15, 20)), tmp_path / "c").frames.shape[2:] == (15, 20)
     assert not list(first.directory.glob("*tmp*"))
+    meta = json.loads((path / "meta.json").read_text())
+    meta["camera"]["height_m"] = 1.7  # a corrected calibration
+    (path / "meta.json").write_text(json.dumps(meta))
+    assert build_cache(read_logs(str(path))[0], pre, tmp_path / "c").info["camera"]["height_m"] == 1.7
 
 
 def test_windows_never_cross_gaps_or_invalid_frames(tmp_path):

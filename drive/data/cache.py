@@ -8,7 +8,8 @@ Per recording, ``<cache_dir>/<name>/`` holds
 
 The crop/resize is :class:`drive.preprocess.Preprocessing` -- the very code exported modules run on
 the car -- so training and deployment see byte-identical inputs. The cache is rebuilt when its
-fingerprint changes: the preprocessing, the log's labels and timestamps (hashed), or the size and
+fingerprint changes: the preprocessing, the log's labels and timestamps (hashed), the camera
+calibration and frame rate (viewpoint augmentation reads them from the index), or the size and
 modification time of any frame file (images, video, HDF5). Writes are atomic: the index is removed
 first and written last (via a temporary file and ``os.replace``), so a crash leaves no index and the
 next run rebuilds.
@@ -104,7 +105,8 @@ def fingerprint(rec: Recording, preprocessing: Preprocessing) -> str:
     """Hash of everything the cached content depends on (see module docstring)."""
     h = hashlib.sha256()
     h.update(json.dumps({"v": CACHE_VERSION, "pre": preprocessing.to_dict(), "source": rec.meta.source,
-                         "size": [rec.meta.width, rec.meta.height]}, sort_keys=True).encode())
+                         "size": [rec.meta.width, rec.meta.height], "fps": rec.meta.fps,
+                         "camera": rec.meta.camera.to_dict() if rec.meta.camera else None}, sort_keys=True).encode())
     for column in ("timestamp_s", "curvature", "speed_mps"):
         h.update(np.ascontiguousarray(rec.log[column], dtype=np.float64).tobytes())
     for path in frame_files(rec.source):
@@ -131,18 +133,20 @@ def _cache_name(rec: Recording) -> str:
 
 
 def decode_frame(rec: Recording, index: int, problems: Problems, files: List[Path]) -> Optional[np.ndarray]:
-    """Frame ``index`` as uint8 [H, W, 3], or None after reporting why it is unusable."""
-    where = str(files[index]) if len(files) == len(rec) else str(files[0] if files else rec.path)
+    """Frame ``index`` as uint8 [H, W, 3], or None after reporting why it is unusable (naming the
+    user's file and row the frame came from, and the image file when frames are files)."""
+    file, row = rec.origin_of(index)
+    image = f"{files[index].name}: " if len(files) == len(rec) else ""
     try:
         frame = rec.frame(index)
     except (RecordingError, OSError, IndexError, ValueError) as e:
         kind = "truncated_video" if "truncated" in str(e) else "unreadable_frame"
-        problems.report(where, index, kind, str(e))
+        problems.report(file, row, kind, str(e))  # names the image or video
         return None
     expected = (rec.meta.height, rec.meta.width, 3)
     if frame.shape != expected or frame.dtype != np.uint8:
-        problems.report(where, index, "wrong_image_size",
-                        f"frame is {frame.dtype} {tuple(frame.shape)}, the recording's frames are uint8 {expected}")
+        problems.report(file, row, "wrong_image_size", f"{image}frame is {frame.dtype} {tuple(frame.shape)}, "
+                                                       f"the recording's frames are uint8 {expected}")
         return None
     return frame
 

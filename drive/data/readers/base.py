@@ -245,7 +245,8 @@ def build_recording(*, file: str, rows: np.ndarray, log: Dict[str, np.ndarray], 
     meta.setdefault("fps", estimate_fps(columns["timestamp_s"]))
     if "width" not in meta or "height" not in meta:
         meta["height"], meta["width"] = _first_frame_size(source, file)
-    return Recording(RecordingMeta(**meta), columns, source, path if path is not None else Path(file))
+    return Recording(RecordingMeta(**meta), columns, source, path if path is not None else Path(file),
+                     origin=(file, np.asarray(rows, dtype=np.int64)[index]))
 
 
 def _first_frame_size(source: FrameSource, file: str) -> Tuple[int, int]:

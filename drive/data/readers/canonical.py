@@ -2,19 +2,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Tuple
 
+import cv2
 import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.readers.base import ReaderOptions, build_recording
-from drive.recording import Recording, RecordingError
+from drive.recording import Recording, RecordingError, VideoFrames
 
 __all__ = ["read", "detect"]
 
 
 def detect(path: Path) -> bool:
     return path.is_dir() and (path / "meta.json").is_file()
+
+
+def _stored_frames(rec: Recording) -> Optional[Tuple[int, Path]]:
+    """(number of frames stored, where) -- the JPEGs in ``frames/``, or the video's frame count from
+    its header (None when the container does not say)."""
+    if isinstance(rec.source, VideoFrames):
+        cap = cv2.VideoCapture(str(rec.source.path))
+        count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) if cap.isOpened() else 0
+        cap.release()
+        return (count, rec.source.path) if count > 0 else None
+    frames = rec.path / "frames"
+    return len(list(frames.glob("*.jpg"))), frames
 
 
 def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recording]:
@@ -24,6 +37,10 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     except RecordingError as e:
         problems.report(str(path), None, "unreadable", str(e))
         return []
+    stored = _stored_frames(rec)
+    if stored is not None and stored[0] != len(rec):
+        problems.report(str(path / "log.csv"), None, "count_mismatch",
+                        f"{len(rec)} log rows but {stored[0]} frames in {stored[1]}")
     meta = rec.meta
     fields = dict(fps=meta.fps, width=meta.width, height=meta.height, camera=meta.camera, source=meta.source,
                   conditions=meta.conditions, seed=meta.seed, storage=meta.storage, video=meta.video,
