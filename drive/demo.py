@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     report = run_demo(settings)
     ok = report["acceptance"]["passed"]
     print(f"\ndemo: {'PASSED' if ok else 'FAILED'} acceptance; report: {report['report']}")
-    return 0
+    return 0 if ok else 1
 
 
 class _Stages:
