@@ -3,7 +3,8 @@
 Usage: python tools/bench_rnn.py [--device cpu|cuda] [--threads 1] [--batch 16] [--length 32]
 
 For each pair (drive LTC on an NCP of 19 neurons vs ncps LTC with the same wiring and weights;
-wired CfC on AutoNCP(19, 1) vs ncps; dense CfC 64 vs ncps; drive LSTM-64 vs torch nn.LSTM) it
+wired CfC on AutoNCP(19, 1) vs ncps, both with ncps's semantics and with the whole wiring as drive
+trains it; dense CfC 64 vs ncps; drive LSTM-64 vs torch nn.LSTM) it
 prints the median time of a forward pass (no grad), a forward+backward pass (B x L x F inputs) and
 a B=1 single step (eager, and scripted for drive), with the ratio ncps / drive (> 1: drive faster).
 With ``--device cuda`` it also reports the LTC sequence cost on the GPU (forward and
@@ -24,7 +25,7 @@ from ncps.torch import CfC as NcpsCfC
 from ncps.torch import LTC as NcpsLTC
 from torch import nn
 
-from drive.nn import LSTM, from_ncps
+from drive.nn import LSTM, WiredCfC, from_ncps
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -80,9 +81,12 @@ def pairs(features: int) -> List[Tuple[str, nn.Module, nn.Module, Callable]]:
     def lstm_step(m: nn.Module, x: torch.Tensor, h: torch.Tensor) -> object:
         return m.lstm(x.unsqueeze(1), (h[:, :64].unsqueeze(0).contiguous(), h[:, 64:].unsqueeze(0).contiguous()))
 
+    wired_ncps = from_ncps(wired)  # ncps's semantics, for parity: no command->command synapses, no polarity
+    faithful = WiredCfC(**{**wired_ncps.config(), "ncps_compatible": False})  # what drive trains
     return [
         ("LTC, NCP 19 neurons", from_ncps(ncp), ncp, ltc_step),
-        ("CfC wired, AutoNCP(19,1)", from_ncps(wired), wired, cfc_step),
+        ("CfC wired, AutoNCP(19,1), ncps semantics", wired_ncps, wired, cfc_step),
+        ("CfC wired, AutoNCP(19,1), whole wiring", faithful, wired, cfc_step),
         ("CfC dense, 64 units", from_ncps(dense), dense, cfc_step),
         ("LSTM, 64 units", LSTM(features, 64, 1), ref_lstm, lstm_step),
     ]
@@ -180,7 +184,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             ours, ref = r[key]
             cells.append(f"{ours:.2f} \\| {ref:.2f} ({ref / ours:.1f}x)")
         print(f"| {r['model']} | " + " | ".join(cells) + f" | {r['step_scripted_ms']:.3f} |")
-    print("references: ncps LTC (same wiring and weights), ncps CfC AutoNCP(19,1), ncps CfC dense 64, torch nn.LSTM")
+    print("references: ncps LTC (same wiring and weights), ncps CfC AutoNCP(19,1) (for the 'whole wiring' row drive also "
+          "runs the command->command synapses and polarity ncps drops), ncps CfC dense 64, torch nn.LSTM")
     for g in gpu:
         d, n = g["drive"], g["ncps"]
         print(f"GPU LTC B={g['batch']}: forward {d[0]:.2f} ms (ncps {n[0]:.2f}), "
