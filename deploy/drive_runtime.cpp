@@ -432,8 +432,12 @@ static int run(const Options& o) {
 
   std::unique_ptr<Runner> runner;
   const std::string ext = fs::path(o.model).extension().string();
-  if (ext == ".pt2") runner = std::make_unique<AOTIRunner>(o.model);
-  else runner = std::make_unique<TorchScriptRunner>(o.model, cuda ? torch::Device("cuda:0") : torch::Device("cpu"));
+  if (ext == ".pt2") {
+    runner = std::make_unique<AOTIRunner>(o.model);  // compiled for one device: say so rather than move it
+    if (o.device != "auto" && o.device != runner->meta.device)
+      throw std::invalid_argument(o.model + " is compiled for " + runner->meta.device + ", not --device " + o.device +
+                                  " (export it again with --device " + o.device + ")");
+  } else runner = std::make_unique<TorchScriptRunner>(o.model, cuda ? torch::Device("cuda:0") : torch::Device("cpu"));
   const Meta& m = runner->meta;
   const double fps = o.fps > 0 ? o.fps : m.fps;
   std::fprintf(stderr, "# model %s (%s, %s, family %s, conv head %s), frame %lldx%lld, hidden %lld, %.3g fps, |curvature| <= %g 1/m\n",

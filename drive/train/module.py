@@ -70,7 +70,8 @@ class PolicyModule(pl.LightningModule):
         lr_step_epochs: epochs between learning-rate drops of the step schedule.
         lr_gamma: factor of each drop of the step schedule.
         warmup_steps: linear warm-up steps before the schedule.
-        head_precision: autocast dtype for the conv head on CUDA: ``bf16``, ``fp16`` or ``fp32``.
+        head_precision: autocast dtype for the conv head on CUDA: ``bf16``, ``fp16`` or ``fp32`` (training
+            in ``fp16`` needs ``trainer.precision: 16-mixed`` for its gradient scaler).
         label_scale_km: scale of the readout (1/km per unit of recurrent output); None = the
             standard deviation of the training labels, measured when fitting starts.
     """
@@ -201,6 +202,13 @@ class PolicyModule(pl.LightningModule):
         self.log("train/mae_km", (pred - target).abs().mean().detach(), on_epoch=True, batch_size=n)
         return loss
 
+    def on_fit_start(self) -> None:
+        precision = str(self.trainer.precision)
+        if self.hparams.head_precision == "fp16" and self.device.type == "cuda" and precision != "16-mixed":
+            raise ValueError("model.head_precision fp16 trains only with trainer.precision 16-mixed (Lightning's "
+                             f"gradient scaler keeps fp16 gradients from underflowing; got {precision!r}): "
+                             "use head_precision bf16, or set --trainer.precision 16-mixed")
+
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         constrain = getattr(self.policy.rnn, "apply_constraints", None)
         if constrain is not None:
@@ -213,7 +221,7 @@ class PolicyModule(pl.LightningModule):
         The head runs on all ``B x L`` frames at once; the recurrent part runs window after window.
         A window continues the stream when it follows the previous one in the same recording
         (``start`` = previous start + L) and does not ``reset``; otherwise it starts from zeros.
-        Correct for any eval batch size and for shards of a distributed sampler.
+        Correct for any eval batch size, and under DDP (each rank evaluates whole recordings, in order).
         """
         frames = batch["frames"]
         b, length = frames.shape[0], frames.shape[1]
@@ -227,7 +235,8 @@ class PolicyModule(pl.LightningModule):
             follows = (self._stream_pos is not None and not reset[i]
                        and (start[i] is None or self._stream_pos == (rec[i], start[i])))
             hidden = self._stream_hidden if follows else None
-            y, hidden = self.policy.decode(features[i:i + 1], hidden, None if dt is None else dt[i:i + 1])
+            with torch.autocast(device_type=features.device.type, enabled=False):  # the cell stays fp32
+                y, hidden = self.policy.decode(features[i:i + 1], hidden, None if dt is None else dt[i:i + 1])
             outputs.append(y)
             self._stream_hidden = hidden.detach()
             self._stream_pos = (rec[i], None if start[i] is None else start[i] + length)
@@ -261,14 +270,15 @@ class PolicyModule(pl.LightningModule):
             self._recording_names = []
 
     def _end_stream(self, prefix: str) -> None:
-        if not self._stats:
-            return
         stats = self._stats
-        if self.trainer.world_size > 1:
+        if self.trainer.world_size > 1:  # every rank joins the reductions, also one that got no windows
+            stats = {k: stats.get(k, torch.zeros(0, device=self.device)) for k in ("sq", "abs", "n", "wsq", "w")}
             size = torch.tensor(float(stats["n"].numel()), device=stats["n"].device)
             longest = int(self.trainer.strategy.reduce(size, reduce_op="max").item())
             stats = {k: self.trainer.strategy.reduce(torch.nn.functional.pad(v, (0, longest - v.numel())),
                                                      reduce_op="sum") for k, v in stats.items()}
+        if not stats or not stats["n"].numel():
+            return
         total = stats["n"].sum().clamp_min(1.0)
         self.log(f"{prefix}/loss", stats["wsq"].sum() / stats["w"].sum().clamp_min(1e-12), prog_bar=True)
         self.log(f"{prefix}/mse_km", stats["sq"].sum() / total, prog_bar=True)
