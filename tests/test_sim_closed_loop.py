@@ -144,3 +144,26 @@ def test_evaluate_drives_a_saved_policy_checkpoint(tmp_path):
         torch.set_num_threads(threads)
     assert result.metrics["km"] == pytest.approx(0.03, abs=0.005)
     assert np.isfinite(result.segments[0].curvature_cmd_per_m).all()
+
+
+def test_metrics_follow_their_formulas_on_hand_made_segments():
+    from drive.sim.closed_loop import Segment, summarize
+    from drive.sim.road import generate_road
+
+    def seg(lat, cmd, interventions, resets, km, time_s):
+        z = np.zeros(len(lat))
+        return Segment(0, {}, generate_road(0, length_m=50.0), z, z, np.asarray(lat, float), np.asarray(lat, float) / 10,
+                       np.asarray(cmd, float), [[0.0, 0.0]] * interventions, km, time_s, 0.1, resets)
+
+    a = seg([0.0, 0.3, -0.4], [0.0, 0.01, 0.03], 1, [2], 0.5, 60.0)  # the takeover at step 2: its rate is left out
+    b = seg([1.2], [0.02], 0, [], 0.25, 30.0)
+    m = summarize([a, b])
+    assert m["interventions"] == 1 and m["km"] == 0.75 and m["time_s"] == 90.0
+    assert m["interventions_per_km"] == pytest.approx(1 / 0.75)
+    assert m["autonomy_pct"] == pytest.approx((1 - 6.0 / 90.0) * 100)
+    assert m["lateral_mean_abs_m"] == pytest.approx(1.9 / 4)
+    assert m["lateral_rms_m"] == pytest.approx(math.sqrt((0.09 + 0.16 + 1.44) / 4))
+    assert m["lateral_max_abs_m"] == pytest.approx(1.2)
+    assert m["heading_rms_rad"] == pytest.approx(math.sqrt((0.09 + 0.16 + 1.44) / 4) / 10)
+    assert m["steering_rate_rms"] == pytest.approx(0.1)  # only (0.01 - 0) / 0.1 s
+    assert summarize([seg([0.0], [0.0], 20, [], 0.1, 60.0)])["autonomy_pct"] == 0.0  # floored
