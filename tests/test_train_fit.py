@@ -152,6 +152,10 @@ def test_epoch_order_and_augmentation_follow_seed_epoch_and_window(logs: Path, t
 def test_checkpoint_carries_everything_to_rebuild_and_loads_weights_only(logs: Path, tmp_path: Path) -> None:
     pl.seed_everything(0)
     module = PolicyModule(family="ncp_ltc", input_hw=(40, 100))
+    assert not module.policy.rnn.softplus  # the paper's family clips
+    with torch.no_grad():  # violate the constraints, so only the after-step projection can restore them
+        module.policy.rnn.w[:, ::2] = -0.5
+        module.policy.rnn.cm[::2] = -0.5
     _trainer(tmp_path, max_steps=2, limit_val_batches=2).fit(module, datamodule=_datamodule(logs, tmp_path / "c"))
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     meta = ckpt["drive"]

@@ -22,7 +22,8 @@ Splits: ``val`` paths when given; otherwise ``val_split`` = ``ncp`` (first and l
 training drive, the paper's scheme), ``drives`` (a seeded share of whole drives) or ``none``.
 Caches are built in :meth:`prepare_data` (once per node) and reused everywhere else.
 Under DDP Lightning's ``use_distributed_sampler`` wraps the training sampler in a
-``DistributedSamplerWrapper`` and puts DistributedSamplers on the evaluation loaders.
+``DistributedSamplerWrapper``; the evaluation loaders give each rank whole recordings in order
+(:class:`~drive.data.sampling.RecordingShards`), so stateful evaluation is the same as in one process.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ from drive.data.augment import AugmentConfig, Augmenter
 from drive.data.cache import CachedRecording, cache_recordings
 from drive.data.dataset import SequenceDataset, sample_weights
 from drive.data.errors import Problems
-from drive.data.sampling import EpochSampler, ResumableLoader
+from drive.data.sampling import EpochSampler, RecordingShards, ResumableLoader
 from drive.data.readers import read_logs
 from drive.data.sequences import split_ranges, stateful_windows, train_windows
 from drive.preprocess import MODEL_SIZE, Preprocessing
@@ -179,7 +180,7 @@ class DriveDataModule(L.LightningDataModule):
     def _loader(self, split: str, batch_size: int, **kw: Any) -> DataLoader:
         if split not in self.datasets:
             raise ValueError(f"no {split} data: give {split} paths (and call setup)")
-        cls = ResumableLoader if "sampler" in kw else DataLoader
+        cls = ResumableLoader if isinstance(kw.get("sampler"), EpochSampler) else DataLoader
         return cls(self.datasets[split], batch_size=batch_size, drop_last=False, num_workers=self.num_workers,
                    pin_memory=self.pin_memory and torch.cuda.is_available(),
                    persistent_workers=self.num_workers > 0, worker_init_fn=_worker_init, **kw)
@@ -188,11 +189,20 @@ class DriveDataModule(L.LightningDataModule):
         """Shuffled by (seed, epoch) and resumable mid-epoch (:mod:`drive.data.sampling`)."""
         return self._loader("train", self.batch_size, sampler=EpochSampler(len(self.datasets["train"]), self.seed))
 
+    def _eval_loader(self, split: str) -> DataLoader:
+        """Every recording of ``split`` in time order; under DDP each rank gets whole recordings."""
+        trainer = self.trainer
+        if trainer is not None and trainer.world_size > 1:
+            windows = self.datasets[split].windows if split in self.datasets else []
+            shards = RecordingShards([w.recording for w in windows], trainer.world_size, trainer.global_rank)
+            return self._loader(split, self.eval_batch_size, sampler=shards)
+        return self._loader(split, self.eval_batch_size)
+
     def val_dataloader(self) -> Any:
-        return self._loader("val", self.eval_batch_size) if "val" in self.datasets else []
+        return self._eval_loader("val") if "val" in self.datasets else []
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader("test", self.eval_batch_size)
+        return self._eval_loader("test")
 
     def predict_dataloader(self) -> DataLoader:
-        return self._loader("predict", self.eval_batch_size)
+        return self._eval_loader("predict")

@@ -15,16 +15,18 @@ An epoch's order and every augmentation draw are pure functions of ``(seed, epoc
 
 Under DDP Lightning wraps the sampler in a ``DistributedSamplerWrapper`` (which passes the keys
 through and forwards ``set_epoch``) and rebuilds the loader around it, which stays resumable.
+Evaluation loaders under DDP use :class:`RecordingShards` instead of Lightning's round-robin
+sampler, so stateful evaluation sees every recording whole.
 """
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, Iterator, Tuple
+from typing import Any, Dict, Iterator, List, Sequence, Tuple
 
 import numpy as np
-from torch.utils.data import DataLoader, Sampler
+from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-__all__ = ["EpochSampler", "ResumableLoader"]
+__all__ = ["EpochSampler", "RecordingShards", "ResumableLoader"]
 
 DrawKey = Tuple[int, int]
 
@@ -46,6 +48,45 @@ class EpochSampler(Sampler[DrawKey]):
         order = (np.random.default_rng([self.seed, self.epoch]).permutation(self.size) if self.shuffle
                  else np.arange(self.size))
         return iter([(int(i), self.epoch) for i in order])
+
+
+class RecordingShards(DistributedSampler):
+    """Evaluation windows for one DDP rank: whole recordings, in time order, nothing repeated.
+
+    Stateful evaluation carries the hidden state from a window to the next one of the same
+    recording, so a rank must see all of a recording's windows, consecutively. Lightning's default
+    DistributedSampler deals windows out round-robin (each would start from a zero state) and pads
+    the shards with repeated windows (counted twice in the metrics); being a DistributedSampler,
+    this one is left in place. Recordings go, largest first, to the rank with the fewest windows so
+    far (deterministic: every rank computes the same assignment); a rank may get none.
+
+    Args:
+        recording_of: the recording index of every window, in dataset order (a recording's windows
+            are contiguous, as :func:`drive.data.sequences.stateful_windows` lays them out).
+    """
+
+    def __init__(self, recording_of: Sequence[int], num_replicas: int, rank: int) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+        # DistributedSampler.__init__ wants a process group and pads; its attributes are set here
+        self.num_replicas, self.rank, self.epoch, self.seed = int(num_replicas), int(rank), 0, 0
+        self.shuffle = self.drop_last = False
+        groups = [list(g) for _, g in itertools.groupby(range(len(recording_of)), key=lambda i: recording_of[i])]
+        load = [0] * self.num_replicas
+        mine: List[List[int]] = []
+        for group in sorted(groups, key=len, reverse=True):
+            target = load.index(min(load))
+            load[target] += len(group)
+            if target == self.rank:
+                mine.append(group)
+        self.indices = [i for group in sorted(mine) for i in group]
+        self.num_samples = self.total_size = len(self.indices)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.indices)
+
+    def __len__(self) -> int:
+        return self.num_samples
 
 
 class _SkipFirst:
