@@ -38,6 +38,17 @@ def grads(m, x, h, ts, autograd_path):
     return [p.grad.clone() for p in m.parameters()] + [x.grad, h.grad, y.detach(), hn.detach()]
 
 
+def graph_nodes(y):
+    """Names of every autograd node behind y."""
+    seen, todo = set(), [y.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo.extend(n for n, _ in node.next_functions)
+    return {n.name() for n in seen}
+
+
 @pytest.mark.parametrize("kind", ["dense", "wired", "wired_ncps"])
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("mixed", [False, True])
@@ -59,6 +70,40 @@ def test_fast_backward_with_two_layers_dropout_and_each_activation(activation):
     assert (fast[-2] - m.eval()(x, h, ts)[0]).abs().max() > 1e-3  # dropout was active
     for a, b in zip(fast, ref):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("layers", [0, 1, 2])
+@pytest.mark.parametrize("activation", ["lecun_tanh", "tanh"])
+@pytest.mark.parametrize("t", [None, 0.5])
+def test_sigmoid_form_at_uniform_time_equals_autograd(layers, activation, t):
+    """Default mode at one elapsed time for all samples and steps runs the sigmoid form (the state
+    carried as (x + 1) / 2, heads folded): outputs and every gradient equal the autograd loop's."""
+    m = make("dense", "default", False, backbone_layers=layers, backbone_activation=activation)
+    x, h = torch.randn(3, 6, 5), 0.5 * torch.randn(3, m.state_size)
+    ts = torch.full((3, 6), 1.0 if t is None else t)
+    fast = grads(m, x, h, None if t is None else ts, False)
+    y, _ = m(x, h, None if t is None else ts)
+    assert "SigmoidFormBackward" in graph_nodes(y)
+    for a, b in zip(fast, grads(m, x, h, ts, True)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():  # inference: the sigmoid form at t = 1 (cached), the tanh loop otherwise
+        torch.testing.assert_close(m(x, h, None if t is None else ts)[0], fast[-2], rtol=1e-5, atol=1e-6)
+
+
+def test_sigmoid_form_passes_gradcheck_in_float64():
+    m = make("dense", "default", False, backbone_layers=2).double()
+    names = [n for n, _ in m.named_parameters()]
+    params = [p.detach().clone().requires_grad_() for p in m.parameters()]
+    x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+    h = (0.5 * torch.randn(2, m.state_size, dtype=torch.float64)).requires_grad_()
+    ts = torch.full((2, 3), 0.7, dtype=torch.float64)
+
+    def run(x, h, *ps):
+        out = torch.func.functional_call(m, dict(zip(names, ps)), (x, h, ts))
+        return out[0], out[1]
+
+    assert "SigmoidFormBackward" in graph_nodes(run(x, h, *params)[0])
+    assert torch.autograd.gradcheck(run, (x, h, *params), eps=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", ["dense", "wired"])

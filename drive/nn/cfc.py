@@ -25,7 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from drive.nn.cfc_bptt import DenseBPTT, dense_loop_weights, dense_run
+from drive.nn.cfc_bptt import (DenseBPTT, dense_loop_weights, dense_run, SigmoidForm, sigmoid_form_applies,
+                               uniform_time)
 from drive.nn.cfc_cells import (ACTIVATIONS, MODES, MixedMemory, PreparedCache, activate, cfc_update,
                                 check_config, check_hidden, check_sequence, dropout_mask, lstm_update,
                                 needs_grad, register_pure)
@@ -102,6 +103,13 @@ class CfC(nn.Module):
             out += [w, b]
         return out
 
+    @torch.jit.unused
+    def _sigmoid_form(self, t: Tensor) -> List[Tensor]:
+        """``_prepare``'s list in the form ``SigmoidForm`` gives (default mode, tanh-like backbone)."""
+        layers = SigmoidForm.apply(self.input_size, self.units, t, self.activation_id == 0,
+                                   *[v for layer in self.layers for v in (layer.weight, layer.bias)])
+        return [self.A[:0]] * 5 + list(layers)
+
     def _loop(self, x: Tensor, state: Tensor, ts: Tensor, prep: List[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
         """The recurrence with autograd (TorchScript, no-grad calls): (states [B, L, n], h, c)."""
         n, f = self.units, self.input_size
@@ -135,18 +143,23 @@ class CfC(nn.Module):
             dtype = self.layers[0].weight.dtype
             with torch.autocast(x.device.type, enabled=False):
                 return self._eager(x.to(dtype), state.to(dtype), ts.to(dtype))
-        n = self.units
+        n, f = self.units, self.input_size
         h, c = state[:, :n], state[:, n:]
         spec = (n, self.mode_id, self.activation_id, self.dropout if self.training else 0.0, self.mixed_memory)
-        if not needs_grad(self, x, state):
-            with torch.no_grad():
-                weights = self._cache.get(self, "loop", lambda: dense_loop_weights(self.input_size, self.mixed_memory,
-                                                                           self._prepare()))
-                outs, h, c = dense_run(spec, x, h, c, ts, weights)[1][:3]
-                return torch.stack(outs, 1), h, c
-        if ts.requires_grad:  # elapsed-time gradients: only autograd has them
+        grad = needs_grad(self, x, state)
+        if grad and ts.requires_grad:  # elapsed-time gradients: only autograd has them
             return self._loop(x, state, ts, self._prepare())
-        return DenseBPTT.apply(spec, x, h, c, ts, *self._prepare())
+        t = uniform_time(ts) if sigmoid_form_applies(*spec[1:]) else None
+        if t is not None and (grad or bool(t == 1.0)):  # the sigmoid form (no-grad: cached at t = 1 only)
+            spec = (n, 3, 5, 0.0, False)
+        if grad:
+            return DenseBPTT.apply(spec, x, h, c, ts, *(self._sigmoid_form(t) if spec[1] == 3 else self._prepare()))
+        with torch.no_grad():
+            weights = self._cache.get(self, "loop" if spec[1] != 3 else "loop_sigmoid", lambda: dense_loop_weights(
+                f, False, self._sigmoid_form(ts.new_ones(()))) if spec[1] == 3 else dense_loop_weights(
+                f, self.mixed_memory, self._prepare()))
+            y, _, out = dense_run(spec, x, h, c, ts, weights)
+            return y, out[1], out[2]
 
     def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:

@@ -30,6 +30,19 @@ from drive.nn.cfc_bptt_loops import compiled, dense_backward, dense_forward, wir
 def update_jacobian(saved: Sequence[List[Tensor]], t: Tensor, n: int, mode: int, a: Tensor) -> Tensor:
     """d new state / d z for all steps: [L, B, K, n] (the update is diagonal per head); saved[step]
     as returned by ``update_forward``, t [L, B, 1]."""
+    if mode == 3:  # L = lerp(s1, s2, s3), s = sigmoid(z); in place: large temporaries page-fault
+        s = torch.stack([sv[0] for sv in saved])
+        s1, s2, s3 = s.split(n, 2)
+        jac = torch.empty(s.shape[:2] + (3, n), dtype=s.dtype, device=s.device)
+        j1, j2, j3 = jac.unbind(2)
+        torch.sub(1.0, s3, out=j1)
+        j2.copy_(s3)
+        torch.sub(s2, s1, out=j3)
+        torch.addcmul(s, s, s, value=-1.0, out=s)  # s(1 - s)
+        j1.mul_(s1)
+        j2.mul_(s2)
+        j3.mul_(s3)
+        return jac
     if mode == 2:
         z, decay = (torch.stack([s[i] for s in saved]) for i in range(2))
         return (a * decay * (t * z.abs() - 1.0)).unsqueeze(2)
@@ -54,6 +67,8 @@ def _activation_jacobian(saved: List[Tensor], masks: List[Tensor], kind: int) ->
     v = torch.stack(saved)
     if kind <= 1:
         d = 1.0 - v * v
+    elif kind == 5:
+        d = torch.addcmul(v, v, v, value=-1.0, out=v)
     elif kind == 2:
         d = (v > 0).to(v.dtype)
     elif kind == 3:
@@ -117,14 +132,98 @@ def dense_loop_weights(f: int, mixed: bool, prep: Sequence[Tensor]) -> Tuple:
             wi, bi, wr.t().contiguous() if mixed else wr, w_tau, a)
 
 
-def dense_run(spec: Tuple, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple) -> Tuple[Tensor, Tuple]:
-    """Run the dense loop: (time-major x, what ``dense_forward`` returns); lw from ``dense_loop_weights``."""
+def uniform_time(ts: Tensor) -> Optional[Tensor]:
+    """The elapsed time shared by every sample and step of ts [B, L, 1] as a 0-dim tensor, or None
+    when they differ (no timespans given: the expanded ones of ``check_sequence``, no sync)."""
+    t = ts.reshape(-1)[:1].reshape(())
+    if ts.stride(0) == 0 and ts.stride(1) == 0:
+        return t
+    return t if bool((ts == t).all()) else None
+
+
+def sigmoid_form_applies(mode: int, kind: int, p: float, mixed: bool) -> bool:
+    """Whether ``SigmoidForm`` can rewrite this dense CfC (default mode, tanh-like backbone, no
+    dropout, no mixed memory; the elapsed time must also be uniform)."""
+    return mode == 0 and kind <= 1 and p == 0.0 and not mixed
+
+
+def _sigmoid_maps(ws: Sequence[Tensor], f: int, lecun: bool) -> List[Tuple[Tensor, Tensor, float]]:
+    """Per layer (column scale c, fold vector u, row scale P) with W' = P (W * c), b' = P (b - W u)."""
+    last, out = len(ws) - 1, []
+    for k, w in enumerate(ws):
+        p = 2.0 * (0.666 if lecun else 1.0) if k < last else 1.0  # doubled (pre-scaled) pre-activation
+        if k == 0:  # reads [input | state]; the state arrives as L = (x + 1) / 2
+            c = torch.cat([w.new_ones(f), w.new_full((w.size(1) - f,), 2.0)])
+            u = torch.cat([w.new_zeros(f), w.new_ones(w.size(1) - f)])
+        else:  # reads a sigmoid s with tanh = 2 s - 1 (times LeCun's 1.7159)
+            q = 1.7159 if lecun else 1.0
+            c, u = w.new_full((w.size(1),), 2.0 * q), w.new_full((w.size(1),), q)
+        out.append((c, u, p))
+    return out
+
+
+class SigmoidForm(torch.autograd.Function):
+    """The dense CfC's layers rewritten so that the default-mode loop at a uniform elapsed time t runs
+    on sigmoids only (on CPU ``tanh`` costs ~3x a ``sigmoid``; this also removes a head and an op
+    per step). With tanh(u) = 2 sigmoid(2u) - 1, every map is exact:
+
+    - the loop carries L = (x + 1) / 2, so the first layer's state columns give 2 W L + (b - W 1);
+    - each backbone pre-activation is doubled (LeCun's 0.666 folded in) and the next layer reads the
+      sigmoid s: W tanh(u) + b = 2 W s + (b - W 1) (LeCun's 1.7159 folded in);
+    - ff1 and ff2 are doubled and the time gate's heads fold into one, time_a t + time_b, so the heads
+      give z = [2 ff1 | 2 ff2 | gate], s = sigmoid(z) and L_new = lerp(s1, s2, s3) = (x_new + 1) / 2
+      for x_new = lerp(tanh ff1, tanh ff2, sigmoid(gate)) of Eq. 10.
+
+    apply(f, n, t, lecun, w0, b0, w1, b1, ...) with the raw layer parameters -> (w0', b0', ...).
+    The map is linear in the parameters; one autograd node applies its adjoint (a few ops instead of
+    the ~60 nodes autograd would record)."""
+
+    @staticmethod
+    def forward(ctx: Any, f: int, n: int, t: Tensor, lecun: bool, *wb: Tensor) -> Tuple[Tensor, ...]:
+        ws, bs = wb[0::2], wb[1::2]
+        maps = _sigmoid_maps(ws, f, lecun)
+        ctx.n, ctx.t, ctx.maps = n, t, maps
+        out: List[Tensor] = []
+        for w, b, (c, u, p) in zip(ws, bs, maps):
+            out += [w * (c * p), torch.addmv(b, w, u, beta=p, alpha=-p)]
+        for i in (-2, -1):  # heads [ff1 | ff2 | time_a | time_b] -> [2 ff1 | 2 ff2 | time_a t + time_b]
+            v = out[i]
+            out[i] = torch.cat([v[: 2 * n] * 2.0, torch.addcmul(v[3 * n:], v[2 * n: 3 * n], t)])
+        ctx.shapes = [v.shape for v in out]
+        return tuple(out)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, *grads: Optional[Tensor]):
+        n, t, maps = ctx.n, ctx.t, ctx.maps
+        g = [t.new_zeros(shape) if v is None else v for v, shape in zip(grads, ctx.shapes)]
+        for i in (-2, -1):
+            gate = g[i][2 * n:]
+            g[i] = torch.cat([g[i][: 2 * n] * 2.0, gate * t, gate])
+        out: List[Optional[Tensor]] = [None, None, None, None]
+        for k, (c, u, p) in enumerate(maps):
+            gw, gb = g[2 * k], g[2 * k + 1]
+            out += [torch.addr(gw * (c * p), gb, u, alpha=-p), gb * p]
+        return tuple(out)
+
+
+def dense_run(spec: Tuple, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple) -> Tuple[Tensor, Tensor, Tuple]:
+    """Run the dense loop: (states [B, L, n], time-major x, what ``dense_forward`` returns); lw from
+    ``dense_loop_weights``. In the sigmoid form (mode 3) the loop carries L = (x + 1) / 2: h enters
+    converted and the states and the last state leave as x (the lists keep L)."""
     n, mode, kind, p, mixed = spec
     w_in, b0, w_h, ws_t, bs, wi, bi, wr_t, w_tau, a = lw
     xt = x.transpose(0, 1).contiguous()
     m_part = F.linear(xt, wi, bi) if mixed else xt
-    return xt, compiled(dense_forward)(F.linear(xt, w_in, b0), m_part, h, c, ts.transpose(0, 1), w_h, ws_t, bs,
-                                       wr_t, w_tau, a, n, mode, kind, p, mixed)
+    if mode == 3:
+        h = torch.add(h, 1.0).mul_(0.5)
+    out = compiled(dense_forward)(F.linear(xt, w_in, b0), m_part, h, c, ts.transpose(0, 1), w_h, ws_t, bs,
+                                  wr_t, w_tau, a, n, mode, kind, p, mixed)
+    y = torch.stack(out[0], 1)
+    if mode == 3:
+        y.mul_(2.0).sub_(1.0)
+        out = (out[0], out[1] * 2.0 - 1.0) + out[2:]
+    return y, xt, out
 
 
 def wired_loop_weights(mixed: bool, prep: Sequence[Tensor]) -> Tuple:
@@ -154,12 +253,12 @@ class DenseBPTT(torch.autograd.Function):
         n, mode, kind, p, mixed = spec
         ws = list(wb[0::2])
         f = x.size(2)
-        xt, (outs, h, c, h_in, mem_in, mem_saved, acts, ins, masks, heads) = dense_run(
+        y, xt, (outs, h, c, h_in, mem_in, mem_saved, acts, ins, masks, heads) = dense_run(
             spec, x, h, c, ts, dense_loop_weights(f, mixed, [w_tau, a, wi, bi, wr, *wb]))
         ctx.spec, ctx.f, ctx.ts = spec, f, ts
         ctx.saved = (xt, mem_in, mem_saved, h_in, acts, ins, masks, heads)
         ctx.save_for_backward(w_tau, a, wi, wr, *ws)
-        return torch.stack(outs, 1), h, c
+        return y, h, c
 
     @staticmethod
     @once_differentiable
@@ -171,6 +270,8 @@ class DenseBPTT(torch.autograd.Function):
         f, last, steps, need = ctx.f, len(ws) - 1, len(h_in), ctx.needs_input_grad
         t = ctx.ts.transpose(0, 1)
         g, dh, dc = _start(ctx, g_seq, g_h, g_c, h_in[0])
+        if mode == 3:  # gradients with respect to L = (x + 1) / 2
+            g, dh = g * 2.0 if g is not None else None, dh.mul_(2.0)
         dact = [_activation_jacobian(acts[k], masks[k], kind) for k in range(last)]
         dz_k, dzm, dH, dh, dc = compiled(dense_backward)(
             dh, dc, g, update_jacobian(heads, t, n, mode, a), dact, ws[1:], ws[0][:, f:].contiguous(), wr,
@@ -179,8 +280,11 @@ class DenseBPTT(torch.autograd.Function):
         x_rows = xt.flatten(0, 1)
         grads: List[Optional[Tensor]] = []
         for k in range(last + 1):
-            inp = torch.cat([x_rows, _rows(h_in)], 1) if k == 0 else _rows(ins[k - 1])
-            grads.extend(_weight_and_bias(rows[k], inp, need[10 + 2 * k], need[11 + 2 * k]))
+            if k == 0:  # W_1 reads [x, h]: two products instead of one over a concatenated copy
+                g_w = torch.cat([rows[0].t().mm(x_rows), rows[0].t().mm(_rows(h_in))], 1) if need[10] else None
+                grads.extend((g_w, _weight_and_bias(rows[0], x_rows, False, need[11])[1]))
+            else:
+                grads.extend(_weight_and_bias(rows[k], _rows(ins[k - 1]), need[10 + 2 * k], need[11 + 2 * k]))
         dx = rows[0].mm(ws[0][:, :f]) if need[1] else None
         g_wi = g_bi = g_wr = None
         if mixed:
@@ -193,6 +297,8 @@ class DenseBPTT(torch.autograd.Function):
             g_tau, g_a = _pure_grads(need[5:7], dH, z, decay, t, a)
         if dx is not None:
             dx = dx.view(steps, -1, f).transpose(0, 1)
+        if mode == 3:
+            dh = dh * 0.5
         return (None, dx, dh if need[2] else None, dc if mixed and need[3] else None, None, g_tau, g_a,
                 g_wi, g_bi, g_wr, *grads)
 

@@ -44,7 +44,11 @@ def _lists(k: int) -> List[List[Tensor]]:
 
 
 def update_forward(z: Tensor, t: Tensor, n: int, mode: int, w_tau: Tensor, a: Tensor) -> Tuple[Tensor, List[Tensor]]:
-    """``cfc_cells.cfc_update`` that also returns what its derivative needs."""
+    """``cfc_cells.cfc_update`` that also returns what its derivative needs; mode 3 is the default
+    mode in ``cfc_bptt.SigmoidForm`` (z = [2 ff1 | 2 ff2 | gate pre-activation], state (x + 1) / 2)."""
+    if mode == 3:
+        s = torch.sigmoid(z)
+        return torch.lerp(s[:, :n], s[:, n: 2 * n], s[:, 2 * n:]), [s]
     if mode == 2:
         decay = torch.exp(-t * (w_tau + z.abs()))
         return torch.addcmul(a, a * decay, z, value=-1.0), [z, decay]
@@ -94,7 +98,7 @@ def dense_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
         z = torch.addmm(xs[i], h, w_h, beta=one)
         for k in range(len(ws_t)):
             y = activate(z, kind)
-            acts[k].append(y if kind <= 2 else z)
+            acts[k].append(z if kind in (3, 4) else y)
             if p > 0.0:
                 m = dropout_mask(y, p)
                 masks[k].append(m)
@@ -108,7 +112,7 @@ def dense_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
 
 
 def dense_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: Tensor, dact: List[Tensor],
-                   ws: List[Tensor], w_h: Tensor, wr: Tensor, lstm: List[Tensor], keep_dh: bool):
+                   ws: List[Tensor], w_h: Tensor, wr: Tensor, lstm: List[Tensor], keep_dh: bool, one: float = 1.0):
     """Reverse recurrence for the state gradients. g_seq [L, B, n] time-major; jac [L, B, K, n];
     dact[k] [L, B, D] and ws[k] [out, in] for backbone layers 2.. and heads; w_h = W_1[:, F:].
     Returns (dz per layer 1..heads, dz of the LSTM, state gradients (if keep_dh), dh0, dc0), each
@@ -127,14 +131,16 @@ def dense_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: Tensor,
         for k in range(last, 0, -1):
             dz = dz.mm(ws[k - 1]) * dacts[k - 1][i]
             dzs[k - 1].append(dz)
-        d = dz.mm(w_h)
         if len(lstms) > 0:
-            dz, dc = _lstm_step(i, d, dc, lstms)
+            dz, dc = _lstm_step(i, dz.mm(w_h), dc, lstms)
             dzm.append(dz)
-            d = dz.mm(wr)
-        if g_seq is not None and i > 0:
-            d = d + gs[i - 1]
-        dh = d
+            w = wr
+        else:
+            w = w_h
+        if g_seq is not None and i > 0:  # the output gradient of the step before joins in the product
+            dh = torch.addmm(gs[i - 1], dz, w, beta=one)
+        else:
+            dh = dz.mm(w)
     return dzs, dzm, dH, dh, dc
 
 

@@ -15,9 +15,12 @@ ACTIVATIONS = ("lecun_tanh", "tanh", "relu", "gelu", "silu")
 
 
 def activate(x: Tensor, kind: int) -> Tensor:
-    """Backbone activation by code (lecun_tanh arrives pre-scaled, so it is a plain tanh here)."""
+    """Backbone activation by code (lecun_tanh arrives pre-scaled, so it is a plain tanh here; code 5
+    is the sigmoid of ``cfc_bptt.SigmoidForm``)."""
     if kind <= 1:
         return torch.tanh(x)
+    if kind == 5:
+        return torch.sigmoid(x)
     if kind == 2:
         return torch.relu(x)
     if kind == 3:
