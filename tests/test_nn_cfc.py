@@ -180,17 +180,20 @@ def test_backbone_dropout_works_with_one_layer_in_train_mode_only():
     torch.testing.assert_close(m.eval()(x)[0], plain.eval()(x)[0], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: CfC(6, 8, output_size=2, mixed_memory=True, backbone_activation="gelu"),
-    lambda: CfC(6, 8, mode="pure", backbone_layers=0),
-    lambda: WiredCfC(NCP(5, 4, 2, 2, 2, 3, 2, input_dim=6), mode="no_gate", mixed_memory=True),
+@pytest.mark.parametrize("make, regular", [
+    (lambda: CfC(6, 8, output_size=2, mixed_memory=True, backbone_activation="gelu"), False),
+    (lambda: CfC(6, 8, mode="pure", backbone_layers=0), False),
+    (lambda: WiredCfC(NCP(5, 4, 2, 2, 2, 3, 2, input_dim=6), mode="no_gate", mixed_memory=True), False),
+    (lambda: WiredCfC(NCP(5, 4, 2, 2, 2, 3, 2, input_dim=6)), False),
+    (lambda: CfC(6, 8, output_size=2), True),  # eager runs the sigmoid form, TorchScript the tanh loop
+    (lambda: CfC(6, 8, backbone_layers=2, backbone_activation="tanh"), True),
 ])
-def test_scripted_equals_eager_and_step_equals_forward(make):
+def test_scripted_equals_eager_and_step_equals_forward(make, regular):
     torch.manual_seed(7)
     m = make().eval()
     s = torch.jit.script(m)
-    x, ts = torch.randn(3, 5, 6), torch.rand(3, 5) + 0.05
-    y, h = m(x, None, ts)
+    x, ts = torch.randn(3, 5, 6), torch.ones(3, 5) if regular else torch.rand(3, 5) + 0.05
+    y, h = m(x, None, None if regular else ts)
     ys, hs = s(x, None, ts)
     torch.testing.assert_close(ys, y, rtol=0, atol=1e-6)
     torch.testing.assert_close(hs, h, rtol=0, atol=1e-6)
