@@ -30,19 +30,14 @@ from drive.nn.cfc_bptt_loops import compiled, dense_backward, dense_forward, wir
 def update_jacobian(saved: Sequence[List[Tensor]], t: Tensor, n: int, mode: int, a: Tensor) -> Tensor:
     """d new state / d z for all steps: [L, B, K, n] (the update is diagonal per head); saved[step]
     as returned by ``update_forward``, t [L, B, 1]."""
-    if mode == 3:  # L = lerp(s1, s2, s3), s = sigmoid(z); in place: large temporaries page-fault
-        s = torch.stack([sv[0] for sv in saved])
+    if mode == 3:  # L = lerp(s1, s2, s3), s = sigmoid(z); in place over the stacked copy (every large
+        s = torch.stack([sv[0] for sv in saved])  # fresh tensor costs cache misses and page faults)
         s1, s2, s3 = s.split(n, 2)
-        jac = torch.empty(s.shape[:2] + (3, n), dtype=s.dtype, device=s.device)
-        j1, j2, j3 = jac.unbind(2)
-        torch.sub(1.0, s3, out=j1)
-        j2.copy_(s3)
-        torch.sub(s2, s1, out=j3)
-        torch.addcmul(s, s, s, value=-1.0, out=s)  # s(1 - s)
-        j1.mul_(s1)
-        j2.mul_(s2)
-        j3.mul_(s3)
-        return jac
+        diff = s2 - s1
+        torch.addcmul(s2, s2, s2, value=-1.0, out=s2).mul_(s3)  # s2 (1 - s2) s3
+        torch.addcmul(s1, s1, s1, value=-1.0, out=s1).addcmul_(s1, s3, value=-1.0)  # s1 (1 - s1) (1 - s3)
+        torch.addcmul(s3, s3, s3, value=-1.0, out=s3).mul_(diff)  # s3 (1 - s3) (s2 - s1)
+        return s.view(s.shape[:2] + (3, n))
     if mode == 2:
         z, decay = (torch.stack([s[i] for s in saved]) for i in range(2))
         return (a * decay * (t * z.abs() - 1.0)).unsqueeze(2)
@@ -61,10 +56,9 @@ def lstm_jacobian(saved: Sequence[List[Tensor]], n: int) -> List[Tensor]:
     return [og * (1.0 - tc * tc), to_c, tc * dsg[..., 2 * n:], fg]
 
 
-def _activation_jacobian(saved: List[Tensor], masks: List[Tensor], kind: int) -> Tensor:
-    """Backbone activation (times dropout mask) derivative for all steps [L, B, D]; ``saved`` holds
-    the output (tanh, relu) or the input (gelu, silu)."""
-    v = torch.stack(saved)
+def _activation_jacobian(v: Tensor, masks: List[Tensor], kind: int) -> Tensor:
+    """Backbone activation (times dropout mask) derivative for all steps [L, B, D]; v (stacked, left
+    intact) holds the output (tanh, sigmoid, relu) or the input (gelu, silu)."""
     if kind <= 1:
         d = 1.0 - v * v
     elif kind == 5:
@@ -270,12 +264,14 @@ class DenseBPTT(torch.autograd.Function):
         f, last, steps, need = ctx.f, len(ws) - 1, len(h_in), ctx.needs_input_grad
         t = ctx.ts.transpose(0, 1)
         g, dh, dc = _start(ctx, g_seq, g_h, g_c, h_in[0])
-        if mode == 3:  # gradients with respect to L = (x + 1) / 2
-            g, dh = g * 2.0 if g is not None else None, dh.mul_(2.0)
-        dact = [_activation_jacobian(acts[k], masks[k], kind) for k in range(last)]
+        if mode == 3:  # gradients with respect to L = (x + 1) / 2 (g is doubled inside the loop)
+            dh.mul_(2.0)
+        stacked = [torch.stack(v) for v in acts]
+        dact = [_activation_jacobian(stacked[k], masks[k], kind) for k in range(last)]
+        ins_rows = [stacked[k].flatten(0, 1) if kind <= 2 and not masks[k] else _rows(ins[k]) for k in range(last)]
         dz_k, dzm, dH, dh, dc = compiled(dense_backward)(
             dh, dc, g, update_jacobian(heads, t, n, mode, a), dact, ws[1:], ws[0][:, f:].contiguous(), wr,
-            lstm_jacobian(mem_saved, n) if mixed else [], mode == 2)
+            lstm_jacobian(mem_saved, n) if mixed else [], mode == 2, 2.0 if mode == 3 else 1.0)
         rows = [_rows(d[::-1]) for d in dz_k]
         x_rows = xt.flatten(0, 1)
         grads: List[Optional[Tensor]] = []
@@ -284,7 +280,7 @@ class DenseBPTT(torch.autograd.Function):
                 g_w = torch.cat([rows[0].t().mm(x_rows), rows[0].t().mm(_rows(h_in))], 1) if need[10] else None
                 grads.extend((g_w, _weight_and_bias(rows[0], x_rows, False, need[11])[1]))
             else:
-                grads.extend(_weight_and_bias(rows[k], _rows(ins[k - 1]), need[10 + 2 * k], need[11 + 2 * k]))
+                grads.extend(_weight_and_bias(rows[k], ins_rows[k - 1], need[10 + 2 * k], need[11 + 2 * k]))
         dx = rows[0].mm(ws[0][:, :f]) if need[1] else None
         g_wi = g_bi = g_wr = None
         if mixed:

@@ -48,7 +48,8 @@ def update_forward(z: Tensor, t: Tensor, n: int, mode: int, w_tau: Tensor, a: Te
     mode in ``cfc_bptt.SigmoidForm`` (z = [2 ff1 | 2 ff2 | gate pre-activation], state (x + 1) / 2)."""
     if mode == 3:
         s = torch.sigmoid(z)
-        return torch.lerp(s[:, :n], s[:, n: 2 * n], s[:, 2 * n:]), [s]
+        s1, s2, s3 = s.view(-1, 3, n).unbind(1)  # two ops for three views (three slices cost three)
+        return torch.lerp(s1, s2, s3), [s]
     if mode == 2:
         decay = torch.exp(-t * (w_tau + z.abs()))
         return torch.addcmul(a, a * decay, z, value=-1.0), [z, decay]
@@ -112,9 +113,10 @@ def dense_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
 
 
 def dense_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: Tensor, dact: List[Tensor],
-                   ws: List[Tensor], w_h: Tensor, wr: Tensor, lstm: List[Tensor], keep_dh: bool, one: float = 1.0):
+                   ws: List[Tensor], w_h: Tensor, wr: Tensor, lstm: List[Tensor], keep_dh: bool, g_scale: float):
     """Reverse recurrence for the state gradients. g_seq [L, B, n] time-major; jac [L, B, K, n];
-    dact[k] [L, B, D] and ws[k] [out, in] for backbone layers 2.. and heads; w_h = W_1[:, F:].
+    dact[k] [L, B, D] and ws[k] [out, in] for backbone layers 2.. and heads; w_h = W_1[:, F:];
+    g_seq enters scaled by g_scale (2 in the sigmoid form, whose state is L = (x + 1) / 2).
     Returns (dz per layer 1..heads, dz of the LSTM, state gradients (if keep_dh), dh0, dc0), each
     list in reverse time order."""
     last = len(ws)
@@ -138,7 +140,7 @@ def dense_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: Tensor,
         else:
             w = w_h
         if g_seq is not None and i > 0:  # the output gradient of the step before joins in the product
-            dh = torch.addmm(gs[i - 1], dz, w, beta=one)
+            dh = torch.addmm(gs[i - 1], dz, w, beta=g_scale)
         else:
             dh = dz.mm(w)
     return dzs, dzm, dH, dh, dc
