@@ -1,17 +1,25 @@
-"""Training end to end: learning works (closed loop beats constant steering), resume, checkpoints."""
+"""Training end to end: learning works (closed loop beats constant steering), resume, checkpoints,
+and `drive test` / `drive predict` on a checkpoint."""
 from __future__ import annotations
 
+import csv
 import warnings
 from pathlib import Path
-from typing import List
+from typing import Dict, List, Tuple
 
 import lightning.pytorch as pl
+import numpy as np
 import pytest
 import torch
+from lightning.pytorch.callbacks import BasePredictionWriter
 
+from drive.cli import main
 from drive.data.augment import AugmentConfig
+from drive.data.cache import display_name
 from drive.data.datamodule import DriveDataModule
+from drive.data.readers import read_logs
 from drive.policy_io import PolicyDriver, load_policy, read_checkpoint
+from drive.preprocess import Preprocessing
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.record import simulate
@@ -167,3 +175,95 @@ def test_checkpoint_carries_everything_to_rebuild_and_loads_weights_only(logs: P
     torch.testing.assert_close(policy.state_dict()["rnn.w"], module.policy.state_dict()["rnn.w"])
     # weight constraints (positivity="clip") hold after training steps
     assert float(policy.rnn.w.min()) >= 0.0 and float(policy.rnn.cm.min()) >= 0.0
+
+
+@pytest.fixture(scope="module")
+def checkpoint(logs: Path, tmp_path_factory) -> Path:
+    """last.ckpt after one training step: what `drive test|predict --ckpt_path` loads."""
+    root = tmp_path_factory.mktemp("one-step")
+    pl.seed_everything(0)
+    module = PolicyModule(family="ncp_ltc", input_hw=(40, 100))
+    _trainer(root, max_steps=1, limit_val_batches=0).fit(module, datamodule=_datamodule(logs, root / "cache"))
+    return root / "checkpoints" / "last.ckpt"
+
+
+def _lightning_args(command: str, ckpt: Path, logs: Path, root: Path, *extra: str) -> List[str]:
+    """`drive test|predict` on ``logs`` with a checkpoint; the model comes from the checkpoint's hyperparameters."""
+    return [command, "--ckpt_path", str(ckpt), f"--data.{command}", f"[{logs}]", "--data.image_size", "[40, 100]",
+            "--data.eval_batch_size", "4", "--data.num_workers", "0", "--data.cache_dir", str(root / "cache"),
+            "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(root),
+            "--trainer.enable_progress_bar", "false", *extra]
+
+
+def _one_pass_km(ckpt: Path, logs: Path) -> List[Tuple[str, np.ndarray, np.ndarray]]:
+    """Per recording of ``logs``: (name, the checkpoint's curvature over it in one pass, label), 1/km."""
+    policy, meta = load_policy(ckpt)
+    pre = Preprocessing.from_dict(meta["preprocessing"])
+    out = []
+    for rec in read_logs(str(logs)):
+        frames = pre(np.stack(list(rec.frames()))).float().div(255.0)
+        dt = np.diff(rec.timestamps_s, prepend=rec.timestamps_s[0] - 1.0 / meta["fps"])
+        with torch.no_grad():
+            y, _ = policy(frames[None], None, torch.from_numpy(dt).float()[None])
+        out.append((display_name(rec), 1000.0 * y[0].double().numpy(), 1000.0 * rec.curvature))
+    return out
+
+
+def test_drive_test_logs_the_stateful_error_of_the_checkpoint_over_whole_recordings(
+        logs: Path, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`drive test` streams each recording window after window (hidden state carried): its MSE equals
+    the checkpoint run over the whole recording in one pass, overall and per recording."""
+    assert main(_lightning_args("test", checkpoint, logs / "train", tmp_path)) == 0
+    assert "test/mse_km" in capsys.readouterr().out  # Lightning's results table
+    (metrics_csv,) = (tmp_path / "csv").rglob("metrics.csv")
+    with open(metrics_csv, newline="") as f:
+        logged = {k: float(v) for row in csv.DictReader(f) for k, v in row.items() if v}
+    reference = _one_pass_km(checkpoint, logs / "train")
+    assert len(reference) == 6
+    for name, pred, label in reference:
+        assert logged[f"test_recording/{name}/mse_km"] == pytest.approx(np.mean((pred - label) ** 2), rel=1e-4)
+        assert logged[f"test_recording/{name}/mae_km"] == pytest.approx(np.mean(np.abs(pred - label)), rel=1e-4)
+    errors = np.concatenate([pred - label for _, pred, label in reference])
+    assert logged["test/mse_km"] == pytest.approx(np.mean(errors ** 2), rel=1e-4)
+
+
+class _SavePredictions(BasePredictionWriter):
+    """Saves what `drive predict` returns (Lightning ships only the abstract writer)."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(write_interval="epoch")
+        self.path = path
+
+    def write_on_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule, predictions: List[Dict],
+                           batch_indices: List) -> None:
+        torch.save({key: torch.cat([p[key] for p in predictions]) for key in predictions[0]}, self.path)
+
+
+def test_drive_predict_gives_the_checkpoints_curvature_for_every_frame_of_every_recording(
+        logs: Path, checkpoint: Path, tmp_path: Path) -> None:
+    """`drive predict` windows, put back in place per recording, are the checkpoint's one-pass curvature (1/m)."""
+    saved = tmp_path / "predictions.pt"
+    writer = f'[{{"class_path": "{__name__}._SavePredictions", "init_args": {{"path": "{saved}"}}}}]'
+    assert main(_lightning_args("predict", checkpoint, logs / "train", tmp_path, "--trainer.callbacks", writer)) == 0
+    out = torch.load(saved, weights_only=True)
+    length = out["curvature_per_m"].shape[1]
+    reference = _one_pass_km(checkpoint, logs / "train")
+    for index, (name, pred_km, label_km) in enumerate(reference):
+        rows = torch.nonzero(out["recording"] == index).flatten().tolist()
+        rows.sort(key=lambda r: int(out["start"][r]))
+        assert [int(out["start"][r]) for r in rows] == list(range(0, len(pred_km), length))
+        predicted = torch.cat([out["curvature_per_m"][r][out["mask"][r]] for r in rows]).double().numpy()
+        labels = torch.cat([out["curvature"][r][out["mask"][r]] for r in rows]).double().numpy()
+        np.testing.assert_allclose(1000.0 * predicted, pred_km, atol=1e-3, err_msg=name)
+        np.testing.assert_allclose(1000.0 * labels, label_km, atol=1e-3, err_msg=name)
+
+
+@pytest.mark.parametrize("command", ["test", "predict"])
+def test_missing_checkpoint_is_named_on_stderr_before_any_work(
+        command: str, logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    missing = tmp_path / "no-such-run" / "last.ckpt"
+    assert main(_lightning_args(command, missing, logs / "val", tmp_path / "run")) == 2
+    captured = capsys.readouterr()
+    assert f"drive {command}: error: --ckpt_path {missing}: no such checkpoint file" in captured.err
+    assert str(missing) not in captured.out
+    assert not (tmp_path / "run").exists()  # no cache, no logs: refused before anything was built

@@ -16,9 +16,9 @@ every epoch end, independent of validation, so ``--ckpt_path last`` resumes a ki
 """
 from __future__ import annotations
 
-import warnings
-
 import os
+import sys
+import warnings
 from typing import List, Optional
 
 from lightning.pytorch.callbacks import ModelCheckpoint
@@ -30,6 +30,22 @@ from drive.train.module import PolicyModule
 __all__ = ["DriveCLI", "lightning_main"]
 
 DEFAULT_ROOT = "runs/fit"
+CKPT_KEYWORDS = ("best", "last", "hpc")  # resolved by Lightning, not paths
+
+
+class CheckpointNotFound(FileNotFoundError):
+    """``--ckpt_path`` names a local file that is not there."""
+
+
+def check_ckpt_path(ckpt_path: Optional[str]) -> None:
+    """Refuse a missing local checkpoint before any data is cached or model built (keywords and URLs pass)."""
+    if ckpt_path is None:
+        return
+    path = str(ckpt_path)
+    if path in CKPT_KEYWORDS or path.startswith("registry") or "://" in path:
+        return
+    if not os.path.isfile(path):
+        raise CheckpointNotFound(f"--ckpt_path {path}: no such checkpoint file")
 
 
 class DriveCLI(LightningCLI):
@@ -53,6 +69,7 @@ class DriveCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
+        check_ckpt_path(cfg.get("ckpt_path"))
         root = cfg.trainer.default_root_dir or DEFAULT_ROOT
         cfg.trainer.default_root_dir = root
         for group in (cfg.checkpoint, cfg.last_checkpoint):
@@ -72,20 +89,28 @@ class DriveCLI(LightningCLI):
 
 
 def lightning_main(argv: Optional[List[str]] = None) -> int:
-    """Run ``fit | validate | test | predict`` with the rest of ``argv`` (as ``drive <subcommand>``)."""
+    """Run ``fit | validate | test | predict`` with the rest of ``argv`` (as ``drive <subcommand>``).
+
+    Returns 0, or 2 with ``drive <subcommand>: error: ...`` on stderr when ``--ckpt_path`` is missing.
+    """
     with warnings.catch_warnings():
         # `drive fit ...` hands its own command line over as ``args``; LightningCLI would warn that
         # sys.argv holds arguments too, which is exactly how it is meant here.
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
-        DriveCLI(
-            PolicyModule,
-            DriveDataModule,
-            args=argv,
-            seed_everything_default=1234,
-            save_config_kwargs={"overwrite": True},
-            parser_kwargs={"prog": "drive", "default_env": False},
-            auto_configure_optimizers=False,
-        )
+        try:
+            DriveCLI(
+                PolicyModule,
+                DriveDataModule,
+                args=argv,
+                seed_everything_default=1234,
+                save_config_kwargs={"overwrite": True},
+                parser_kwargs={"prog": "drive", "default_env": False},
+                auto_configure_optimizers=False,
+            )
+        except CheckpointNotFound as e:
+            command = next(iter(sys.argv[1:] if argv is None else argv), "")
+            print(f"drive {command}: error: {e}", file=sys.stderr)
+            return 2
     return 0
 
 
