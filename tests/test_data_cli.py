@@ -48,7 +48,9 @@ def test_convert_writes_canonical_recordings_that_read_back_identically(tmp_path
 def test_convert_refuses_bad_rows_unless_skipping(tmp_path, capsys):
     _udacity(tmp_path / "run1", bad_row=3)
     assert main(["data", "convert", str(tmp_path / "run1"), "--out", str(tmp_path / "o")]) == 2
-    assert "driving_log.csv, row 4: curvature is nan" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "drive data: error: " in captured.err and "driving_log.csv, row 4: curvature is nan" in captured.err
+    assert captured.out == ""
     assert not (tmp_path / "o").exists()
     assert main(["data", "convert", str(tmp_path / "run1"), "--out", str(tmp_path / "o"), "--on-error", "skip"]) == 0
     assert len(read_logs(str(tmp_path / "o"))[0]) == 19
@@ -104,7 +106,10 @@ def test_reader_options_from_a_data_config_and_set(tmp_path, capsys):
     config = tmp_path / "data.yaml"
     config.write_text("data:\n  reader:\n    timestamp_column: time_ms\n    time_unit: ms\n    steering_column: wheel\n")
     assert main(["data", "inspect", str(tmp_path), "--json", "--reader", str(config)]) == 2  # unit not named
-    assert "ambiguous" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "drive data: error: " in captured.err and "ambiguous" in captured.err and captured.out == ""
+    assert main(["data", "inspect", str(tmp_path), "--reader", str(config), "--set", "label"]) == 2
+    assert "drive data: error: --set expects KEY=VALUE, got 'label'" in capsys.readouterr().err
     assert main(["data", "inspect", str(tmp_path), "--json", "--reader", str(config),
                  "--set", "label={unit: wheel_deg, wheelbase_m: 2.0}"]) == 0
     (rec,) = json.loads(capsys.readouterr().out)["recordings"]

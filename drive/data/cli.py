@@ -6,12 +6,14 @@
 Reader options (label units, column names, camera calibration, ...) come from a YAML file
 (``--reader``; a ``reader:`` section of a data config is accepted too) and ``--set key=value``
 (YAML values, e.g. ``--set label='{unit: normalized, max_angle_deg: 25}'``).
-``inspect`` exits 1 when it found problems, so scripts can gate on it.
+``inspect`` exits 1 when it found problems, so scripts can gate on it. Errors (unreadable logs,
+bad options) go to stderr as ``drive data: error: ...`` with exit status 2.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any, Dict
 
 import yaml
@@ -57,7 +59,7 @@ def _options(args: argparse.Namespace) -> Dict[str, Any]:
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep:
-            raise SystemExit(f"--set expects KEY=VALUE, got {item!r}")
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
         options[key.strip()] = yaml.safe_load(value)
     return options
 
@@ -75,5 +77,5 @@ def run(args: argparse.Namespace) -> int:
             print(path)
         return 0
     except (DataError, FileNotFoundError, ValueError) as e:
-        print(f"drive data: error: {e}")
+        print(f"drive data: error: {e}", file=sys.stderr)
         return 2
