@@ -149,8 +149,10 @@ class CfC(nn.Module):
         grad = needs_grad(self, x, state)
         if grad and ts.requires_grad:  # elapsed-time gradients: only autograd has them
             return self._loop(x, state, ts, self._prepare())
-        t = uniform_time(ts) if sigmoid_form_applies(*spec[1:]) else None
-        if t is not None and (grad or bool(t == 1.0)):  # the sigmoid form (no-grad: cached at t = 1 only)
+        # the sigmoid form; without gradient only at t = 1 (cached) and over several steps (one step
+        # gains less than its conversions cost)
+        t = uniform_time(ts) if sigmoid_form_applies(*spec[1:]) and (grad or x.size(1) > 1) else None
+        if t is not None and (grad or bool(t == 1.0)):
             spec = (n, 3, 5, 0.0, False)
         if grad:
             return DenseBPTT.apply(spec, x, h, c, ts, *(self._sigmoid_form(t) if spec[1] == 3 else self._prepare()))

@@ -62,7 +62,7 @@ def _activation_jacobian(v: Tensor, masks: List[Tensor], kind: int) -> Tensor:
     if kind <= 1:
         d = 1.0 - v * v
     elif kind == 5:
-        d = torch.addcmul(v, v, v, value=-1.0, out=v)
+        d = torch.addcmul(v, v, v, value=-1.0)
     elif kind == 2:
         d = (v > 0).to(v.dtype)
     elif kind == 3:
@@ -201,6 +201,12 @@ class SigmoidForm(torch.autograd.Function):
         return tuple(out)
 
 
+def _loop(fn: Callable, xt: Tensor) -> Callable:
+    """The compiled loop, or the plain function for a single step (TorchScript's call overhead then
+    exceeds the step's work)."""
+    return fn if xt.size(0) == 1 else compiled(fn)
+
+
 def dense_run(spec: Tuple, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple) -> Tuple[Tensor, Tensor, Tuple]:
     """Run the dense loop: (states [B, L, n], time-major x, what ``dense_forward`` returns); lw from
     ``dense_loop_weights``. In the sigmoid form (mode 3) the loop carries L = (x + 1) / 2: h enters
@@ -211,8 +217,8 @@ def dense_run(spec: Tuple, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tupl
     m_part = F.linear(xt, wi, bi) if mixed else xt
     if mode == 3:
         h = torch.add(h, 1.0).mul_(0.5)
-    out = compiled(dense_forward)(F.linear(xt, w_in, b0), m_part, h, c, ts.transpose(0, 1), w_h, ws_t, bs,
-                                  wr_t, w_tau, a, n, mode, kind, p, mixed)
+    out = _loop(dense_forward, xt)(F.linear(xt, w_in, b0), m_part, h, c, ts.transpose(0, 1), w_h, ws_t, bs,
+                                   wr_t, w_tau, a, n, mode, kind, p, mixed)
     y = torch.stack(out[0], 1)
     if mode == 3:
         y.mul_(2.0).sub_(1.0)
@@ -231,8 +237,8 @@ def wired_run(spec: Tuple, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tupl
     w_tau, a, wi, bi, wr_t, s, b, w_rec, blocks = lw
     xt = x.transpose(0, 1).contiguous()
     m_part = F.linear(xt, wi, bi) if mixed else xt
-    return xt, compiled(wired_forward)(F.linear(xt, s, b), m_part, h, c, ts.transpose(0, 1), w_rec, blocks, bounds,
-                                       src, dst, k, wr_t, w_tau, a, mode, mixed)
+    return xt, _loop(wired_forward, xt)(F.linear(xt, s, b), m_part, h, c, ts.transpose(0, 1), w_rec, blocks,
+                                        bounds, src, dst, k, wr_t, w_tau, a, mode, mixed)
 
 
 class DenseBPTT(torch.autograd.Function):
@@ -268,7 +274,8 @@ class DenseBPTT(torch.autograd.Function):
             dh.mul_(2.0)
         stacked = [torch.stack(v) for v in acts]
         dact = [_activation_jacobian(stacked[k], masks[k], kind) for k in range(last)]
-        ins_rows = [stacked[k].flatten(0, 1) if kind <= 2 and not masks[k] else _rows(ins[k]) for k in range(last)]
+        ins_rows = [stacked[k].flatten(0, 1) if kind not in (3, 4) and not masks[k] else _rows(ins[k])
+                    for k in range(last)]  # saved outputs without dropout are the next layer's inputs
         dz_k, dzm, dH, dh, dc = compiled(dense_backward)(
             dh, dc, g, update_jacobian(heads, t, n, mode, a), dact, ws[1:], ws[0][:, f:].contiguous(), wr,
             lstm_jacobian(mem_saved, n) if mixed else [], mode == 2, 2.0 if mode == 3 else 1.0)
