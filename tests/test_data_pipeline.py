@@ -15,8 +15,12 @@ from drive.data.readers import read_logs
 from drive.data.sequences import split_ranges, stateful_windows, train_windows
 from drive.preprocess import Preprocessing
 from drive.recording import CameraCalibration, RecordingMeta, RecordingWriter
+from drive.sim.appearance import sample_appearance
+from drive.sim.render import render_view
+from drive.sim.road import generate_road
 
 CAM = CameraCalibration(fx=120, fy=120, cx=79.5, cy=59.5, height_m=1.5, pitch_rad=0.1)
+YIQ = np.array([[0.299, 0.587, 0.114], [0.596, -0.274, -0.322], [0.211, -0.523, 0.312]])  # NTSC RGB -> YIQ
 
 
 def _write(root, name, times, h=120, w=160):
@@ -93,6 +97,53 @@ def test_fused_colour_jitter_matches_torchvision():
     fused = torch.einsum("ij,tjhw->tihw", m[:, :3], x) + (m[:, 3][None] * grey[:, None])[..., None, None]
     ref = TF.adjust_saturation(TF.adjust_contrast(TF.adjust_brightness(x, 1.1), 0.9), 1.2)
     assert (fused - ref).abs().max() < 2e-3
+
+
+def _hue(img: np.ndarray, hue: float) -> np.ndarray:
+    """uint8 [H, W, 3] through the hue-only colour matrix, clamped and rounded as the Augmenter does."""
+    m = color_matrix(1.0, 1.0, 1.0, hue)
+    assert np.abs(m[:, 3]).max() < 1e-12  # hue adds no offset
+    return np.round(np.clip(img / 255.0 @ m[:, :3].T, 0.0, 1.0) * 255.0).astype(np.uint8)
+
+
+def test_hue_jitter_turns_the_yiq_chroma_plane_of_a_rendered_frame():
+    """Hue jitter h turns (I, Q) by 2 pi h: luma and chroma magnitude kept, h = 0 the identity, +h then -h
+    the original (up to uint8 rounding), grey pixels untouched; the Augmenter's colour step does the same."""
+    img = render_view(generate_road(3, 400.0), sample_appearance(3), 100.0)  # uint8 [78, 200, 3]
+    yiq = img / 255.0 @ YIQ.T
+    chroma = yiq[..., 1] + 1j * yiq[..., 2]
+    coloured = np.abs(chroma) > 0.02
+    turns = {}
+    for h in (0.05, -0.05, 0.3):
+        turned = img / 255.0 @ color_matrix(1.0, 1.0, 1.0, h)[:, :3].T @ YIQ.T  # before clamping
+        np.testing.assert_allclose(turned[..., 0], yiq[..., 0], atol=1e-12)
+        np.testing.assert_allclose(np.abs(turned[..., 1] + 1j * turned[..., 2]), np.abs(chroma), atol=1e-12)
+        turn = np.angle((turned[..., 1] + 1j * turned[..., 2]) / np.where(coloured, chroma, 1.0))[coloured]
+        np.testing.assert_allclose(turn, turn[0], atol=1e-9)  # one turn for every coloured pixel
+        assert math.isclose(abs(turn[0]), 2 * math.pi * abs(h), abs_tol=1e-9)
+        turns[h] = turn[0]
+    assert math.isclose(turns[-0.05], -turns[0.05], abs_tol=1e-12)
+
+    assert np.array_equal(_hue(img, 0.0), img)
+    there = _hue(img, 0.05)
+    unclamped = img / 255.0 @ color_matrix(1.0, 1.0, 1.0, 0.05)[:, :3].T
+    kept = ((unclamped >= 0.0) & (unclamped <= 1.0)).all(-1)  # pixels no channel of which was clamped
+    assert kept.mean() > 0.5 and not np.array_equal(there, img)
+    assert np.abs(there @ YIQ[0] - img @ YIQ[0])[kept].max() <= 0.5 + 1e-9  # luma, to uint8 rounding
+    back = _hue(there, -0.05)
+    assert np.abs(back.astype(int) - img.astype(int))[kept].max() <= 1
+    grey = np.repeat(np.round(img @ YIQ[0]).astype(np.uint8)[..., None], 3, axis=-1)
+    assert np.array_equal(_hue(grey, 0.05), grey) and np.array_equal(_hue(grey, -0.3), grey)
+
+    hue_only = AugmentConfig(photometric_p=1.0, brightness=0.0, contrast=0.0, saturation=0.0, hue=0.5, gamma=0.0,
+                             shadow_p=0.0, blur_p=0.0, noise_p=0.0, jpeg_p=0.0, viewpoint_p=0.0)
+    frames = torch.from_numpy(np.stack([img, grey])).permute(0, 3, 1, 2)  # one window of 2 frames
+    out, _ = Augmenter(hue_only)(frames, np.zeros(2), np.full(2, 8.0), np.random.default_rng(1))
+    out = out.permute(0, 2, 3, 1).numpy()
+    assert np.array_equal(out[1], grey) and not np.array_equal(out[0], img)
+    inside = ((out[0] > 0) & (out[0] < 255)).all(-1)
+    assert inside.mean() > 0.5
+    assert np.abs(out[0] @ YIQ[0] - img @ YIQ[0])[inside].max() <= 0.5 + 1e-3
 
 
 def test_augmentation_is_consistent_across_a_window_unless_per_frame():
