@@ -1,10 +1,12 @@
 """Viewpoint synthesis against the built-in world's ground truth: images and corrected labels."""
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from drive.data.augment import AugmentConfig
 from drive.data.viewpoint import corrected_curvature, road_region_error, warp_frames, warp_grid
 from drive.sim.appearance import sample_appearance
 from drive.sim.driver import Observation
@@ -15,6 +17,7 @@ from drive.sim.road import generate_road
 CAM = Camera.default()
 CALIB = dict(fx=CAM.fx, fy=CAM.fy, cx=CAM.cx, cy=CAM.cy, height_m=CAM.height_m, pitch_rad=CAM.pitch_rad)
 POSES = [(0.5, 0.0), (0.0, math.radians(5)), (0.5, math.radians(5)), (-0.5, -math.radians(5))]
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +45,30 @@ def test_synthesized_view_matches_rendered_view_on_the_road(world, shift, yaw):
     assert err < 3.0 and err < 0.15 * baseline
 
 
+@pytest.fixture(scope="module")
+def shipped_augment(tmp_path_factory) -> AugmentConfig:
+    """The augmentation of configs/data.yaml, parsed as `drive fit --config configs/data.yaml` parses it."""
+    from drive.data.datamodule import DriveDataModule
+    from drive.train.cli import DriveCLI
+    from drive.train.module import PolicyModule
+
+    args = ["--config", str(REPO / "configs" / "data.yaml"), "--seed_everything", "false",
+            "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path_factory.mktemp("cli"))]
+    return DriveCLI(PolicyModule, DriveDataModule, args=args, run=False).datamodule.augment
+
+
+@pytest.mark.parametrize("lookahead", ["expert", "configs/data.yaml"])
 @pytest.mark.parametrize("shift,yaw", POSES)
-def test_corrected_label_agrees_with_expert_at_the_shifted_pose(world, shift, yaw):
+def test_corrected_label_agrees_with_expert_at_the_shifted_pose(world, shift, yaw, lookahead, request):
+    """At the expert's own look-ahead (0.9 s) and at the one training uses (configs/data.yaml), the
+    corrected label matches an expert with that look-ahead driving from the shifted pose."""
     road, _ = world
-    expert, s, v = PurePursuitExpert(), 100.0, 10.0
+    if lookahead == "expert":
+        expert = PurePursuitExpert()
+    else:
+        shipped = request.getfixturevalue("shipped_augment")
+        expert = PurePursuitExpert(shipped.lookahead_s, shipped.min_lookahead_m)
+    s, v = 100.0, 10.0
 
     def command(lat, psi):
         x, y, th = road.lane_pose(s, lat, psi)
