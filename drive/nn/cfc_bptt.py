@@ -80,7 +80,7 @@ def _rows(seq: Sequence[Tensor]) -> Tensor:
 def _weight_and_bias(dz: Tensor, inp: Tensor, need_w: bool, need_b: bool) -> Tuple[Optional[Tensor], Optional[Tensor]]:
     """(dz^T inp, column sums of dz) for a Linear applied to the rows inp [R, I] giving dz [R, O]."""
     return (dz.t().mm(inp) if need_w else None,
-            dz.t().mv(torch.ones(dz.size(0), dtype=dz.dtype, device=dz.device)) if need_b else None)
+            dz.sum(0) if need_b else None)
 
 
 def _start(ctx: Any, g_seq: Optional[Tensor], g_h: Optional[Tensor], g_c: Optional[Tensor], like: Tensor):
@@ -141,18 +141,21 @@ def sigmoid_form_applies(mode: int, kind: int, p: float, mixed: bool) -> bool:
     return mode == 0 and kind <= 1 and p == 0.0 and not mixed
 
 
-def _sigmoid_maps(ws: Sequence[Tensor], f: int, lecun: bool) -> List[Tuple[Tensor, Tensor, float]]:
-    """Per layer (column scale c, fold vector u, row scale P) with W' = P (W * c), b' = P (b - W u)."""
-    last, out = len(ws) - 1, []
-    for k, w in enumerate(ws):
+@functools.lru_cache(maxsize=16)
+def _sigmoid_maps(shapes: Tuple[Tuple[int, int], ...], f: int, lecun: bool, dtype: torch.dtype,
+                  device: torch.device) -> List[Tuple[Tensor, Tensor, float]]:
+    """Per layer of the given weight shapes: (column scale c P, fold vector u, row scale P) with
+    W' = P (W * c), b' = P (b - W u). Constants of the architecture, built once."""
+    last, out = len(shapes) - 1, []
+    for k, (_, cols) in enumerate(shapes):
         p = 2.0 * (0.666 if lecun else 1.0) if k < last else 1.0  # doubled (pre-scaled) pre-activation
         if k == 0:  # reads [input | state]; the state arrives as L = (x + 1) / 2
-            c = torch.cat([w.new_ones(f), w.new_full((w.size(1) - f,), 2.0)])
-            u = torch.cat([w.new_zeros(f), w.new_ones(w.size(1) - f)])
+            c = torch.cat([torch.ones(f), torch.full((cols - f,), 2.0)])
+            u = torch.cat([torch.zeros(f), torch.ones(cols - f)])
         else:  # reads a sigmoid s with tanh = 2 s - 1 (times LeCun's 1.7159)
             q = 1.7159 if lecun else 1.0
-            c, u = w.new_full((w.size(1),), 2.0 * q), w.new_full((w.size(1),), q)
-        out.append((c, u, p))
+            c, u = torch.full((cols,), 2.0 * q), torch.full((cols,), q)
+        out.append(((c * p).to(dtype=dtype, device=device), u.to(dtype=dtype, device=device), p))
     return out
 
 
@@ -175,11 +178,11 @@ class SigmoidForm(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, f: int, n: int, t: Tensor, lecun: bool, *wb: Tensor) -> Tuple[Tensor, ...]:
         ws, bs = wb[0::2], wb[1::2]
-        maps = _sigmoid_maps(ws, f, lecun)
+        maps = _sigmoid_maps(tuple((w.size(0), w.size(1)) for w in ws), f, lecun, ws[0].dtype, ws[0].device)
         ctx.n, ctx.t, ctx.maps = n, t, maps
         out: List[Tensor] = []
         for w, b, (c, u, p) in zip(ws, bs, maps):
-            out += [w * (c * p), torch.addmv(b, w, u, beta=p, alpha=-p)]
+            out += [w * c, torch.addmv(b, w, u, beta=p, alpha=-p)]
         for i in (-2, -1):  # heads [ff1 | ff2 | time_a | time_b] -> [2 ff1 | 2 ff2 | time_a t + time_b]
             v = out[i]
             out[i] = torch.cat([v[: 2 * n] * 2.0, torch.addcmul(v[3 * n:], v[2 * n: 3 * n], t)])
@@ -197,7 +200,7 @@ class SigmoidForm(torch.autograd.Function):
         out: List[Optional[Tensor]] = [None, None, None, None]
         for k, (c, u, p) in enumerate(maps):
             gw, gb = g[2 * k], g[2 * k + 1]
-            out += [torch.addr(gw * (c * p), gb, u, alpha=-p), gb * p]
+            out += [(gw * c).addr_(gb, u, alpha=-p), gb * p]
         return tuple(out)
 
 
