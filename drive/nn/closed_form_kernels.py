@@ -3,9 +3,11 @@
 Shapes: B batch, L steps, N neurons, F inputs, M motor neurons, E present synapses; all times in
 seconds. ``c`` is the constant list of :meth:`drive.nn.closed_form.ClosedFormLTC._derive`.
 
-Matmuls are written ``torch.mm(a, b).add_(bias)``: for these small operands that is faster than
-``addmm`` (which first copies the broadcast bias into its output), and under TorchScript addmm is
-split into mm + add anyway (DecomposeOps). In-place ops only touch fresh results, so autograd works.
+Matmuls with a broadcast bias are written ``torch.mm(a, b).add_(bias)``: for these small operands
+that is faster than ``addmm`` (which first copies the broadcast bias into its output). With a full
+[B, N] bias ``addmm`` is faster; TorchScript keeps it fused only when beta is a runtime value (the
+``one`` argument), else it splits it into mm + add (DecomposeOps). In-place ops only touch fresh
+results, so autograd works.
 """
 from __future__ import annotations
 
@@ -63,16 +65,16 @@ def approx_update(v: Tensor, x0: Tensor, neg_t_over_cm: Tensor, base: Tensor, ba
 
 @torch.jit.script
 def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_sigma: Tensor,
-                   neg_sigma_mu: Tensor, q_g: Tensor, q_i: Tensor, substeps: int) -> Tensor:
+                   neg_sigma_mu: Tensor, q_g: Tensor, q_i: Tensor, substeps: int, one: float = 1.0) -> Tensor:
     """:func:`exact_update` over gi0 ``[B, L, 2N]`` (= [g0 | i0] per step) with ``-h / cm``
     ``[L, B, N]`` (or None: everything pre-scaled) -> states ``[L, B, N]``."""
     states: List[Tensor] = []
     g0, i0 = gi0.chunk(2, 2)
     if neg_h_over_cm is None and substeps == 1:  # the common case, without the inner loop (~5% faster)
         for bg, bi in zip(g0.unbind(1), i0.unbind(1)):
-            s = torch.mm(v, pre_sigma).add_(neg_sigma_mu).sigmoid_()
-            g = torch.mm(s, q_g).add_(bg)
-            v = torch.lerp(torch.mm(s, q_i).add_(bi).div_(g), v, torch.exp(g))
+            s = torch.mm(v, pre_sigma).add_(neg_sigma_mu).sigmoid_()  # (addmm would copy the broadcast bias)
+            g = torch.addmm(bg, s, q_g, beta=one)
+            v = torch.lerp(torch.addmm(bi, s, q_i, beta=one).div_(g), v, torch.exp(g))
             states.append(v)
     elif neg_h_over_cm is None:
         for bg, bi in zip(g0.unbind(1), i0.unbind(1)):
@@ -119,14 +121,16 @@ def input_error(x: Tensor, times: Optional[Tensor]) -> Tuple[int, float]:
 
 @torch.jit.script
 def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor], c: List[Tensor], output_w: Tensor,
-                         output_b: Tensor, exact: bool, substeps: int) -> Tuple[Tensor, Tensor, int]:
+                         output_b: Tensor, exact: bool, substeps: int, one: float = 1.0) -> Tuple[Tensor, Tensor, int]:
     """Either method over a sequence: x ``[B, L, F]``, hidden ``[B, H]``, timespans ``[B, L]``
     seconds or None (1.0), c = :meth:`ClosedFormLTC._derive` -> (y ``[B, L, M]``, hidden ``[B, H]``,
     error code of :func:`input_error`; the outputs are meaningless unless it is 0).
 
     The input-only terms (leak + sensory [G | I], the input map folded into the sensory constants)
     are one matmul, one sigmoid and one matmul for all steps at once. With one dt for all rows and
-    steps (>= 1 us) the exact kernel runs on constants pre-scaled by -h / cm."""
+    steps (>= 1 us) the exact kernel runs on constants pre-scaled by -h / cm. ``one`` (= 1.0) is a
+    runtime argument, not a constant, so that TorchScript keeps the loop's ``addmm`` fused instead of
+    splitting it into ``mm`` + ``add`` (a call from Python passes the default at run time)."""
     error, shared = input_error(x, timespans)
     batch, length, features = x.size(0), x.size(1), x.size(2)
     n = c[8].size(0)
@@ -135,7 +139,7 @@ def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor],
         scale = c[7] * (shared / float(substeps))
         gi0 = torch.mm(s, c[2] * scale).add_(c[6] * scale).view(batch, length, 2 * n)
         nh = c[8] * (shared / float(substeps))
-        states = exact_sequence(hidden, gi0, None, c[3], c[4], c[9] * nh, c[10] * nh, substeps)
+        states = exact_sequence(hidden, gi0, None, c[3], c[4], c[9] * nh, c[10] * nh, substeps, one)
         return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), states[-1], error
     gi0 = torch.mm(s, c[2]).add_(c[6]).view(batch, length, 2 * n)
     if timespans is None:
