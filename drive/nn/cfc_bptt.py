@@ -30,8 +30,8 @@ from drive.nn.cfc_bptt_loops import compiled, dense_backward, dense_forward, wir
 def update_jacobian(saved: Sequence[List[Tensor]], t: Tensor, n: int, mode: int, a: Tensor) -> Tensor:
     """d new state / d z for all steps: [L, B, K, n] (the update is diagonal per head); saved[step]
     as returned by ``update_forward``, t [L, B, 1]."""
-    if mode == 3:  # L = lerp(s1, s2, s3), s = sigmoid(z); in place over the stacked copy (every large
-        s = torch.stack([sv[0] for sv in saved])  # fresh tensor costs cache misses and page faults)
+    if mode == 3:  # L = lerp(s1, s2, s3), s = sigmoid(z); computed in place over the stacked copy
+        s = torch.stack([sv[0] for sv in saved])  # (each large fresh tensor costs cache misses)
         s1, s2, s3 = s.split(n, 2)
         diff = s2 - s1
         torch.addcmul(s2, s2, s2, value=-1.0, out=s2).mul_(s3)  # s2 (1 - s2) s3
@@ -129,7 +129,9 @@ def dense_loop_weights(f: int, mixed: bool, prep: Sequence[Tensor]) -> Tuple:
 def uniform_time(ts: Tensor) -> Optional[Tensor]:
     """The elapsed time shared by every sample and step of ts [B, L, 1] as a 0-dim tensor, or None
     when they differ (no timespans given: the expanded ones of ``check_sequence``, no sync)."""
-    t = ts.reshape(-1)[:1].reshape(())
+    if ts.numel() == 0:
+        return None
+    t = ts[0, 0, 0]
     if ts.stride(0) == 0 and ts.stride(1) == 0:
         return t
     return t if bool((ts == t).all()) else None
