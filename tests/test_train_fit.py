@@ -11,7 +11,6 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
-from lightning.pytorch.callbacks import BasePredictionWriter
 
 from drive.cli import main
 from drive.data.augment import AugmentConfig
@@ -25,6 +24,7 @@ from drive.sim.driver import ConstantDriver
 from drive.sim.record import simulate
 from drive.sim.render import Camera
 from drive.train.module import PolicyModule
+from drive.train.predictions import COLUMNS
 
 FPS = 10.0
 SMALL = Camera.default(width=100, height=40)  # a quarter of the pixels keeps CI training short
@@ -227,35 +227,40 @@ def test_drive_test_logs_the_stateful_error_of_the_checkpoint_over_whole_recordi
     assert logged["test/mse_km"] == pytest.approx(np.mean(errors ** 2), rel=1e-4)
 
 
-class _SavePredictions(BasePredictionWriter):
-    """Saves what `drive predict` returns (Lightning ships only the abstract writer)."""
-
-    def __init__(self, path: str) -> None:
-        super().__init__(write_interval="epoch")
-        self.path = path
-
-    def write_on_epoch_end(self, trainer: pl.Trainer, module: pl.LightningModule, predictions: List[Dict],
-                           batch_indices: List) -> None:
-        torch.save({key: torch.cat([p[key] for p in predictions]) for key in predictions[0]}, self.path)
-
-
-def test_drive_predict_gives_the_checkpoints_curvature_for_every_frame_of_every_recording(
-        logs: Path, checkpoint: Path, tmp_path: Path) -> None:
-    """`drive predict` windows, put back in place per recording, are the checkpoint's one-pass curvature (1/m)."""
-    saved = tmp_path / "predictions.pt"
-    writer = f'[{{"class_path": "{__name__}._SavePredictions", "init_args": {{"path": "{saved}"}}}}]'
-    assert main(_lightning_args("predict", checkpoint, logs / "train", tmp_path, "--trainer.callbacks", writer)) == 0
-    out = torch.load(saved, weights_only=True)
-    length = out["curvature_per_m"].shape[1]
+def test_drive_predict_writes_the_checkpoints_curvature_for_every_frame_of_every_recording(
+        logs: Path, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`drive predict` writes <root>/predictions.csv: one row per frame (padding dropped), in recording
+    and frame order, whose curvature is the checkpoint's one-pass curvature (1/m) and whose label and
+    timestamps are the log's."""
+    assert main(_lightning_args("predict", checkpoint, logs / "train", tmp_path)) == 0
+    path = tmp_path / "predictions.csv"
+    assert f"to {path}" in capsys.readouterr().out
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == COLUMNS
+        rows = list(reader)
+    assert not list(tmp_path.glob(".predictions*"))  # no temporary left behind
     reference = _one_pass_km(checkpoint, logs / "train")
-    for index, (name, pred_km, label_km) in enumerate(reference):
-        rows = torch.nonzero(out["recording"] == index).flatten().tolist()
-        rows.sort(key=lambda r: int(out["start"][r]))
-        assert [int(out["start"][r]) for r in rows] == list(range(0, len(pred_km), length))
-        predicted = torch.cat([out["curvature_per_m"][r][out["mask"][r]] for r in rows]).double().numpy()
-        labels = torch.cat([out["curvature"][r][out["mask"][r]] for r in rows]).double().numpy()
-        np.testing.assert_allclose(1000.0 * predicted, pred_km, atol=1e-3, err_msg=name)
-        np.testing.assert_allclose(1000.0 * labels, label_km, atol=1e-3, err_msg=name)
+    logs_by_name = {display_name(rec): rec for rec in read_logs(str(logs / "train"))}
+    assert len(rows) == sum(len(pred) for _, pred, _ in reference)
+    offset = 0
+    for name, pred_km, label_km in reference:  # recordings in the split's order, frames in time order
+        mine = rows[offset: offset + len(pred_km)]
+        offset += len(pred_km)
+        assert {r["recording"] for r in mine} == {name}
+        assert [int(r["frame"]) for r in mine] == list(range(len(pred_km)))
+        np.testing.assert_allclose([1000.0 * float(r["predicted_curvature_per_m"]) for r in mine], pred_km,
+                                   atol=1e-3, err_msg=name)
+        np.testing.assert_allclose([1000.0 * float(r["recorded_curvature_per_m"]) for r in mine], label_km,
+                                   atol=1e-3, err_msg=name)
+        np.testing.assert_allclose([float(r["time_s"]) for r in mine], logs_by_name[name].timestamps_s, atol=1e-6)
+
+
+def test_drive_predict_path_option(logs: Path, checkpoint: Path, tmp_path: Path) -> None:
+    out = tmp_path / "elsewhere" / "curvature.csv"
+    assert main(_lightning_args("predict", checkpoint, logs / "val", tmp_path / "run",
+                                "--predictions.path", str(out))) == 0
+    assert out.is_file() and not (tmp_path / "run" / "predictions.csv").exists()
 
 
 @pytest.mark.parametrize("command", ["test", "predict"])

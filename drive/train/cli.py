@@ -13,6 +13,8 @@ Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV logg
 ``<default_root_dir>/checkpoints``: ``--checkpoint.*`` keeps the best by ``val/loss``;
 ``--last_checkpoint.*`` rewrites ``last.ckpt`` every ``every_n_train_steps`` (100) steps and at
 every epoch end, independent of validation, so ``--ckpt_path last`` resumes a killed run.
+``drive predict`` writes the curvature for every frame to ``<default_root_dir>/predictions.csv``
+(``--predictions.path``; :mod:`drive.train.predictions`).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from drive.data.datamodule import DriveDataModule
 from drive.train.module import PolicyModule
+from drive.train.predictions import PredictionCSV
 
 __all__ = ["DriveCLI", "lightning_main"]
 
@@ -54,6 +57,7 @@ class DriveCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
+        parser.add_lightning_class_args(PredictionCSV, "predictions")  # acts only in `drive predict`
         parser.set_defaults({
             "checkpoint.monitor": "val/loss",
             "checkpoint.mode": "min",
