@@ -9,7 +9,7 @@ import torch
 from scipy.integrate import solve_ivp
 
 from drive.nn.closed_form import ClosedFormLTC
-from drive.nn.wiring import FullyConnected, Wiring
+from drive.nn.wiring import FullyConnected, Wiring, lane_keeping_ncp
 
 RTOL, ATOL = 1e-10, 1e-12
 
@@ -127,6 +127,32 @@ def test_exact_network_converges_to_ode_solution_as_dt_shrinks() -> None:
     for coarse, fine in zip(errors, errors[1:]):
         assert fine < coarse / 3.0  # first order: about 4x smaller per 4x finer step
     assert errors[-1] < 5e-3
+
+
+@pytest.mark.parametrize("wiring", ["lane_keeping", "fully_connected"])
+@pytest.mark.parametrize("dt", [None, 0.25], ids=["no-timespans", "regular"])
+def test_exact_sequence_at_one_dt_equals_stepping(wiring: str, dt) -> None:
+    """The shared-dt sequence kernel (neuron-major products over the sensory-reached rows, a constant
+    neuron carrying -sigma mu) gives the per-step kernel's states, in float64, batch > 1."""
+    torch.manual_seed(4)
+    w = lane_keeping_ncp() if wiring == "lane_keeping" else FullyConnected(5, output_dim=2, seed=2, input_dim=3)
+    m = ClosedFormLTC(w, method="exact").double()
+    with torch.no_grad():  # a state that moves: random inputs, a random start, a random input map
+        m.input_w.uniform_(0.5, 2.0)
+        m.input_b.uniform_(-0.5, 0.5)
+    batch, length = 3, 12
+    x = torch.randn(batch, length, m.input_size, dtype=torch.float64)
+    h0 = torch.rand(batch, m.state_size, dtype=torch.float64) - 0.5
+    timespans = None if dt is None else torch.full((batch, length), dt, dtype=torch.float64)
+    y, last = m(x, h0, timespans)
+    h, outs = h0, []
+    for k in range(length):
+        out, h = m.step(x[:, k], h, torch.full((batch,), 1.0 if dt is None else dt, dtype=torch.float64))
+        outs.append(out)
+    torch.testing.assert_close(y, torch.stack(outs, 1), rtol=0, atol=1e-12)
+    torch.testing.assert_close(last, h, rtol=0, atol=1e-12)
+    assert last.is_contiguous() and last.shape == (batch, m.state_size)
+    assert float((last - h0).abs().max()) > 1e-2
 
 
 @pytest.mark.parametrize("method", ["exact", "approx"])

@@ -124,6 +124,9 @@ class ClosedFormLTC(nn.Module):
             self.register_buffer(prefix + "_flat", flat, persistent=False)
             self.register_buffer(prefix + "_pre_onehot", pre_onehot, persistent=False)
             self.register_buffer(prefix + "_post_onehot", post_onehot, persistent=False)
+        # rows of the shared-dt kernel's [G | 1 | I | 1] that sensory synapses reach (the others hold the leak)
+        reached = sensory_polarity.ne(0).any(0).nonzero().flatten()
+        self.register_buffer("sens_rows", torch.cat([reached, reached + n + 1]), persistent=False)
 
         def uniform(shape: Tuple[int, ...], low: float, high: float) -> nn.Parameter:
             return nn.Parameter(torch.empty(shape).uniform_(low, high))
@@ -172,11 +175,20 @@ class ClosedFormLTC(nn.Module):
         qi = qg * erev.flatten().index_select(0, flat).unsqueeze(1)
         return [pre_onehot * sig, -sig * mu.flatten().index_select(0, flat), torch.cat([qg, qi], 1)]
 
-    def _derive(self) -> List[Tensor]:
+    def _derive(self, sequence: bool = True) -> List[Tensor]:
         """[0] sensory pre_sigma scaled by input_w ``[F, Es]``, [1] sigma (input_b - mu) ``[Es]`` (the
         input map folded in: ``x @ [0] + [1] = sigma (input_w x + input_b - mu)``), [2] sensory q
         ``[Es, 2N]``, [3..5] recurrent pre_sigma, -sigma mu, q ``[Er, 2N]``, [6] leak [G | I] ``[2N]``,
         [7] -1/cm twice ``[2N]``, [8] -1/cm ``[N]``, [9] / [10] the two halves of q, contiguous.
+
+        [11..16] (exact, ``sequence`` only: a single step does not use them) the exact kernel at one
+        shared dt (``closed_form_kernels.exact_shared``), with the -1/cm scale folded in and
+        neuron-major products: [11] [0]^T ``[Es, F]``, [12] [1] ``[Es, 1]``, [13] [2]^T ``[R, Es]``
+        in the R rows of [G | I] that sensory synapses reach (``sens_rows``; the rows of the others
+        would be zeros), [14] the leak ``[2(N+1), 1]``, [15] recurrent pre_sigma with -sigma mu as an
+        extra row ``[N+1, Er]``, [16] q ``[Er, 2(N+1)]``. Neuron N is a constant 1
+        that carries the -sigma mu term through the product: no synapse reaches it and its leak G and
+        I are equal, so its closed-form value is exactly 1 at every step.
 
         The leak conductance is clamped at 1e-30 (the kernels divide by the total conductance)."""
         sens = self._synapses(self.sensory_sigma, self.sensory_mu, self.sensory_w, self.sensory_erev,
@@ -186,13 +198,25 @@ class ClosedFormLTC(nn.Module):
         gleak = self.gleak.clamp_min(1e-30)
         neg_inv_cm = -1.0 / self.cm
         n = self.units
-        return [self.input_w.unsqueeze(1) * sens[0], torch.addmv(sens[1], sens[0].t(), self.input_b), sens[2]] + rec + [
+        c = [self.input_w.unsqueeze(1) * sens[0], torch.addmv(sens[1], sens[0].t(), self.input_b), sens[2]] + rec + [
             torch.cat([gleak, gleak * self.vleak]), torch.cat([neg_inv_cm, neg_inv_cm]), neg_inv_cm,
             rec[2][:, :n].contiguous(), rec[2][:, n:].contiguous()]
+        if not (self.exact and sequence):
+            return c
+        # neuron-major, with the constant neuron n (G = I = -1 after scaling, no synapses)
+        minus_one = -torch.ones(1, dtype=gleak.dtype, device=gleak.device)
+        scale = torch.cat([neg_inv_cm, minus_one, neg_inv_cm, minus_one])
+        zero_col = torch.zeros(sens[2].size(0), 1, dtype=gleak.dtype, device=gleak.device)
+        q_sens = torch.cat([sens[2][:, :n], zero_col, sens[2][:, n:], zero_col], 1) * scale
+        leak = torch.cat([gleak, -minus_one, gleak * self.vleak, -minus_one]) * scale
+        zero_col = torch.zeros(rec[2].size(0), 1, dtype=gleak.dtype, device=gleak.device)
+        q_rec = torch.cat([rec[2][:, :n], zero_col, rec[2][:, n:], zero_col], 1) * scale
+        return c + [c[0].t().contiguous(), c[1].unsqueeze(1), q_sens.t()[self.sens_rows], leak.unsqueeze(1),
+                    torch.cat([rec[0], rec[1].unsqueeze(0)]), q_rec]
 
-    def _constants(self) -> List[Tensor]:
+    def _constants(self, sequence: bool = True) -> List[Tensor]:
         if torch.jit.is_scripting():
-            return self._derive()
+            return self._derive(sequence)
         return self._cached_constants()
 
     @torch.jit.unused
@@ -224,7 +248,7 @@ class ClosedFormLTC(nn.Module):
             hidden = self.initial_state(batch).to(x.dtype)
         self._check_hidden(x, hidden)
         y, last, error = closed_form_sequence(x, hidden, timespans, self._constants(), self.output_w, self.output_b,
-                                              self.exact, self.substeps)
+                                              self.exact, self.substeps, self.sens_rows)
         self._raise(error)
         return y, last
 
@@ -238,7 +262,7 @@ class ClosedFormLTC(nn.Module):
         if x.dim() != 2 or x.size(1) != self.input_size or dt.dim() != 1 or dt.size(0) != batch:
             raise ValueError("ClosedFormLTC.step expects x [B, " + str(self.input_size) + "] and dt [B]")
         self._check_hidden(x, hidden)
-        y, state, error = closed_form_step(x, hidden, dt, self._constants(), self.output_w, self.output_b,
+        y, state, error = closed_form_step(x, hidden, dt, self._constants(False), self.output_w, self.output_b,
                                            self.exact, self.substeps)
         self._raise(error)
         return y, state

@@ -17,7 +17,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-__all__ = ["eq8_state", "exact_update", "approx_update", "exact_sequence", "approx_sequence",
+__all__ = ["eq8_state", "exact_update", "approx_update", "exact_sequence", "exact_shared", "approx_sequence",
            "input_error", "closed_form_sequence", "closed_form_step"]
 
 
@@ -88,6 +88,22 @@ def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_
 
 
 @torch.jit.script
+def exact_shared(v: Tensor, gi0: Tensor, pre_sigma: Tensor, q_g: Tensor, q_i: Tensor, one: float = 1.0) -> Tensor:
+    """The exact kernel at one dt for all rows and steps, one substep, on the constants of
+    ``ClosedFormLTC._derive`` [15] / [16] scaled by dt: v ``[B, N+1]`` with v[:, N] = 1 (its row of
+    pre_sigma holds -sigma mu, so one product gives sigma (v - mu)); gi0 ``[L, B, 2(N+1)]`` the
+    per-step leak + sensory [-G h/cm | -I h/cm] -> states ``[L, B, N+1]`` (column N stays 1)."""
+    states: List[Tensor] = []
+    g0, i0 = gi0.chunk(2, 2)
+    for bg, bi in zip(g0.unbind(0), i0.unbind(0)):
+        s = torch.mm(v, pre_sigma).sigmoid_()
+        g = torch.addmm(bg, s, q_g, beta=one)
+        v = torch.lerp(torch.addmm(bi, s, q_i, beta=one).div_(g), v, torch.exp(g))
+        states.append(v)
+    return torch.stack(states)
+
+
+@torch.jit.script
 def approx_sequence(v: Tensor, x0: Tensor, gi0: Tensor, gic0: Tensor, neg_t_over_cm: Tensor, pre_sigma: Tensor,
                     neg_sigma_mu: Tensor, q: Tensor) -> Tensor:
     """:func:`approx_update` over gi0 / gic0 ``[B, L, 2N]`` and ``-t / cm`` ``[L, B, N]`` (t: seconds
@@ -121,19 +137,32 @@ def input_error(x: Tensor, times: Optional[Tensor]) -> Tuple[int, float]:
 
 @torch.jit.script
 def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor], c: List[Tensor], output_w: Tensor,
-                         output_b: Tensor, exact: bool, substeps: int, one: float = 1.0) -> Tuple[Tensor, Tensor, int]:
+                         output_b: Tensor, exact: bool, substeps: int, sens_rows: Tensor,
+                         one: float = 1.0) -> Tuple[Tensor, Tensor, int]:
     """Either method over a sequence: x ``[B, L, F]``, hidden ``[B, H]``, timespans ``[B, L]``
-    seconds or None (1.0), c = :meth:`ClosedFormLTC._derive` -> (y ``[B, L, M]``, hidden ``[B, H]``,
-    error code of :func:`input_error`; the outputs are meaningless unless it is 0).
+    seconds or None (1.0), c = :meth:`ClosedFormLTC._derive` and its ``sens_rows`` -> (y ``[B, L, M]``,
+    hidden ``[B, H]``, error code of :func:`input_error`; the outputs are meaningless unless it is 0).
 
     The input-only terms (leak + sensory [G | I], the input map folded into the sensory constants)
     are one matmul, one sigmoid and one matmul for all steps at once. With one dt for all rows and
-    steps (>= 1 us) the exact kernel runs on constants pre-scaled by -h / cm. ``one`` (= 1.0) is a
+    steps (>= 1 us) the exact kernel runs on constants pre-scaled by -h / cm; with one substep, on
+    :func:`exact_shared`'s neuron-major constants (the second sensory product only over the rows
+    sensory synapses reach, and the recurrent -sigma mu inside the product). ``one`` (= 1.0) is a
     runtime argument, not a constant, so that TorchScript keeps the loop's ``addmm`` fused instead of
     splitting it into ``mm`` + ``add`` (a call from Python passes the default at run time)."""
     error, shared = input_error(x, timespans)
     batch, length, features = x.size(0), x.size(1), x.size(2)
     n = c[8].size(0)
+    if exact and shared >= 1e-6 and substeps == 1:  # neuron-major products, sensory rows only
+        # columns in (step, row) order: each step reads its biases as [2(N+1), B] contiguous runs
+        s = torch.mm(c[11], x.transpose(0, 1).reshape(length * batch, features).t()).add_(c[12]).sigmoid_()
+        gi0 = (c[14] * shared).expand(2 * n + 2, length * batch).contiguous()
+        gi0 = gi0.index_add_(0, sens_rows, torch.mm(c[13] * shared, s)).view(2 * n + 2, length, batch).permute(1, 2, 0)
+        v = torch.cat([hidden, torch.ones(batch, 1, dtype=hidden.dtype, device=hidden.device)], 1)
+        q = c[16] * shared
+        states = exact_shared(v, gi0, c[15], q[:, : n + 1], q[:, n + 1:], one)
+        y = torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1)
+        return y, states[-1][:, :n].contiguous(), error
     s = torch.mm(x.reshape(batch * length, features), c[0]).add_(c[1]).sigmoid_()
     if exact and shared >= 1e-6:
         scale = c[7] * (shared / float(substeps))
