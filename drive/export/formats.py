@@ -178,10 +178,7 @@ def _write_aoti(deployed: DeployedPolicy, meta: Dict[str, Any], meta_json: str, 
                for k, v in meta.items()}
     strings.update(frame_height=str(deployed.frame_height), frame_width=str(deployed.frame_width),
                    metadata_json=meta_json)
-    # freezing: weights become constants, so on CPU the convolutions get oneDNN-prepacked weights
-    # and a fused ReLU (batch-1 step 1.40 -> 1.34 ms measured alone; within noise in tools/bench_deploy.py)
-    aoti_compile_and_package(program, package_path=str(tmp),
-                             inductor_configs={"aot_inductor.metadata": strings, "freezing": True})
+    aoti_compile_and_package(program, package_path=str(tmp), inductor_configs={"aot_inductor.metadata": strings})
 
 
 def _write_onnx(deployed: DeployedPolicy, meta_json: str, tmp: Path) -> None:
