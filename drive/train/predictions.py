@@ -41,7 +41,6 @@ class PredictionCSV(BasePredictionWriter):
     def __init__(self, path: Optional[str] = None) -> None:
         super().__init__(write_interval="epoch")
         self.path = path
-        self.written: Optional[Path] = None
 
     def target(self, trainer: Trainer) -> Path:
         path = Path(self.path) if self.path else Path(trainer.default_root_dir) / "predictions.csv"
@@ -85,5 +84,4 @@ class PredictionCSV(BasePredictionWriter):
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-        self.written = out
         print(f"drive predict: wrote {len(order)} frames of {len(np.unique(index))} recording(s) to {out}")
