@@ -65,18 +65,12 @@ def approx_update(v: Tensor, x0: Tensor, neg_t_over_cm: Tensor, base: Tensor, ba
 
 @torch.jit.script
 def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_sigma: Tensor,
-                   neg_sigma_mu: Tensor, q_g: Tensor, q_i: Tensor, substeps: int, one: float = 1.0) -> Tensor:
+                   neg_sigma_mu: Tensor, q_g: Tensor, q_i: Tensor, substeps: int) -> Tensor:
     """:func:`exact_update` over gi0 ``[B, L, 2N]`` (= [g0 | i0] per step) with ``-h / cm``
     ``[L, B, N]`` (or None: everything pre-scaled) -> states ``[L, B, N]``."""
     states: List[Tensor] = []
     g0, i0 = gi0.chunk(2, 2)
-    if neg_h_over_cm is None and substeps == 1:  # the common case, without the inner loop (~5% faster)
-        for bg, bi in zip(g0.unbind(1), i0.unbind(1)):
-            s = torch.mm(v, pre_sigma).add_(neg_sigma_mu).sigmoid_()  # (addmm would copy the broadcast bias)
-            g = torch.addmm(bg, s, q_g, beta=one)
-            v = torch.lerp(torch.addmm(bi, s, q_i, beta=one).div_(g), v, torch.exp(g))
-            states.append(v)
-    elif neg_h_over_cm is None:
+    if neg_h_over_cm is None:  # (one substep at a shared dt runs in exact_shared instead)
         for bg, bi in zip(g0.unbind(1), i0.unbind(1)):
             v = exact_update(v, bg, bi, None, pre_sigma, neg_sigma_mu, q_g, q_i, substeps)
             states.append(v)
@@ -168,7 +162,7 @@ def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor],
         scale = c[7] * (shared / float(substeps))
         gi0 = torch.mm(s, c[2] * scale).add_(c[6] * scale).view(batch, length, 2 * n)
         nh = c[8] * (shared / float(substeps))
-        states = exact_sequence(hidden, gi0, None, c[3], c[4], c[9] * nh, c[10] * nh, substeps, one)
+        states = exact_sequence(hidden, gi0, None, c[3], c[4], c[9] * nh, c[10] * nh, substeps)
         return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), states[-1], error
     gi0 = torch.mm(s, c[2]).add_(c[6]).view(batch, length, 2 * n)
     if timespans is None:
