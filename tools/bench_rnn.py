@@ -26,29 +26,21 @@ from ncps.torch import LTC as NcpsLTC
 from torch import nn
 
 from drive.nn import LSTM, WiredCfC, from_ncps
+from drive.nn.closed_form_cli import interleaved_medians
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
-def paired_median_ms(fns: Sequence[Callable[[], object]], repeats: int, warmup: int,
-                     device: torch.device) -> List[float]:
-    """Median wall time (ms) of each function, calls interleaved so that load on a shared machine
-    hits all of them alike; ``warmup`` untimed calls first (TorchScript profiles its first calls)."""
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    times: List[List[float]] = [[] for _ in fns]
-    for _ in range(repeats):
-        for fn, bucket in zip(fns, times):
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            bucket.append((time.perf_counter() - t0) * 1e3)
-    return [statistics.median(b) for b in times]
+def paired_median_ms(fns: Sequence[Callable[[], object]], rounds: int, device: torch.device) -> List[float]:
+    """Median milliseconds per call of each function: every round times each in turn for about the
+    same wall time (a block of calls, :func:`drive.nn.closed_form_cli.interleaved_medians`), so load
+    on a shared machine hits all alike while each block measures the steady state of repeated calls,
+    as in a training loop (alternating single calls would also charge the faster module for the
+    caches the slower one evicts: dense CfC forward+backward ~10% slower that way)."""
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    ms = interleaved_medians({str(i): fn for i, fn in enumerate(fns)}, rounds, 3, sync)
+    return [ms[str(i)] for i in range(len(fns))]
 
 
 class TorchLSTM(nn.Module):
@@ -121,13 +113,13 @@ def bench_pair(name: str, ours: nn.Module, ref: nn.Module, ref_step: Callable, a
                 return fn()
         return run
 
-    r, w = args.repeats, args.warmup
+    r = args.rounds
     row: Dict[str, object] = {"model": name}
-    row["fwd_ms"] = paired_median_ms([fwd(ours), fwd(ref)], r, w, device)
-    row["fwd_bwd_ms"] = paired_median_ms([fwd_bwd(ours), fwd_bwd(ref)], r, w, device)
+    row["fwd_ms"] = paired_median_ms([fwd(ours), fwd(ref)], r, device)
+    row["fwd_bwd_ms"] = paired_median_ms([fwd_bwd(ours), fwd_bwd(ref)], r, device)
     ours_step, ref_step_ms, scripted_step = paired_median_ms(
         [step(lambda: ours.step(x1, h_ours, dt1)), step(lambda: ref_step(ref, x1, h_ref)),
-         step(lambda: scripted.step(x1, h_ours, dt1))], r * 5, w, device)
+         step(lambda: scripted.step(x1, h_ours, dt1))], r, device)
     row["step_ms"] = [ours_step, ref_step_ms]
     row["step_scripted_ms"] = scripted_step
     return row
@@ -149,7 +141,7 @@ def gpu_ltc(args: argparse.Namespace, device: torch.device) -> List[Dict[str, ob
             def f(m: nn.Module = m) -> None:
                 with torch.no_grad():
                     m(x)
-            res[label] = paired_median_ms([f, fb], args.repeats, args.warmup, device)
+            res[label] = paired_median_ms([f, fb], args.rounds, device)
         out.append(res)
     return out
 
@@ -161,8 +153,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--features", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=20, help="timed calls per measurement (median)")
-    parser.add_argument("--warmup", type=int, default=6, help="untimed calls first")
+    parser.add_argument("--rounds", type=int, default=15,
+                        help="interleaved rounds per measurement (median over rounds of the per-call time)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
