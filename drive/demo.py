@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from drive.atomic import write_text
 from drive.demo_report import write_report
 
 __all__ = ["DemoSettings", "add_arguments", "run", "run_demo", "DEFAULT_CONFIG"]
@@ -121,7 +122,7 @@ class _Stages:
         result = fn()
         result["seconds"] = round(time.perf_counter() - t0, 1)
         outputs = [str(p) for p in result.pop("_outputs", [])]
-        stamp.write_text(json.dumps({"key": self.key, "result": result, "outputs": outputs}, indent=2))
+        write_text(stamp, json.dumps({"key": self.key, "result": result, "outputs": outputs}, indent=2))
         print(f"{prefix}: {result['seconds']:.0f} s (total {time.perf_counter() - self.started:.0f} s)", flush=True)
         return result
 

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List
 
+from drive.atomic import save_figure, write_text
+
 __all__ = ["write_report", "training_curve", "ACCEPT_KM", "ACCEPT_INTERVENTIONS_PER_KM", "ACCEPT_MINUTES"]
 
 ACCEPT_KM = 2.0
@@ -42,8 +44,7 @@ def training_curve(metrics_csv: Path, out_png: Path) -> Dict[str, Any]:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out_png, dpi=110)
     last = val[-1] if val else (None, float("nan"), float("nan"))
     return {"steps": train[-1][0] + 1 if train else 0, "val_mse_km": last[1], "val_mae_km": last[2],
             "val_points": len(val)}
@@ -124,10 +125,10 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     lines += [f"| {k} | {v:.0f} |" for k, v in stage_seconds.items()]
     lines += [f"| **total** | **{total_s:.0f}** |", ""]
     report = out / "REPORT.md"
-    report.write_text("\n".join(lines) + "\n")
+    write_text(report, "\n".join(lines) + "\n")
     summary = {"report": str(report), "acceptance": acceptance, "training": curve, "stage_seconds": stage_seconds,
                "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS}}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+    write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     return summary
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
@@ -32,6 +31,7 @@ import numpy as np
 import torch
 
 from drive import __version__
+from drive.atomic import atomic_path
 from drive.nn.policy import Policy
 from drive.perturb import perturb_views
 from drive.preprocess import Preprocessing
@@ -117,16 +117,9 @@ def save_policy(path: PathLike, policy: Policy, meta: Mapping[str, Any]) -> Path
     if missing:
         raise ValueError(f"policy metadata lacks {missing}")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     state = {"policy." + k: v.detach().cpu() for k, v in policy.state_dict().items()}
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         torch.save({"drive": meta, "state_dict": state}, tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
     return path
 
 

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from drive.atomic import save_figure
 from drive.data.cache import display_name, iter_decoded
 from drive.data.errors import Problems
 from drive.data.readers import discover, read_logs
@@ -71,8 +72,7 @@ def plot_recordings(recs: Sequence[Recording], out: str, gap_factor: float = 3.0
         ax.set_title(f"{display_name(rec)}: {len(rec)} frames, {len(gaps)} gap(s) shaded", fontsize=9)
     axes[-1, 0].set_xlabel("time [s]")
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    save_figure(fig, out, dpi=110)
 
 
 def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Optional[Dict[str, Any]] = None,

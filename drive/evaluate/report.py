@@ -16,6 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from drive.atomic import atomic_path, save_figure, write_text
+
 __all__ = ["write_report", "METRICS", "COLUMNS", "OUTPUTS"]
 
 # column -> (title, better)
@@ -74,8 +76,7 @@ def _plot(rows: Sequence[Mapping[str, Any]], metric: str, title: str, xlabel: st
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _plot_profiles(results: Sequence[Mapping[str, Any]], path: Path) -> None:
@@ -90,8 +91,7 @@ def _plot_profiles(results: Sequence[Mapping[str, Any]], path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def _profile_section(results: Sequence[Mapping[str, Any]], plotted: bool) -> List[str]:
@@ -121,13 +121,13 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Ma
     for name in OUTPUTS:
         (out_dir / name).unlink(missing_ok=True)
     rows = [r for res in results for r in res["rows"]]
-    with open(out_dir / "results.csv", "w", newline="") as f:
+    with atomic_path(out_dir / "results.csv") as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
         writer.writeheader()
         for r in rows:
             writer.writerow({c: r.get(c, float("nan")) for c in COLUMNS})
-    (out_dir / "results.json").write_text(json.dumps({"config": config, "recordings": list(recordings),
-                                                      "results": list(results)}, indent=1, default=float))
+    write_text(out_dir / "results.json", json.dumps({"config": config, "recordings": list(recordings),
+                                                     "results": list(results)}, indent=1, default=float))
     noise_unit = _noise_unit(config)
     present = [m for m in METRICS if any(m in r and not _isnan(r[m]) for r in rows)]
     plots = []
@@ -152,7 +152,7 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Ma
         md += [f"![{metric}]({metric}.png)", ""]
     md += _profile_section(results, profiled)
     md += ["Raw numbers: `results.csv` (one row per model x perturbation), `results.json` (with profiles).", ""]
-    (out_dir / "REPORT.md").write_text("\n".join(md))
+    write_text(out_dir / "REPORT.md", "\n".join(md))
     return {"rows": rows, "report": out_dir / "REPORT.md", "csv": out_dir / "results.csv", "plots": plots}
 
 

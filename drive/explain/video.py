@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from drive.atomic import write_image
 from drive.explain.policy_saliency import SaliencyFrame, policy_saliency
 from drive.preprocess import Preprocessing
 from drive.recording import Recording
@@ -206,9 +207,7 @@ class SaliencyVideoWriter:
             tiles.append(np.zeros_like(tiles[0]))
         grid = np.concatenate([np.concatenate(tiles[r : r + columns], axis=1) for r in range(0, len(tiles), columns)])
         path = contact_sheet_path(self.path)
-        if not cv2.imwrite(str(path), cv2.cvtColor(grid, cv2.COLOR_RGB2BGR)):
-            raise RuntimeError(f"{path}: could not write the contact sheet")
-        return path
+        return write_image(path, grid)
 
     def close(self) -> Dict[str, Any]:
         """Finish the video and the contact sheet; returns frames, fps, size (w, h) and paths."""
@@ -324,8 +323,4 @@ def saliency_still(
     canvas = SaliencyCanvas(input_hw, recording.meta.fps, names, scale)
     for i, rows in enumerate(steps):
         image = canvas.compose(rows, float(recording.curvature[i]))
-    out = Path(out_png)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if not cv2.imwrite(str(out), cv2.cvtColor(image, cv2.COLOR_RGB2BGR)):
-        raise RuntimeError(f"{out}: could not write the PNG")
-    return out
+    return write_image(out_png, image)

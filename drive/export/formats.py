@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple, Union
@@ -30,6 +29,7 @@ from typing import Any, Dict, Optional, Tuple, Union
 import torch
 
 from drive import __version__
+from drive.atomic import atomic_path
 from drive.export.module import STATUS, DeployedPolicy
 from drive.nn.policy import Policy
 from drive.policy_io import load_policy, policy_meta
@@ -118,13 +118,6 @@ def build_deployed(
     deployed.family = str(meta.get("family", "policy"))
     deployed.metadata_json = json.dumps(export_metadata(deployed, meta, "eager", "cpu"), sort_keys=True)
     return deployed.eval()
-
-
-def _atomic_target(out: Path) -> Path:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix="." + out.stem + ".", suffix=".tmp" + out.suffix)
-    os.close(fd)
-    return Path(tmp)
 
 
 def _example_inputs(deployed: DeployedPolicy, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -245,17 +238,12 @@ def export_policy(
     info = export_metadata(deployed, meta, format, device)
     meta_json = json.dumps(info, sort_keys=True)
     out = Path(out)
-    tmp = _atomic_target(out)
-    try:
+    with atomic_path(out) as tmp:
         if format == "torchscript":
             _write_torchscript(deployed, meta_json, tmp)
         elif format == "aoti":
             _write_aoti(deployed, info, meta_json, tmp, dev)
         else:
             _write_onnx(deployed, meta_json, tmp)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     return out
 

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from drive.atomic import write_text
 from drive.nn.closed_form import METHODS, convert
 from drive.nn.ltc import LTC
 from drive.nn.policy import Policy
@@ -190,8 +191,8 @@ def convert_checkpoint(ckpt: PathLike, method: str, out: PathLike, recordings: O
     if km > 0:
         report["closed_loop"] = {"km": km, "seed": seed, "ode": _closed_loop(policy, meta, km, seed),
                                  "closed_form": _closed_loop(converted, meta, km, seed)}
-    out.with_suffix(".fidelity.json").write_text(json.dumps(report, indent=2))
-    out.with_suffix(".fidelity.md").write_text(markdown_report(report))
+    write_text(out.with_suffix(".fidelity.json"), json.dumps(report, indent=2))
+    write_text(out.with_suffix(".fidelity.md"), markdown_report(report))
     return report
 
 

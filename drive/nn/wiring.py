@@ -31,6 +31,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from drive.atomic import save_figure
+
 __all__ = ["Wiring", "NCP", "AutoNCP", "FullyConnected", "Random", "lane_keeping_ncp", "as_wiring",
            "check_wiring_buffers"]
 
@@ -221,8 +223,7 @@ class Wiring:
         ax.set_ylim(-tallest / 2.0 - 1, tallest / 2.0 + 1.5)
         ax.axis("off")
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        save_figure(fig, path, dpi=120)
 
 
 def as_wiring(wiring: Any) -> Wiring:

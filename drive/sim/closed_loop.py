@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
+from drive.atomic import write_text
 from drive.sim.appearance import condition_grid, parse_conditions, sample_appearance
 from drive.sim.driver import Driver, needs_image
 from drive.sim.render import Camera, Renderer
@@ -95,7 +96,7 @@ class ClosedLoopResult:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         paths = {"metrics": out / "metrics.json"}
-        paths["metrics"].write_text(json.dumps(self.metrics, indent=2) + "\n")
+        write_text(paths["metrics"], json.dumps(self.metrics, indent=2) + "\n")
         if plot:
             from drive.sim.plot import plot_drive
 

@@ -8,6 +8,7 @@ from typing import Any, Sequence, Union
 import cv2
 import numpy as np
 
+from drive.atomic import save_figure, write_image
 from drive.sim.render import Camera
 
 __all__ = ["plot_drive", "DriveVideo", "conditions_sheet"]
@@ -44,10 +45,7 @@ def plot_drive(segments: Sequence[Any], path: Union[str, Path], title: str = "")
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path, dpi=110)
 
 
 class DriveVideo:
@@ -91,10 +89,7 @@ def conditions_sheet(path: Union[str, Path], seed: int = 0, scale: int = 2) -> P
                         (255, 255, 255), 1, cv2.LINE_AA)
             row.append(np.pad(img, ((1, 1), (1, 1), (0, 0)), constant_values=255))
         tiles.append(np.concatenate(row, axis=1))
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    cv2.imwrite(str(out), cv2.cvtColor(np.concatenate(tiles, axis=0), cv2.COLOR_RGB2BGR))
-    return out
+    return write_image(path, np.concatenate(tiles, axis=0))
 
 
 if __name__ == "__main__":  # python -m drive.sim.plot docs/conditions.png

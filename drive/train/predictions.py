@@ -16,8 +16,6 @@ no half-written CSV). Under DDP each process writes its own recordings to
 from __future__ import annotations
 
 import csv
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -25,6 +23,8 @@ import numpy as np
 import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
+
+from drive.atomic import atomic_path
 
 __all__ = ["PredictionCSV", "COLUMNS"]
 
@@ -69,19 +69,12 @@ class PredictionCSV(BasePredictionWriter):
         predicted, recorded = cat(predicted, np.float64), cat(recorded, np.float64)
         order = np.lexsort((frame, index))
         out = self.target(trainer)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix="." + out.stem + ".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", newline="") as f:
-                writer = csv.writer(f)
-                writer.writerow(COLUMNS)
-                for r in order.tolist():
-                    rec, k = recordings[int(index[r])], int(frame[r])
-                    label = recorded[r]
-                    writer.writerow([rec.name, k, f"{float(rec.timestamp_s[k]):.6f}", f"{predicted[r]:.9g}",
-                                     "" if np.isnan(label) else f"{label:.9g}"])
-            os.replace(tmp, out)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with atomic_path(out) as tmp, open(tmp, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(COLUMNS)
+            for r in order.tolist():
+                rec, k = recordings[int(index[r])], int(frame[r])
+                label = recorded[r]
+                writer.writerow([rec.name, k, f"{float(rec.timestamp_s[k]):.6f}", f"{predicted[r]:.9g}",
+                                 "" if np.isnan(label) else f"{label:.9g}"])
         print(f"drive predict: wrote {len(order)} frames of {len(np.unique(index))} recording(s) to {out}")

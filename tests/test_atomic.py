@@ -1,0 +1,58 @@
+"""drive.atomic: outputs are whole or absent, never half-written, and no temporary file is left."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from drive.atomic import atomic_path, save_figure, write_image, write_text
+
+
+def listing(folder: Path):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_failure_keeps_the_previous_file_and_leaves_no_temporary(tmp_path):
+    out = tmp_path / "report.csv"
+    out.write_text("old complete file\n")
+    with pytest.raises(RuntimeError, match="disk full"):
+        with atomic_path(out) as tmp:
+            tmp.write_text("half of the new fi")
+            assert tmp.parent == out.parent and tmp.name.startswith(".") and tmp.suffix == ".csv"
+            raise RuntimeError("disk full")
+    assert out.read_text() == "old complete file\n"
+    assert listing(tmp_path) == ["report.csv"]
+
+
+def test_success_replaces_the_file_and_creates_parents(tmp_path):
+    out = tmp_path / "a" / "b" / "summary.json"
+    write_text(out, '{"ok": true}\n')
+    assert out.read_text() == '{"ok": true}\n'
+    write_text(out, "{}\n")
+    assert out.read_text() == "{}\n" and listing(out.parent) == ["summary.json"]
+
+
+def test_write_image_round_trips_and_names_a_file_it_cannot_encode(tmp_path):
+    import cv2
+
+    rgb = np.zeros((6, 8, 3), np.uint8)
+    rgb[..., 0] = 255  # red
+    path = write_image(tmp_path / "sheet.png", rgb)
+    back = cv2.imread(str(path))
+    assert back.shape == (6, 8, 3) and back[0, 0].tolist() == [0, 0, 255]  # BGR on disk
+    with pytest.raises(RuntimeError, match="nothing.unknownext: could not write the image"):
+        write_image(tmp_path / "nothing.unknownext", rgb)
+    assert listing(tmp_path) == ["sheet.png"]
+
+
+def test_save_figure_writes_by_suffix_and_closes_the_figure(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    out = save_figure(fig, tmp_path / "curve.png", dpi=50)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not plt.fignum_exists(fig.number)
+    assert listing(tmp_path) == ["curve.png"]
