@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import shutil
 import tempfile
 import time
@@ -51,22 +52,31 @@ def _loader_rate(tmp: Path, augment, workers: int, batches: int, device: torch.d
     dm.prepare_data()
     dm.setup("fit")
     it = iter(dm.train_dataloader())
-    for _ in range(3):
-        next(it)
-    n, t0 = 0, time.perf_counter()
-    for i in range(batches):
-        try:
-            batch = next(it)
-        except StopIteration:
-            it = iter(dm.train_dataloader())
-            batch = next(it)
-        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        if augment_on == "device":
-            batch = dm.augment_batch(batch, batch_number=i)
-        n += batch["frames"].shape[0] * batch["frames"].shape[1]
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return n / (time.perf_counter() - t0)
+    try:
+        for _ in range(3):
+            next(it)
+        n, t0 = 0, time.perf_counter()
+        for i in range(batches):
+            try:
+                batch = next(it)
+            except StopIteration:
+                del it
+                gc.collect()  # (see below)
+                it = iter(dm.train_dataloader())
+                batch = next(it)
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            if augment_on == "device":
+                batch = dm.augment_batch(batch, batch_number=i)
+            n += batch["frames"].shape[0] * batch["frames"].shape[1]
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return n / (time.perf_counter() - t0)
+    finally:
+        # stop this loader's workers here: an iterator left for the garbage collector would be
+        # inherited by the next loader's forked workers and collected there, where its shutdown fails
+        # ("Exception ignored ... can only test a child process")
+        del it
+        gc.collect()
 
 
 def _worker_job_rate(tmp: Path, windows: int) -> float:
