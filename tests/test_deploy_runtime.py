@@ -272,3 +272,12 @@ def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported, re
     done = run_runtime(runtime, pt2, exported["raw"], tmp_path / "aoti.csv")
     assert done.returncode == 0, done.stderr
     assert_same_commands(read_commands(tmp_path / "aoti.csv"), reference, 1e-5)
+    # the package itself accepts any shape; the runtime refuses a frame of another size, naming it
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    for i, height in enumerate((CAMERA[0], CAMERA[0] - 2)):
+        (odd / f"{i:06d}.ppm").write_bytes(b"P6\n%d %d\n255\n" % (CAMERA[1], height) + bytes(CAMERA[1] * height * 3))
+    done = run_runtime(runtime, pt2, odd, tmp_path / "odd.csv")
+    assert done.returncode == 1
+    assert f"{odd / '000001.ppm'}: frame is 208x78, the model expects the camera's 208x80" in done.stderr
+    assert len(read_commands(tmp_path / "odd.csv")) == 1  # the good frame before it was stepped
