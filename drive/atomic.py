@@ -10,7 +10,7 @@ recordings, the frame cache).
 from __future__ import annotations
 
 import os
-import tempfile
+import secrets
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Union
@@ -27,11 +27,17 @@ PathLike = Union[str, "os.PathLike[str]"]
 def atomic_path(out: PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``out`` (its parents created) to write to; on a clean exit it
     replaces ``out``, on an exception it is deleted. The temporary name ends in ``out``'s suffix,
-    so writers that choose a format by extension (matplotlib, OpenCV) still see it."""
+    so writers that choose a format by extension (matplotlib, OpenCV) still see it, and the file
+    has the mode a plain ``open(out, "w")`` would give (the umask's)."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix="." + out.stem + ".", suffix=".tmp" + out.suffix)
-    os.close(fd)
+    while True:  # not tempfile.mkstemp: its files are private (0600); this one gets the umask's mode, as out would
+        tmp = out.parent / f".{out.stem}.{secrets.token_hex(4)}.tmp{out.suffix}"
+        try:
+            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+            break
+        except FileExistsError:
+            continue
     try:
         yield Path(tmp)
         os.replace(tmp, out)

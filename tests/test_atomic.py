@@ -1,4 +1,6 @@
 """drive.atomic: outputs are whole or absent, never half-written, and no temporary file is left."""
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,23 @@ def test_success_replaces_the_file_and_creates_parents(tmp_path):
     assert out.read_text() == '{"ok": true}\n'
     write_text(out, "{}\n")
     assert out.read_text() == "{}\n" and listing(out.parent) == ["summary.json"]
+
+
+def test_files_get_the_umask_mode_not_a_private_one(tmp_path):
+    """A temporary file from tempfile.mkstemp is 0600: renamed into place, a report or an exported
+    policy would be unreadable to the vehicle's runtime user or a colleague."""
+    previous = os.umask(0o022)
+    try:
+        out = write_text(tmp_path / "REPORT.md", "# report\n")
+        with atomic_path(tmp_path / "policy.ts") as tmp:
+            tmp.write_bytes(b"model")
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")
+    finally:
+        os.umask(previous)
+    want = stat.S_IMODE(plain.stat().st_mode)
+    assert want == 0o644
+    assert stat.S_IMODE(out.stat().st_mode) == want and stat.S_IMODE((tmp_path / "policy.ts").stat().st_mode) == want
 
 
 def test_write_image_round_trips_and_names_a_file_it_cannot_encode(tmp_path):
