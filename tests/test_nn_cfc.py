@@ -225,7 +225,7 @@ def test_bad_inputs_are_clear_errors(scripted):
         (dict(timespans=torch.full((2, 3), float("nan"))), "timespans"),
         (dict(timespans=torch.full((2, 3), float("inf"))), "timespans"),
         (dict(timespans=torch.ones(3)), r"timespans \[B, L\]"),
-        (dict(x=torch.randn(2, 3, 5)), r"input \[B, L, 4\]"),
+        (dict(x=torch.randn(2, 3, 5)), r"x \[B, L, F\] with F = 4 input features"),
         (dict(x=x.clone().index_fill_(1, torch.tensor([1]), float("nan"))), "NaN"),
         (dict(hidden=torch.zeros(2, 4)), r"hidden \[B, 5\]"),
     ]

@@ -17,32 +17,9 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from drive.nn.checks import check_hidden, check_sequence
+
 __all__ = ["LSTM", "CTRNN"]
-
-
-def _check_inputs(x: Tensor, timespans: Optional[Tensor], input_size: int) -> Tensor:
-    """Validate x [B,L,F] and timespans [B,L] (seconds, > 0); return timespans (ones when None)."""
-    if x.dim() != 3 or x.size(2) != input_size:
-        raise ValueError("expected x [B, L, " + str(input_size) + "], got " + str(x.shape))
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("input contains NaN or infinite values")
-    if timespans is None:
-        return torch.ones(x.size(0), x.size(1), dtype=x.dtype, device=x.device)
-    if timespans.dim() != 2 or timespans.size(0) != x.size(0) or timespans.size(1) != x.size(1):
-        raise ValueError("expected timespans [B, L] = [" + str(x.size(0)) + ", " + str(x.size(1)) + "], got "
-                         + str(timespans.shape))
-    if not bool(((timespans > 0) & torch.isfinite(timespans)).all()):
-        raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
-    return timespans
-
-
-def _check_hidden(hidden: Optional[Tensor], batch: int, state_size: int, like: Tensor) -> Tensor:
-    if hidden is None:
-        return torch.zeros(batch, state_size, dtype=like.dtype, device=like.device)
-    if hidden.dim() != 2 or hidden.size(0) != batch or hidden.size(1) != state_size:
-        raise ValueError("expected hidden [B, " + str(state_size) + "] with B = " + str(batch) + ", got "
-                         + str(hidden.shape))
-    return hidden
 
 
 class LSTM(nn.Module):
@@ -75,8 +52,8 @@ class LSTM(nn.Module):
     def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """x [B,L,F] -> (y [B,L,M], cat(h, c) [B, 2 units])."""
-        _check_inputs(x, timespans, self.input_size)
-        hidden = _check_hidden(hidden, x.size(0), self.state_size, x)
+        check_sequence(x, timespans, self.input_size)
+        hidden = check_hidden(hidden, x, self.state_size)
         h0 = hidden[:, : self.units].unsqueeze(0).contiguous()
         c0 = hidden[:, self.units:].unsqueeze(0).contiguous()
         out, (h, c) = self.lstm(x, (h0, c0))
@@ -127,10 +104,10 @@ class CTRNN(nn.Module):
     def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """x [B,L,F], timespans [B,L] seconds -> (y [B,L,M], h [B, units])."""
-        timespans = _check_inputs(x, timespans, self.input_size)
-        h = _check_hidden(hidden, x.size(0), self.state_size, x)
+        ts = check_sequence(x, timespans, self.input_size)
+        h = check_hidden(hidden, x, self.state_size)
         drive = self.input_map(x)
-        h_step = (timespans / float(self.ode_unfolds)).unsqueeze(2)
+        h_step = ts / float(self.ode_unfolds)
         w_rec = self.recurrent.weight.t()
         states = []
         for t in range(x.size(1)):

@@ -28,8 +28,8 @@ from torch import Tensor, nn
 from drive.nn.cfc_bptt import (DenseBPTT, dense_loop_weights, dense_run, SigmoidForm, sigmoid_form_applies,
                                uniform_time)
 from drive.nn.cfc_cells import (ACTIVATIONS, MODES, MixedMemory, PreparedCache, activate, cfc_update,
-                                check_config, check_hidden, check_sequence, dropout_mask, lstm_update,
-                                needs_grad, register_pure)
+                                check_config, dropout_mask, lstm_update, needs_grad, register_pure)
+from drive.nn.checks import check_hidden, check_sequence
 
 __all__ = ["CfC", "WiredCfC", "cfc_from_ncps", "MODES", "ACTIVATIONS"]
 

@@ -57,43 +57,6 @@ def lstm_update(z: Tensor, c: Tensor, n: int) -> Tuple[Tensor, Tensor]:
     return torch.tanh(c) * gates[:, 2 * n:], c
 
 
-def _all_finite(x: Tensor) -> Tensor:
-    """Whether every element is finite, as a 0-dim bool tensor: ``x * 0`` is 0 exactly for finite
-    values and NaN otherwise; one multiply and one sum (``isfinite(x).all()`` is ~4x slower here)."""
-    return (x * 0).sum() == 0
-
-
-def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int) -> Tensor:
-    """Validate x [B, L, F] and timespans [B, L]; return elapsed time as [B, L, 1] fp32.
-
-    One host sync on the happy path: ``log(t)`` is finite exactly when t is finite and > 0."""
-    if x.dim() != 3 or x.size(2) != input_size:
-        raise ValueError("expected input [B, L, " + str(input_size) + "], got " + str(x.shape))
-    b, steps = x.size(0), x.size(1)
-    if timespans is None:
-        if not bool(_all_finite(x)):
-            raise ValueError("input contains NaN or inf")
-        return torch.ones(1, 1, 1, dtype=x.dtype, device=x.device).expand(b, steps, 1)
-    if timespans.dim() != 2 or timespans.size(0) != b or timespans.size(1) != steps:
-        raise ValueError("expected timespans [B, L] = [" + str(b) + ", " + str(steps) + "], got "
-                         + str(timespans.shape))
-    if not bool(_all_finite(x) & _all_finite(torch.log(timespans))):
-        if not bool(_all_finite(x)):
-            raise ValueError("input contains NaN or inf")
-        raise ValueError("timespans (elapsed seconds) must be finite and > 0")
-    return timespans.to(x.dtype).unsqueeze(2)
-
-
-def check_hidden(hidden: Optional[Tensor], x: Tensor, state_size: int) -> Tensor:
-    """Validate hidden [B, H] (None: zeros)."""
-    if hidden is None:
-        return torch.zeros(x.size(0), state_size, dtype=x.dtype, device=x.device)
-    if hidden.dim() != 2 or hidden.size(0) != x.size(0) or hidden.size(1) != state_size:
-        raise ValueError("expected hidden [B, " + str(state_size) + "] with B = " + str(x.size(0))
-                         + ", got " + str(hidden.shape))
-    return hidden
-
-
 def check_config(mode: str, input_size: int) -> int:
     """Mode code (index in MODES) after validating mode and input_size."""
     if mode not in MODES:

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from drive.nn.checks import check_hidden, check_sequence
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["LTC"]
@@ -257,11 +258,7 @@ class LTC(nn.Module):
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """x [B,L,F], hidden [B,N] or None (zeros), timespans [B,L] seconds or None (1.0)
         -> (y [B,L,M], hidden [B,N])."""
-        if x.dim() != 3:
-            raise ValueError("LTC expects x of shape [B, L, F]; got " + str(x.dim()) + " dimensions")
-        if timespans is None:
-            timespans = torch.ones(x.size(0), x.size(1), dtype=x.dtype, device=x.device)
-        elif timespans.dim() == 3 and timespans.size(2) == 1:
+        if timespans is not None and timespans.dim() == 3 and timespans.size(2) == 1:
             timespans = timespans.squeeze(2)
         if not torch.jit.is_scripting():
             if torch.is_autocast_enabled(x.device.type):
@@ -269,11 +266,12 @@ class LTC(nn.Module):
         return self._run(x, hidden, timespans)
 
     @torch.jit.unused
-    def _run_fp32(self, x: Tensor, hidden: Optional[Tensor], timespans: Tensor) -> Tuple[Tensor, Tensor]:
+    def _run_fp32(self, x: Tensor, hidden: Optional[Tensor], timespans: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         """Under autocast (mixed-precision training) the cell still runs in fp32: its epsilon and
         conductance sums underflow in fp16."""
         with torch.autocast(x.device.type, enabled=False):
-            return self._run(x.float(), None if hidden is None else hidden.float(), timespans.float())
+            return self._run(x.float(), None if hidden is None else hidden.float(),
+                             None if timespans is None else timespans.float())
 
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
@@ -283,21 +281,12 @@ class LTC(nn.Module):
         y, h = self._run(x.unsqueeze(1), hidden, dt.reshape(-1, 1))
         return y.squeeze(1), h
 
-    def _run(self, x: Tensor, hidden: Optional[Tensor], timespans: Tensor) -> Tuple[Tensor, Tensor]:
+    def _run(self, x: Tensor, hidden: Optional[Tensor], timespans: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        timespans = check_sequence(x, timespans, self.input_size)[:, :, 0]
         batch, length = x.size(0), x.size(1)
-        if x.size(2) != self.input_size:
-            raise ValueError("LTC expects " + str(self.input_size) + " input features, got " + str(x.size(2)))
-        if timespans.size(0) != batch or timespans.size(1) != length or timespans.dim() != 2:
-            raise ValueError("timespans must have shape [B, L] = [" + str(batch) + ", " + str(length) + "]")
-        if not bool(torch.isfinite(x).all()):
-            raise ValueError("LTC input contains NaN or infinite values")
-        if not bool((timespans > 0).all()) or not bool(torch.isfinite(timespans).all()):
-            raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
-        timespans = timespans.to(x.dtype)
         if hidden is None:
             hidden = self.initial_state(batch)
-        elif hidden.dim() != 2 or hidden.size(0) != batch or hidden.size(1) != self.state_size:
-            raise ValueError("hidden must have shape [B, N] = [" + str(batch) + ", " + str(self.state_size) + "]")
+        check_hidden(hidden, x, self.state_size)
         n = self.state_size
         gleak = self._positive(self.gleak)
         cm = self._positive(self.cm)

@@ -9,8 +9,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from drive.nn.cfc_bptt import WiredBPTT, wired_loop_weights, wired_run
-from drive.nn.cfc_cells import (MixedMemory, PreparedCache, cfc_update, check_config, check_hidden,
-                                check_sequence, lstm_update, needs_grad, register_pure)
+from drive.nn.cfc_cells import (MixedMemory, PreparedCache, cfc_update, check_config, lstm_update, needs_grad,
+                                register_pure)
+from drive.nn.checks import check_hidden, check_sequence
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["WiredCfC"]

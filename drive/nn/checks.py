@@ -1,0 +1,51 @@
+"""Input validation shared by the recurrent modules (LTC, CfC, wired CfC, LSTM, CT-RNN).
+
+One interface, one set of errors: ``x [B, L, F]``, ``timespans [B, L]`` elapsed seconds (finite and
+> 0), ``hidden [B, H]``. On the happy path the value checks are one float64 sum read back to the
+host (``sum(x) + sum(log t)`` is finite exactly when every x is finite and every t finite and
+> 0; a float64 sum of finite fp32 values cannot overflow): at batch 1 a step is a few dozen
+microsecond-sized ops, and this keeps validation to five of them. Everything scripts with TorchScript.
+"""
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+__all__ = ["check_sequence", "check_hidden"]
+
+
+def _finite_sum(x: Tensor) -> bool:
+    return math.isfinite(float(x.sum(dtype=torch.float64)))
+
+
+def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int) -> Tensor:
+    """Validate x ``[B, L, F]`` and timespans ``[B, L]``; return the elapsed time as ``[B, L, 1]``
+    in x's dtype (None: ones, an expanded view)."""
+    if x.dim() != 3 or x.size(2) != input_size:
+        raise ValueError("expected x [B, L, F] with F = " + str(input_size) + " input features, got shape "
+                         + str(list(x.shape)))
+    b, steps = x.size(0), x.size(1)
+    if timespans is None:
+        if not _finite_sum(x):
+            raise ValueError("input contains NaN or infinite values")
+        return torch.ones(1, 1, 1, dtype=x.dtype, device=x.device).expand(b, steps, 1)
+    if timespans.dim() != 2 or timespans.size(0) != b or timespans.size(1) != steps:
+        raise ValueError("expected timespans [B, L] = [" + str(b) + ", " + str(steps) + "], got shape "
+                         + str(list(timespans.shape)))
+    total = x.sum(dtype=torch.float64) + torch.log(timespans).sum(dtype=torch.float64)
+    if not math.isfinite(float(total)):
+        if not _finite_sum(x):
+            raise ValueError("input contains NaN or infinite values")
+        raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
+    return timespans.to(x.dtype).unsqueeze(2)
+
+
+def check_hidden(hidden: Optional[Tensor], x: Tensor, state_size: int) -> Tensor:
+    """Validate hidden ``[B, H]`` against x's batch (None: zeros in x's dtype and device)."""
+    if hidden is None:
+        return torch.zeros(x.size(0), state_size, dtype=x.dtype, device=x.device)
+    if hidden.dim() != 2 or hidden.size(0) != x.size(0) or hidden.size(1) != state_size:
+        raise ValueError("expected hidden [B, " + str(state_size) + "] with B = " + str(x.size(0))
+                         + ", got shape " + str(list(hidden.shape)))
+    return hidden
