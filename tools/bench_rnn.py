@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 import warnings
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
