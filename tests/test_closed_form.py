@@ -9,7 +9,7 @@ import torch
 from scipy.integrate import solve_ivp
 
 from drive.nn.closed_form import ClosedFormLTC
-from drive.nn.wiring import FullyConnected, Wiring, lane_keeping_ncp
+from drive.nn.wiring import FullyConnected, Random, Wiring, lane_keeping_ncp
 
 RTOL, ATOL = 1e-10, 1e-12
 
@@ -129,13 +129,19 @@ def test_exact_network_converges_to_ode_solution_as_dt_shrinks() -> None:
     assert errors[-1] < 5e-3
 
 
-@pytest.mark.parametrize("wiring", ["lane_keeping", "fully_connected"])
+@pytest.mark.parametrize("wiring", ["lane_keeping", "fully_connected", "random"])
 @pytest.mark.parametrize("dt", [None, 0.25], ids=["no-timespans", "regular"])
 def test_exact_sequence_at_one_dt_equals_stepping(wiring: str, dt) -> None:
-    """The shared-dt sequence kernel (neuron-major products over the sensory-reached rows, a constant
-    neuron carrying -sigma mu) gives the per-step kernel's states, in float64, batch > 1."""
+    """The shared-dt sequence kernel (sensory activations on the fan-out grid, a constant neuron
+    carrying -sigma mu) gives the per-step kernel's states, in float64, batch > 1. The random wiring
+    has uneven fan-outs (empty grid slots) and an input without synapses."""
     torch.manual_seed(4)
-    w = lane_keeping_ncp() if wiring == "lane_keeping" else FullyConnected(5, output_dim=2, seed=2, input_dim=3)
+    w = {"lane_keeping": lane_keeping_ncp, "fully_connected": lambda: FullyConnected(5, output_dim=2, seed=2, input_dim=3),
+         "random": lambda: Random(6, output_dim=2, sparsity=0.6, seed=3, input_dim=4)}[wiring]()
+    if wiring == "random":
+        w.sensory_adjacency[1] = 0  # input 1 reaches no neuron
+        fanout = np.count_nonzero(w.sensory_adjacency, axis=1)
+        assert fanout.max() > fanout[fanout > 0].min()
     m = ClosedFormLTC(w, method="exact").double()
     with torch.no_grad():  # a state that moves: random inputs, a random start, a random input map
         m.input_w.uniform_(0.5, 2.0)

@@ -4,8 +4,9 @@
     python tools/bench_closed_form.py --ckpt run.ckpt      # the LTC inside a trained policy
     python tools/bench_closed_form.py --device cuda --json out.json
 
-Timings: forward at B=16, L=32 (32 features) and a batch-1 ``step``, eager and TorchScript, in
-inference (no grad). Every round times each model once in turn (interleaved, so machine load hits
+Timings: forward at B=16, L=32 (32 features) and a batch-1 ``step`` in inference (no grad), eager
+(the module as ``drive`` commands run a converted checkpoint) and frozen TorchScript (as every export
+runtime runs it: ``torch.jit.freeze`` after loading, parameters and what derives from them folded). Every round times each model once in turn (interleaved, so machine load hits
 all alike); the median over rounds (``--statistic min``: the fastest, least-disturbed round, for a
 heavily shared machine) is reported with the ratio ODE time / closed-form time.
 Fidelity: output MSE and max error of each closed form against the ODE LTC on smooth random input
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import warnings
 from typing import Dict
 
 import torch
@@ -42,6 +44,13 @@ def fidelity(reference: Tensor, truth: Tensor, closed: nn.Module, x: Tensor) -> 
     err = y - reference
     return {"mse": float((err**2).mean()), "max_abs_err": float(err.abs().max()),
             "mse_vs_true_ode": float(((y - truth) ** 2).mean())}
+
+
+def frozen(module: nn.Module) -> torch.jit.ScriptModule:
+    """Scripted and frozen, as ``drive.export.runtime.optimize_loaded`` and the C++ runtime run a policy."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
+        return torch.jit.freeze(torch.jit.script(module.eval()), preserved_attrs=["step", "initial_state"])
 
 
 def main() -> None:
@@ -89,8 +98,8 @@ def main() -> None:
     dt1 = torch.ones(1, device=device)
     results: Dict[str, Dict[str, float]] = {}
     with torch.no_grad():
-        for mode in ("eager", "script"):
-            mods = {k: (torch.jit.script(m) if mode == "script" else m) for k, m in models.items()}
+        for mode in ("eager", "frozen"):
+            mods = {k: (frozen(m) if mode == "frozen" else m) for k, m in models.items()}
             hidden = {k: m.initial_state(1) for k, m in mods.items()}
             fwd = interleaved_medians({k: (lambda m=m: m(x)) for k, m in mods.items()}, args.rounds, 5, sync,
                                       args.statistic)

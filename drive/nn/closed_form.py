@@ -85,6 +85,14 @@ def _synapse_index(adjacency: Any, rows: int) -> Tuple[Tensor, Tensor, Tensor]:
     return pre * n + post, pre_onehot, post_onehot
 
 
+def _with_constant_neuron(q: Tensor, scale: Tensor) -> Tensor:
+    """[G | I] columns ``[E, 2N]`` -> ``[E, 2(N+1)]`` with a zero column for the constant neuron N
+    after each half, times ``scale`` ``[2(N+1)]``."""
+    n = q.size(1) // 2
+    zero_col = torch.zeros(q.size(0), 1, dtype=q.dtype, device=q.device)
+    return torch.cat([q[:, :n], zero_col, q[:, n:], zero_col], 1) * scale
+
+
 class ClosedFormLTC(nn.Module):
     """An LTC evaluated in closed form (``method`` "exact" or "approx"; module docstring).
 
@@ -124,9 +132,14 @@ class ClosedFormLTC(nn.Module):
             self.register_buffer(prefix + "_flat", flat, persistent=False)
             self.register_buffer(prefix + "_pre_onehot", pre_onehot, persistent=False)
             self.register_buffer(prefix + "_post_onehot", post_onehot, persistent=False)
-        # rows of the shared-dt kernel's [G | 1 | I | 1] that sensory synapses reach (the others hold the leak)
-        reached = sensory_polarity.ne(0).any(0).nonzero().flatten()
-        self.register_buffer("sens_rows", torch.cat([reached, reached + n + 1]), persistent=False)
+        # the shared-dt kernel's sensory grid [K, F]: synapse e of input f in slot (rank of e among f's
+        # synapses, f); K = the largest fan-out (slots past an input's fan-out stay empty)
+        pre = sensory_polarity.ne(0).nonzero()[:, 0]
+        fanout = torch.bincount(pre, minlength=f)
+        first = torch.cumsum(fanout, 0) - fanout
+        self.fanout: int = max(int(fanout.max()), 1) if pre.numel() else 1
+        rank = torch.arange(pre.numel()) - first[pre]
+        self.register_buffer("sens_slot", rank * f + pre, persistent=False)
 
         def uniform(shape: Tuple[int, ...], low: float, high: float) -> nn.Parameter:
             return nn.Parameter(torch.empty(shape).uniform_(low, high))
@@ -181,14 +194,15 @@ class ClosedFormLTC(nn.Module):
         ``[Es, 2N]``, [3..5] recurrent pre_sigma, -sigma mu, q ``[Er, 2N]``, [6] leak [G | I] ``[2N]``,
         [7] -1/cm twice ``[2N]``, [8] -1/cm ``[N]``, [9] / [10] the two halves of q, contiguous.
 
-        [11..16] (exact, ``sequence`` only: a single step does not use them) the exact kernel at one
-        shared dt (``closed_form_kernels.exact_shared``), with the -1/cm scale folded in and
-        neuron-major products: [11] [0]^T ``[Es, F]``, [12] [1] ``[Es, 1]``, [13] [2]^T ``[R, Es]``
-        in the R rows of [G | I] that sensory synapses reach (``sens_rows``; the rows of the others
-        would be zeros), [14] the leak ``[2(N+1), 1]``, [15] recurrent pre_sigma with -sigma mu as an
-        extra row ``[N+1, Er]``, [16] q ``[Er, 2(N+1)]``. Neuron N is a constant 1
-        that carries the -sigma mu term through the product: no synapse reaches it and its leak G and
-        I are equal, so its closed-form value is exactly 1 at every step.
+        [11..15] (exact, ``sequence`` only: a single step does not use them) the exact kernel at one
+        shared dt (``closed_form_kernels.exact_shared``) with the -1/cm scale folded in, on
+        [G | I] of N+1 neurons: neuron N is a constant 1 that carries the recurrent -sigma mu term
+        through the product (no synapse reaches it and its leak G and I are equal, so its closed-form
+        value is exactly 1 at every step). [11] / [12] the sensory affine map on the grid ``[K, F]``
+        (slot (k, f): input f's k-th synapse, ``sens_slot``; empty slots 0): ``x_f [11] + [12] =
+        sigma (input_w x_f + input_b - mu)``; [13] the grid's q ``[K F, 2(N+1)]`` (empty slots 0);
+        [14] the leak ``[2(N+1)]``; [15] recurrent pre_sigma with -sigma mu as an extra row
+        ``[N+1, Er]``; [16] recurrent q ``[Er, 2(N+1)]``.
 
         The leak conductance is clamped at 1e-30 (the kernels divide by the total conductance)."""
         sens = self._synapses(self.sensory_sigma, self.sensory_mu, self.sensory_w, self.sensory_erev,
@@ -203,16 +217,18 @@ class ClosedFormLTC(nn.Module):
             rec[2][:, :n].contiguous(), rec[2][:, n:].contiguous()]
         if not (self.exact and sequence):
             return c
-        # neuron-major, with the constant neuron n (G = I = -1 after scaling, no synapses)
+        # with the constant neuron n (G = I = -1 after scaling, no synapses)
         minus_one = -torch.ones(1, dtype=gleak.dtype, device=gleak.device)
         scale = torch.cat([neg_inv_cm, minus_one, neg_inv_cm, minus_one])
-        zero_col = torch.zeros(sens[2].size(0), 1, dtype=gleak.dtype, device=gleak.device)
-        q_sens = torch.cat([sens[2][:, :n], zero_col, sens[2][:, n:], zero_col], 1) * scale
+
+        slots = self.fanout * self.input_size
+        a = c[0].sum(0)  # one non-zero per column of the [F, Es] one-hot map: sigma input_w of its input
+        grid = [torch.zeros(slots, dtype=a.dtype, device=a.device).index_copy(0, self.sens_slot, t) for t in (a, c[1])]
+        q_sens = torch.zeros(slots, 2 * n + 2, dtype=a.dtype, device=a.device).index_copy(
+            0, self.sens_slot, _with_constant_neuron(sens[2], scale))
         leak = torch.cat([gleak, -minus_one, gleak * self.vleak, -minus_one]) * scale
-        zero_col = torch.zeros(rec[2].size(0), 1, dtype=gleak.dtype, device=gleak.device)
-        q_rec = torch.cat([rec[2][:, :n], zero_col, rec[2][:, n:], zero_col], 1) * scale
-        return c + [c[0].t().contiguous(), c[1].unsqueeze(1), q_sens.t()[self.sens_rows], leak.unsqueeze(1),
-                    torch.cat([rec[0], rec[1].unsqueeze(0)]), q_rec]
+        return c + [grid[0].view(self.fanout, self.input_size), grid[1].view(self.fanout, self.input_size), q_sens,
+                    leak, torch.cat([rec[0], rec[1].unsqueeze(0)]), _with_constant_neuron(rec[2], scale)]
 
     def _constants(self, sequence: bool = True) -> List[Tensor]:
         if torch.jit.is_scripting():
@@ -248,7 +264,7 @@ class ClosedFormLTC(nn.Module):
             hidden = self.initial_state(batch).to(x.dtype)
         self._check_hidden(x, hidden)
         y, last, error = closed_form_sequence(x, hidden, timespans, self._constants(), self.output_w, self.output_b,
-                                              self.exact, self.substeps, self.sens_rows)
+                                              self.exact, self.substeps)
         self._raise(error)
         return y, last
 

@@ -3,11 +3,11 @@
 Shapes: B batch, L steps, N neurons, F inputs, M motor neurons, E present synapses; all times in
 seconds. ``c`` is the constant list of :meth:`drive.nn.closed_form.ClosedFormLTC._derive`.
 
-Matmuls with a broadcast bias are written ``torch.mm(a, b).add_(bias)``: for these small operands
-that is faster than ``addmm`` (which first copies the broadcast bias into its output). With a full
-[B, N] bias ``addmm`` is faster; TorchScript keeps it fused only when beta is a runtime value (the
-``one`` argument), else it splits it into mm + add (DecomposeOps). In-place ops only touch fresh
-results, so autograd works.
+Matmuls with a small broadcast bias are written ``torch.mm(a, b).add_(bias)``: for these small
+operands that is faster than ``addmm`` (which first copies the broadcast bias into its output). With
+a full [B, N] bias ``addmm`` is faster; TorchScript keeps it whole only when beta or alpha is a
+runtime value, else it splits it into mm + add (DecomposeOps). In-place ops only touch fresh results,
+so autograd works.
 """
 from __future__ import annotations
 
@@ -82,17 +82,18 @@ def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_
 
 
 @torch.jit.script
-def exact_shared(v: Tensor, gi0: Tensor, pre_sigma: Tensor, q_g: Tensor, q_i: Tensor, one: float = 1.0) -> Tensor:
+def exact_shared(v: Tensor, gi0: Tensor, pre_sigma: Tensor, q: Tensor, dt: float) -> Tensor:
     """The exact kernel at one dt for all rows and steps, one substep, on the constants of
-    ``ClosedFormLTC._derive`` [15] / [16] scaled by dt: v ``[B, N+1]`` with v[:, N] = 1 (its row of
-    pre_sigma holds -sigma mu, so one product gives sigma (v - mu)); gi0 ``[L, B, 2(N+1)]`` the
-    per-step leak + sensory [-G h/cm | -I h/cm] -> states ``[L, B, N+1]`` (column N stays 1)."""
+    ``ClosedFormLTC._derive`` [15] / [16]: v ``[B, N+1]`` with v[:, N] = 1 (its row of pre_sigma
+    holds -sigma mu, so one product gives sigma (v - mu)); gi0 ``[L, B, 2(N+1)]`` the per-step
+    leak + sensory [-G h/cm | -I h/cm], contiguous -> states ``[L, B, N+1]`` (column N stays 1).
+    Per step: one product for the activations, one for [G | I] with its bias and q scaled by dt
+    (``alpha``: a runtime value, so TorchScript keeps ``addmm`` whole instead of decomposing it
+    into ``mm`` + ``add``, which it does when beta and alpha are constants, e.g. once frozen)."""
     states: List[Tensor] = []
-    g0, i0 = gi0.chunk(2, 2)
-    for bg, bi in zip(g0.unbind(0), i0.unbind(0)):
-        s = torch.mm(v, pre_sigma).sigmoid_()
-        g = torch.addmm(bg, s, q_g, beta=one)
-        v = torch.lerp(torch.addmm(bi, s, q_i, beta=one).div_(g), v, torch.exp(g))
+    for base in gi0.unbind(0):
+        g, i = torch.addmm(base, torch.mm(v, pre_sigma).sigmoid_(), q, alpha=dt).chunk(2, 1)
+        v = torch.lerp(i.div(g), v, torch.exp(g))
         states.append(v)
     return torch.stack(states)
 
@@ -131,30 +132,26 @@ def input_error(x: Tensor, times: Optional[Tensor]) -> Tuple[int, float]:
 
 @torch.jit.script
 def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor], c: List[Tensor], output_w: Tensor,
-                         output_b: Tensor, exact: bool, substeps: int, sens_rows: Tensor,
-                         one: float = 1.0) -> Tuple[Tensor, Tensor, int]:
+                         output_b: Tensor, exact: bool, substeps: int) -> Tuple[Tensor, Tensor, int]:
     """Either method over a sequence: x ``[B, L, F]``, hidden ``[B, H]``, timespans ``[B, L]``
-    seconds or None (1.0), c = :meth:`ClosedFormLTC._derive` and its ``sens_rows`` -> (y ``[B, L, M]``,
-    hidden ``[B, H]``, error code of :func:`input_error`; the outputs are meaningless unless it is 0).
+    seconds or None (1.0), c = :meth:`ClosedFormLTC._derive` -> (y ``[B, L, M]``, hidden ``[B, H]``,
+    error code of :func:`input_error`; the outputs are meaningless unless it is 0).
 
     The input-only terms (leak + sensory [G | I], the input map folded into the sensory constants)
-    are one matmul, one sigmoid and one matmul for all steps at once. With one dt for all rows and
-    steps (>= 1 us) the exact kernel runs on constants pre-scaled by -h / cm; with one substep, on
-    :func:`exact_shared`'s neuron-major constants (the second sensory product only over the rows
-    sensory synapses reach, and the recurrent -sigma mu inside the product). ``one`` (= 1.0) is a
-    runtime argument, not a constant, so that TorchScript keeps the loop's ``addmm`` fused instead of
-    splitting it into ``mm`` + ``add`` (a call from Python passes the default at run time)."""
+    are computed for all steps at once. With one dt for all rows and steps (>= 1 us) and one
+    substep, the exact kernel runs :func:`exact_shared`: the sensory activations of all steps as one
+    broadcast affine map on the fan-out grid and one sigmoid (no one-hot product), their [G | I]
+    with the leak as one product scaled by dt, laid out step-major so that each step's bias is
+    contiguous."""
     error, shared = input_error(x, timespans)
     batch, length, features = x.size(0), x.size(1), x.size(2)
     n = c[8].size(0)
-    if exact and shared >= 1e-6 and substeps == 1:  # neuron-major products, sensory rows only
-        # columns in (step, row) order: each step reads its biases as [2(N+1), B] contiguous runs
-        s = torch.mm(c[11], x.transpose(0, 1).reshape(length * batch, features).t()).add_(c[12]).sigmoid_()
-        gi0 = (c[14] * shared).expand(2 * n + 2, length * batch).contiguous()
-        gi0 = gi0.index_add_(0, sens_rows, torch.mm(c[13] * shared, s)).view(2 * n + 2, length, batch).permute(1, 2, 0)
+    if exact and shared >= 1e-6 and substeps == 1:
+        x_steps = x.transpose(0, 1).reshape(length * batch, 1, features)  # rows in (step, batch) order
+        s = torch.addcmul(c[12], x_steps, c[11]).sigmoid_().view(length * batch, -1)
+        gi0 = torch.addmm(c[14], s, c[13], beta=shared, alpha=shared).view(length, batch, 2 * n + 2)
         v = torch.cat([hidden, torch.ones(batch, 1, dtype=hidden.dtype, device=hidden.device)], 1)
-        q = c[16] * shared
-        states = exact_shared(v, gi0, c[15], q[:, : n + 1], q[:, n + 1:], one)
+        states = exact_shared(v, gi0, c[15], c[16], shared)
         y = torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1)
         return y, states[-1][:, :n].contiguous(), error
     s = torch.mm(x.reshape(batch * length, features), c[0]).add_(c[1]).sigmoid_()
