@@ -85,12 +85,12 @@ def _synapse_index(adjacency: Any, rows: int) -> Tuple[Tensor, Tensor, Tensor]:
     return pre * n + post, pre_onehot, post_onehot
 
 
-def _with_constant_neuron(q: Tensor, scale: Tensor) -> Tensor:
-    """[G | I] columns ``[E, 2N]`` -> ``[E, 2(N+1)]`` with a zero column for the constant neuron N
-    after each half, times ``scale`` ``[2(N+1)]``."""
+def _with_constant_neuron(q: Tensor) -> Tensor:
+    """[G | I] columns ``[E, 2N]`` -> ``[E, 2(N+1)]``: a zero column for the constant neuron N after
+    each half."""
     n = q.size(1) // 2
     zero_col = torch.zeros(q.size(0), 1, dtype=q.dtype, device=q.device)
-    return torch.cat([q[:, :n], zero_col, q[:, n:], zero_col], 1) * scale
+    return torch.cat([q[:, :n], zero_col, q[:, n:], zero_col], 1)
 
 
 class ClosedFormLTC(nn.Module):
@@ -194,15 +194,18 @@ class ClosedFormLTC(nn.Module):
         ``[Es, 2N]``, [3..5] recurrent pre_sigma, -sigma mu, q ``[Er, 2N]``, [6] leak [G | I] ``[2N]``,
         [7] -1/cm twice ``[2N]``, [8] -1/cm ``[N]``, [9] / [10] the two halves of q, contiguous.
 
-        [11..15] (exact, ``sequence`` only: a single step does not use them) the exact kernel at one
-        shared dt (``closed_form_kernels.exact_shared``) with the -1/cm scale folded in, on
-        [G | I] of N+1 neurons: neuron N is a constant 1 that carries the recurrent -sigma mu term
-        through the product (no synapse reaches it and its leak G and I are equal, so its closed-form
-        value is exactly 1 at every step). [11] / [12] the sensory affine map on the grid ``[K, F]``
-        (slot (k, f): input f's k-th synapse, ``sens_slot``; empty slots 0): ``x_f [11] + [12] =
-        sigma (input_w x_f + input_b - mu)``; [13] the grid's q ``[K F, 2(N+1)]`` (empty slots 0);
-        [14] the leak ``[2(N+1)]``; [15] recurrent pre_sigma with -sigma mu as an extra row
-        ``[N+1, Er]``; [16] recurrent q ``[Er, 2(N+1)]``.
+        [11..13] (exact) [6], [2] and [4] times [7]: [G | I] scaled by -1/cm, whose ratio I / G is
+        unchanged, so that a step's decay is ``exp(G dt)``.
+
+        [14..19] (exact, ``sequence`` only: a single step does not use them) the exact kernel at one
+        shared dt (``closed_form_kernels.exact_shared``), scaled as [11..13], on [G | I] of N+1
+        neurons: neuron N is a constant 1 that carries the recurrent -sigma mu term through the
+        product (no synapse reaches it and its leak G and I are equal, so its closed-form value is
+        exactly 1 at every step). [14] / [15] the sensory affine map on the grid ``[K, F]`` (slot
+        (k, f): input f's k-th synapse, ``sens_slot``; empty slots 0): ``x_f [14] + [15] =
+        sigma (input_w x_f + input_b - mu)``; [16] the grid's q ``[K F, 2(N+1)]`` (empty slots 0);
+        [17] the leak ``[2(N+1)]``; [18] recurrent pre_sigma with -sigma mu as an extra row
+        ``[N+1, Er]``; [19] recurrent q ``[Er, 2(N+1)]``.
 
         The leak conductance is clamped at 1e-30 (the kernels divide by the total conductance)."""
         sens = self._synapses(self.sensory_sigma, self.sensory_mu, self.sensory_w, self.sensory_erev,
@@ -215,20 +218,20 @@ class ClosedFormLTC(nn.Module):
         c = [self.input_w.unsqueeze(1) * sens[0], torch.addmv(sens[1], sens[0].t(), self.input_b), sens[2]] + rec + [
             torch.cat([gleak, gleak * self.vleak]), torch.cat([neg_inv_cm, neg_inv_cm]), neg_inv_cm,
             rec[2][:, :n].contiguous(), rec[2][:, n:].contiguous()]
-        if not (self.exact and sequence):
+        if not self.exact:
             return c
-        # with the constant neuron n (G = I = -1 after scaling, no synapses)
-        minus_one = -torch.ones(1, dtype=gleak.dtype, device=gleak.device)
-        scale = torch.cat([neg_inv_cm, minus_one, neg_inv_cm, minus_one])
-
+        c = c + [c[6] * c[7], sens[2] * c[7], rec[2] * c[7]]
+        if not sequence:
+            return c
         slots = self.fanout * self.input_size
         a = c[0].sum(0)  # one non-zero per column of the [F, Es] one-hot map: sigma input_w of its input
         grid = [torch.zeros(slots, dtype=a.dtype, device=a.device).index_copy(0, self.sens_slot, t) for t in (a, c[1])]
         q_sens = torch.zeros(slots, 2 * n + 2, dtype=a.dtype, device=a.device).index_copy(
-            0, self.sens_slot, _with_constant_neuron(sens[2], scale))
-        leak = torch.cat([gleak, -minus_one, gleak * self.vleak, -minus_one]) * scale
+            0, self.sens_slot, _with_constant_neuron(c[12]))
+        minus_one = -torch.ones(1, dtype=gleak.dtype, device=gleak.device)  # the constant neuron's G and I
+        leak = torch.cat([c[11][:n], minus_one, c[11][n:], minus_one])
         return c + [grid[0].view(self.fanout, self.input_size), grid[1].view(self.fanout, self.input_size), q_sens,
-                    leak, torch.cat([rec[0], rec[1].unsqueeze(0)]), _with_constant_neuron(rec[2], scale)]
+                    leak, torch.cat([rec[0], rec[1].unsqueeze(0)]), _with_constant_neuron(c[13])]
 
     def _constants(self, sequence: bool = True) -> List[Tensor]:
         if torch.jit.is_scripting():

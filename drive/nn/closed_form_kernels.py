@@ -84,7 +84,7 @@ def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_
 @torch.jit.script
 def exact_shared(v: Tensor, gi0: Tensor, pre_sigma: Tensor, q: Tensor, dt: float) -> Tensor:
     """The exact kernel at one dt for all rows and steps, one substep, on the constants of
-    ``ClosedFormLTC._derive`` [15] / [16]: v ``[B, N+1]`` with v[:, N] = 1 (its row of pre_sigma
+    ``ClosedFormLTC._derive`` [18] / [19]: v ``[B, N+1]`` with v[:, N] = 1 (its row of pre_sigma
     holds -sigma mu, so one product gives sigma (v - mu)); gi0 ``[L, B, 2(N+1)]`` the per-step
     leak + sensory [-G h/cm | -I h/cm], contiguous -> states ``[L, B, N+1]`` (column N stays 1).
     Per step: one product for the activations, one for [G | I] with its bias and q scaled by dt
@@ -148,10 +148,10 @@ def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor],
     n = c[8].size(0)
     if exact and shared >= 1e-6 and substeps == 1:
         x_steps = x.transpose(0, 1).reshape(length * batch, 1, features)  # rows in (step, batch) order
-        s = torch.addcmul(c[12], x_steps, c[11]).sigmoid_().view(length * batch, -1)
-        gi0 = torch.addmm(c[14], s, c[13], beta=shared, alpha=shared).view(length, batch, 2 * n + 2)
+        s = torch.addcmul(c[15], x_steps, c[14]).sigmoid_().view(length * batch, -1)
+        gi0 = torch.addmm(c[17], s, c[16], beta=shared, alpha=shared).view(length, batch, 2 * n + 2)
         v = torch.cat([hidden, torch.ones(batch, 1, dtype=hidden.dtype, device=hidden.device)], 1)
-        states = exact_shared(v, gi0, c[15], c[16], shared)
+        states = exact_shared(v, gi0, c[18], c[19], shared)
         y = torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1)
         return y, states[-1][:, :n].contiguous(), error
     s = torch.mm(x.reshape(batch * length, features), c[0]).add_(c[1]).sigmoid_()
@@ -186,16 +186,19 @@ def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: List[Tensor], out
     error code of :func:`input_error`)."""
     error = input_error(x, dt)[0]
     s = torch.mm(x, c[0]).add_(c[1]).sigmoid_()
-    base = torch.mm(s, c[2]).add_(c[6])
     if dt.dtype != x.dtype:
         dt = dt.to(x.dtype)
     dt = dt.unsqueeze(1)
     n = c[8].size(0)
-    if exact:
-        nh = dt * c[8] if substeps == 1 else dt * (c[8] / float(substeps))
+    if exact and substeps == 1:  # [G | I] scaled by -1/cm: the sensory, then the recurrent product
+        g, i = torch.addmm(c[11], s, c[12]).addmm_(torch.addmm(c[4], hidden, c[3]).sigmoid_(), c[13]).chunk(2, 1)
+        state = torch.lerp(i.div(g), hidden, torch.exp(g * dt))
+    elif exact:
+        base = torch.mm(s, c[2]).add_(c[6])
         g0, i0 = base.chunk(2, 1)
-        state = exact_update(hidden, g0, i0, nh, c[3], c[4], c[9], c[10], substeps)
+        state = exact_update(hidden, g0, i0, dt * (c[8] / float(substeps)), c[3], c[4], c[9], c[10], substeps)
     else:
+        base = torch.mm(s, c[2]).add_(c[6])
         x0 = hidden[:, n : 2 * n]
         elapsed = hidden[:, 2 * n :] + dt
         v = approx_update(hidden[:, :n], x0, elapsed * c[8], base, base - torch.mm(s * s, c[2]), c[3], c[4], c[5])
