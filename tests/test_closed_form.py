@@ -274,7 +274,7 @@ def test_gradients_through_the_in_place_kernels_match_finite_differences(method:
     m = ClosedFormLTC(FullyConnected(5, output_dim=2, seed=1, input_dim=3), method=method).double()
     x = torch.randn(2, 4, 3, dtype=torch.float64)
     for ts in (None, torch.rand(2, 4, dtype=torch.float64) + 0.3):  # shared dt (pre-scaled) and per-row dt
-        params = (m.cm, m.w, m.sensory_mu, m.input_b)
+        params = (m.cm, m.w, m.sensory_mu, m.sensory_sigma, m.input_w, m.input_b)
         grads = torch.autograd.grad(m(x, None, ts)[0].sum(), params)
         for p, g in zip(params, grads):
             idx = tuple(int(k) for k in (p.detach() * m.mask if p is m.w else p.detach()).abs().argmax().reshape(1))

@@ -44,14 +44,14 @@ The parameters are the LTC's *effective* values (positivity map and masks alread
 LTC's names, so ``effective_parameters()`` of a converted module equals the source's.
 
 Speed (CPU inference is dispatch bound: ops on [16, 19] tensors cost their call, not their
-arithmetic): the input map is folded into the sensory constants, so the input-only terms of all steps
-are two matmuls and one in-place sigmoid; the sequential loop is a scripted kernel of seven ops per
-step (addmm, sigmoid, addmm, chunk, div, exp, lerp: with one dt shared by all rows the constants are
-pre-scaled by -h / cm, which leaves I / G unchanged and saves the multiplication); validation is two
+arithmetic): at one shared dt the input-only terms of all steps are one broadcast affine map on the
+sensory fan-out grid, one in-place sigmoid and one product; the sequential loop is a scripted kernel
+of seven ops per step (mm, sigmoid_, addmm, chunk, div, exp, lerp: the constants are scaled by
+-1 / cm, which leaves I / G unchanged, and dt enters as the product's alpha); validation is two
 reductions inside the same scripted call. In eager inference (grad disabled) the constants derived
 from the parameters are cached and rebuilt when a parameter changes (version or storage), so a
-batch-1 ``step`` is one scripted call of about twenty ops. A scripted module re-derives them on
-every call (TorchScript cannot read tensor versions).
+batch-1 ``step`` is one scripted call of 15 tensor ops. A scripted module re-derives them on every
+call (TorchScript cannot read tensor versions) unless frozen, as every export runtime does.
 """
 from __future__ import annotations
 
