@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from drive.nn.closed_form import convert
-from drive.nn.closed_form_cli import interleaved_medians
+from drive.timing import interleaved_medians
 from drive.nn.ltc import LTC
 from drive.nn.wiring import lane_keeping_ncp
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
@@ -33,8 +31,9 @@ from drive.atomic import write_text
 from drive.nn.closed_form import METHODS, convert
 from drive.nn.ltc import LTC
 from drive.nn.policy import Policy
+from drive.timing import interleaved_medians
 
-__all__ = ["convert_policy", "open_loop_fidelity", "interleaved_medians", "rnn_speed", "convert_checkpoint",
+__all__ = ["convert_policy", "open_loop_fidelity", "rnn_speed", "convert_checkpoint",
            "add_arguments", "run"]
 
 PathLike = Union[str, Path]
@@ -86,38 +85,6 @@ def open_loop_fidelity(reference: Policy, converted: Policy, preprocessing: Call
     d = np.concatenate(diffs)
     return {"units": "(1/km)^2", "frames": int(d.size), "mse_vs_ode": float(np.mean(d**2)),
             "max_abs_diff_vs_ode": float(np.max(np.abs(d))), "recordings": rows}
-
-
-def interleaved_medians(calls: Dict[str, Callable[[], object]], rounds: int, inner: int,
-                        sync: Callable[[], None] = lambda: None, statistic: str = "median") -> Dict[str, float]:
-    """Median (or ``statistic="min"``: the least-disturbed round) milliseconds per call of each entry,
-    timed in turn every round (so load hits all alike). Every entry is timed for about the same wall
-    time per round (the slowest for ``inner`` calls, faster ones for proportionally more, at most
-    100x): on a shared machine a short window is less likely to be preempted than a long one, which
-    would otherwise favour the faster entry."""
-    per_call: Dict[str, float] = {}
-    for name, f in calls.items():
-        f()
-        sync()
-        warm = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            f()
-            sync()
-            warm.append(time.perf_counter() - t0)
-        per_call[name] = max(min(warm), 1e-9)
-    span = inner * max(per_call.values())
-    reps = {k: min(100 * inner, max(inner, round(span / t))) for k, t in per_call.items()}
-    times: Dict[str, List[float]] = {k: [] for k in calls}
-    for _ in range(rounds):
-        for name, f in calls.items():
-            t0 = time.perf_counter()
-            for _ in range(reps[name]):
-                f()
-            sync()
-            times[name].append((time.perf_counter() - t0) / reps[name] * 1e3)
-    pick = min if statistic == "min" else statistics.median
-    return {k: pick(v) for k, v in times.items()}
 
 
 @torch.no_grad()
