@@ -38,3 +38,19 @@ def test_extreme_finite_inputs_pass_and_cancelling_infinities_do_not(name):
         m(torch.zeros(2, 4, F), timespans=torch.ones(2, 3))
     with pytest.raises(ValueError, match=r"expected hidden \[B, \d+\] with B = 2"):
         m(torch.zeros(2, 4, F), torch.zeros(3, m.state_size))
+
+
+@pytest.mark.parametrize("name", list(modules()))
+def test_validating_inputs_that_require_grad_warns_nothing(name):
+    """The value check reads one scalar back; on a graph tensor (features from a trained head) that
+    must not build graph nodes or warn about converting a grad-requiring tensor."""
+    import warnings
+
+    m = modules()[name]
+    x = torch.rand(2, 4, F, requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for ts in (None, torch.full((2, 4), 0.5, requires_grad=True)):
+            y, _ = m(x, timespans=ts)
+            y.sum().backward()
+    assert x.grad is not None and bool(torch.isfinite(x.grad).all())

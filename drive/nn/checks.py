@@ -16,7 +16,7 @@ __all__ = ["check_sequence", "check_hidden"]
 
 
 def _finite_sum(x: Tensor) -> bool:
-    return math.isfinite(float(x.sum(dtype=torch.float64)))
+    return math.isfinite(float(x.detach().sum(dtype=torch.float64)))
 
 
 def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int) -> Tensor:
@@ -33,7 +33,8 @@ def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int) -> T
     if timespans.dim() != 2 or timespans.size(0) != b or timespans.size(1) != steps:
         raise ValueError("expected timespans [B, L] = [" + str(b) + ", " + str(steps) + "], got shape "
                          + str(list(timespans.shape)))
-    total = x.sum(dtype=torch.float64) + torch.log(timespans).sum(dtype=torch.float64)
+    # detached: a check is not part of the graph (and reading a grad-requiring scalar warns)
+    total = x.detach().sum(dtype=torch.float64) + torch.log(timespans.detach()).sum(dtype=torch.float64)
     if not math.isfinite(float(total)):
         if not _finite_sum(x):
             raise ValueError("input contains NaN or infinite values")
