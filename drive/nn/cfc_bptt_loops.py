@@ -5,13 +5,13 @@ and the interpreter's dispatch is 1.3-1.7x cheaper than Python's. Inputs are tim
 ([L, B, ...]); weights arrive pre-transposed so every product is one ``addmm``/``mm``.
 """
 
-import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from drive.nn.cfc_cells import activate, dropout_mask
+from drive.nn.script import script
 
 _COMPILED: Dict[str, Any] = {}
 
@@ -20,9 +20,7 @@ def compiled(fn: Callable) -> Callable:
     """``torch.jit.script(fn)``, compiled once; the plain function where TorchScript is unavailable."""
     if fn.__name__ not in _COMPILED:
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # TorchScript's deprecation notice
-                _COMPILED[fn.__name__] = torch.jit.script(fn)
+            _COMPILED[fn.__name__] = script(fn)
         except Exception:  # noqa: BLE001 - any scripting failure: run the same code eagerly
             _COMPILED[fn.__name__] = fn
     return _COMPILED[fn.__name__]

@@ -17,6 +17,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from drive.nn.script import script
+
 __all__ = ["eq8_state", "exact_update", "approx_update", "exact_sequence", "exact_shared", "approx_sequence",
            "input_error", "closed_form_sequence", "closed_form_step"]
 
@@ -33,7 +35,7 @@ def eq8_state(x0: Tensor, g: Tensor, i: Tensor, gc: Tensor, ic: Tensor, neg_t_ov
     return torch.addcmul(i, torch.exp(g * neg_t_over_cm), torch.addcmul(ic, x0, gc, value=-1.0), value=-1.0) / g
 
 
-@torch.jit.script
+@script
 def exact_update(v: Tensor, g0: Tensor, i0: Tensor, neg_h_over_cm: Optional[Tensor], pre_sigma: Tensor,
                  neg_sigma_mu: Tensor, q_g: Tensor, q_i: Tensor, substeps: int) -> Tensor:
     """One step of Corollary 1 on the E present synapses, recurrent activations re-evaluated
@@ -51,7 +53,7 @@ def exact_update(v: Tensor, g0: Tensor, i0: Tensor, neg_h_over_cm: Optional[Tens
     return v
 
 
-@torch.jit.script
+@script
 def approx_update(v: Tensor, x0: Tensor, neg_t_over_cm: Tensor, base: Tensor, base_c: Tensor,
                   pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor) -> Tensor:
     """Eq. 8 at ``-t / cm`` ``[B, N]`` (t seconds since x0 ``[B, N]``), recurrent presynaptic
@@ -63,7 +65,7 @@ def approx_update(v: Tensor, x0: Tensor, neg_t_over_cm: Tensor, base: Tensor, ba
     return eq8_state(x0, g, i, gc, ic, neg_t_over_cm)
 
 
-@torch.jit.script
+@script
 def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_sigma: Tensor,
                    neg_sigma_mu: Tensor, q_g: Tensor, q_i: Tensor, substeps: int) -> Tensor:
     """:func:`exact_update` over gi0 ``[B, L, 2N]`` (= [g0 | i0] per step) with ``-h / cm``
@@ -81,7 +83,7 @@ def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_
     return torch.stack(states)
 
 
-@torch.jit.script
+@script
 def exact_shared(v: Tensor, gi0: Tensor, pre_sigma: Tensor, q: Tensor, dt: float) -> Tensor:
     """The exact kernel at one dt for all rows and steps, one substep, on the constants of
     ``ClosedFormLTC._derive`` [18] / [19]: v ``[B, N+1]`` with v[:, N] = 1 (its row of pre_sigma
@@ -98,7 +100,7 @@ def exact_shared(v: Tensor, gi0: Tensor, pre_sigma: Tensor, q: Tensor, dt: float
     return torch.stack(states)
 
 
-@torch.jit.script
+@script
 def approx_sequence(v: Tensor, x0: Tensor, gi0: Tensor, gic0: Tensor, neg_t_over_cm: Tensor, pre_sigma: Tensor,
                     neg_sigma_mu: Tensor, q: Tensor) -> Tensor:
     """:func:`approx_update` over gi0 / gic0 ``[B, L, 2N]`` and ``-t / cm`` ``[L, B, N]`` (t: seconds
@@ -110,7 +112,7 @@ def approx_sequence(v: Tensor, x0: Tensor, gi0: Tensor, gic0: Tensor, neg_t_over
     return torch.stack(states)
 
 
-@torch.jit.script
+@script
 def input_error(x: Tensor, times: Optional[Tensor]) -> Tuple[int, float]:
     """Validation with two reductions: (0 ok | 1 non-finite x | 2 times not finite and > 0, the
     shared value of ``times`` or -1.0 if it varies; None counts as 1.0). x's sum is accumulated in
@@ -130,7 +132,7 @@ def input_error(x: Tensor, times: Optional[Tensor]) -> Tuple[int, float]:
     return 0, low if low == high else -1.0
 
 
-@torch.jit.script
+@script
 def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor], c: List[Tensor], output_w: Tensor,
                          output_b: Tensor, exact: bool, substeps: int) -> Tuple[Tensor, Tensor, int]:
     """Either method over a sequence: x ``[B, L, F]``, hidden ``[B, H]``, timespans ``[B, L]``
@@ -178,7 +180,7 @@ def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor],
     return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), last, error
 
 
-@torch.jit.script
+@script
 def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: List[Tensor], output_w: Tensor, output_b: Tensor,
                      exact: bool, substeps: int) -> Tuple[Tensor, Tensor, int]:
     """One step of either method as a single scripted call (batch-1 latency): x ``[B, F]``, hidden

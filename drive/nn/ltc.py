@@ -24,7 +24,6 @@ an autograd graph of ~2,000 tiny nodes. Scripted modules differentiate the same 
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
@@ -32,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from drive.nn.checks import check_hidden, check_sequence
+from drive.nn.script import script
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["LTC"]
@@ -118,17 +118,8 @@ def fused_solver_backward(g_states: Tensor, v_in: Tensor, nd0: Tensor, cm_t: Ten
     return gv, g_nd0, g_cm_t, g_pre_sigma, g_neg_sm, g_q
 
 
-def _script(fn: Any) -> Any:
-    """torch.jit.script without its deprecation warning at import time (TorchScript is the
-    deployment path here; see docs/nn.md)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return torch.jit.script(fn)
-
-
-fused_solver = _script(fused_solver)
-fused_solver_backward = _script(fused_solver_backward)
+fused_solver = script(fused_solver)
+fused_solver_backward = script(fused_solver_backward)
 
 
 class _FusedSolver(torch.autograd.Function):
