@@ -129,12 +129,14 @@ def test_exact_network_converges_to_ode_solution_as_dt_shrinks() -> None:
     assert errors[-1] < 5e-3
 
 
+@pytest.mark.parametrize("substeps", [1, 3])
 @pytest.mark.parametrize("wiring", ["lane_keeping", "fully_connected", "random"])
 @pytest.mark.parametrize("dt", [None, 0.25], ids=["no-timespans", "regular"])
-def test_exact_sequence_at_one_dt_equals_stepping(wiring: str, dt) -> None:
-    """The shared-dt sequence kernel (sensory activations on the fan-out grid, a constant neuron
-    carrying -sigma mu) gives the per-step kernel's states, in float64, batch > 1. The random wiring
-    has uneven fan-outs (empty grid slots) and an input without synapses."""
+def test_exact_sequence_at_one_dt_equals_stepping(wiring: str, dt, substeps: int) -> None:
+    """The shared-dt sequence kernels (one substep: sensory activations on the fan-out grid, a
+    constant neuron carrying -sigma mu; several: constants scaled by dt / substeps) give the per-step
+    kernel's states (per-row dt), in float64, batch > 1. The random wiring has uneven fan-outs (empty
+    grid slots) and an input without synapses."""
     torch.manual_seed(4)
     w = {"lane_keeping": lane_keeping_ncp, "fully_connected": lambda: FullyConnected(5, output_dim=2, seed=2, input_dim=3),
          "random": lambda: Random(6, output_dim=2, sparsity=0.6, seed=3, input_dim=4)}[wiring]()
@@ -142,7 +144,7 @@ def test_exact_sequence_at_one_dt_equals_stepping(wiring: str, dt) -> None:
         w.sensory_adjacency[1] = 0  # input 1 reaches no neuron
         fanout = np.count_nonzero(w.sensory_adjacency, axis=1)
         assert fanout.max() > fanout[fanout > 0].min()
-    m = ClosedFormLTC(w, method="exact").double()
+    m = ClosedFormLTC(w, method="exact", substeps=substeps).double()
     with torch.no_grad():  # a state that moves: random inputs, a random start, a random input map
         m.input_w.uniform_(0.5, 2.0)
         m.input_b.uniform_(-0.5, 0.5)

@@ -157,11 +157,11 @@ def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor],
         y = torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1)
         return y, states[-1][:, :n].contiguous(), error
     s = torch.mm(x.reshape(batch * length, features), c[0]).add_(c[1]).sigmoid_()
-    if exact and shared >= 1e-6:
-        scale = c[7] * (shared / float(substeps))
-        gi0 = torch.mm(s, c[2] * scale).add_(c[6] * scale).view(batch, length, 2 * n)
-        nh = c[8] * (shared / float(substeps))
-        states = exact_sequence(hidden, gi0, None, c[3], c[4], c[9] * nh, c[10] * nh, substeps)
+    if exact and shared >= 1e-6:  # several substeps at one dt: the -1/cm-scaled constants times h
+        h = shared / float(substeps)
+        gi0 = torch.addmm(c[11], s, c[12], beta=h, alpha=h).view(batch, length, 2 * n)
+        q = c[13] * h
+        states = exact_sequence(hidden, gi0, None, c[3], c[4], q[:, :n], q[:, n:], substeps)
         return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), states[-1], error
     gi0 = torch.mm(s, c[2]).add_(c[6]).view(batch, length, 2 * n)
     if timespans is None:
@@ -195,14 +195,14 @@ def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: List[Tensor], out
     if exact and substeps == 1:  # [G | I] scaled by -1/cm: the sensory, then the recurrent product
         g, i = torch.addmm(c[11], s, c[12]).addmm_(torch.addmm(c[4], hidden, c[3]).sigmoid_(), c[13]).chunk(2, 1)
         state = torch.lerp(i.div(g), hidden, torch.exp(g * dt))
-    elif exact:
-        base = torch.mm(s, c[2]).add_(c[6])
-        g0, i0 = base.chunk(2, 1)
-        state = exact_update(hidden, g0, i0, dt * (c[8] / float(substeps)), c[3], c[4], c[9], c[10], substeps)
     else:
         base = torch.mm(s, c[2]).add_(c[6])
-        x0 = hidden[:, n : 2 * n]
-        elapsed = hidden[:, 2 * n :] + dt
-        v = approx_update(hidden[:, :n], x0, elapsed * c[8], base, base - torch.mm(s * s, c[2]), c[3], c[4], c[5])
-        state = torch.cat([v, x0, elapsed], dim=1)
+        if exact:
+            g0, i0 = base.chunk(2, 1)
+            state = exact_update(hidden, g0, i0, dt * (c[8] / float(substeps)), c[3], c[4], c[9], c[10], substeps)
+        else:
+            x0 = hidden[:, n : 2 * n]
+            elapsed = hidden[:, 2 * n :] + dt
+            v = approx_update(hidden[:, :n], x0, elapsed * c[8], base, base - torch.mm(s * s, c[2]), c[3], c[4], c[5])
+            state = torch.cat([v, x0, elapsed], dim=1)
     return torch.addcmul(output_b, state[:, : output_w.size(0)], output_w), state, error
