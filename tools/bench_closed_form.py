@@ -5,9 +5,10 @@
     python tools/bench_closed_form.py --device cuda --json out.json
 
 Timings: forward at B=16, L=32 (32 features) and a batch-1 ``step`` in inference (no grad), eager
-(the module as ``drive`` commands run a converted checkpoint) and frozen TorchScript (as every export
-runtime runs it: ``torch.jit.freeze`` after loading, parameters and what derives from them folded). Every round times each model once in turn (interleaved, so machine load hits
-all alike); the median over rounds (``--statistic min``: the fastest, least-disturbed round, for a
+(the module as ``drive`` commands run a converted checkpoint) and frozen TorchScript (scripted, then
+``torch.jit.freeze``, as every export runtime runs a policy: parameters and what derives from them
+folded). Every round times each model once in turn (interleaved, so machine load
+hits all alike); the median over rounds (``--statistic min``: the fastest, least-disturbed round, for a
 heavily shared machine) is reported with the ratio ODE time / closed-form time.
 Fidelity: output MSE and max error of each closed form against the ODE LTC on smooth random input
 sequences (random walks, like consecutive camera features), in the module's output units (1/km for
@@ -25,9 +26,9 @@ import torch
 from torch import Tensor, nn
 
 from drive.nn.closed_form import convert
-from drive.timing import interleaved_medians
 from drive.nn.ltc import LTC
 from drive.nn.wiring import lane_keeping_ncp
+from drive.timing import interleaved_medians
 
 
 def smooth_inputs(batch: int, length: int, features: int, seed: int, device: torch.device) -> Tensor:
@@ -47,7 +48,8 @@ def fidelity(reference: Tensor, truth: Tensor, closed: nn.Module, x: Tensor) -> 
 
 
 def frozen(module: nn.Module) -> torch.jit.ScriptModule:
-    """Scripted and frozen, as ``drive.export.runtime.optimize_loaded`` and the C++ runtime run a policy."""
+    """Scripted and frozen, as the export runtimes run a policy (both calls warn that TorchScript is
+    deprecated; silenced here)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
         return torch.jit.freeze(torch.jit.script(module.eval()), preserved_attrs=["step", "initial_state"])
