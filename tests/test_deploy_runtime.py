@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
 import cv2
-import imageio_ffmpeg
 import numpy as np
 import pytest
 import torch
@@ -75,11 +74,11 @@ def runtime(tmp_path_factory) -> Path:
     return build / "drive_runtime"
 
 
-def python_reference(path: Path, frames: torch.Tensor, optimize: bool = True) -> Commands:
-    model = load_exported(path, optimize=optimize)
+def python_reference(path: Path, frames: torch.Tensor, optimize: bool = True, device: str = "cpu") -> Commands:
+    model = load_exported(path, optimize=optimize, device=device)
     hidden, rows = model.initial_state(), []
     for frame in frames:
-        c, hidden, status = model.step(frame, hidden)
+        c, hidden, status = model.step(frame.to(device), hidden)
         rows.append((float(c[0]), int(status[0])))
     return rows
 
@@ -101,12 +100,12 @@ def read_commands(path: Path) -> Commands:
         return [(float(r["curvature_per_m"]), int(r["status"])) for r in csv.DictReader(f)]
 
 
-def run_runtime(binary: Path, model: Path, frames: Optional[Path], out: Path, *extra: str,
+def run_runtime(binary: Path, model: Path, frames: Optional[Path], out: Path, *extra: str, device: str = "cpu",
                 **run: Any) -> subprocess.CompletedProcess:
     """drive_runtime on FRAMES (None: the source is in ``extra``, e.g. --video); ``run``: e.g. env, stdin."""
     source = [str(frames)] if frames is not None else []
     return subprocess.run([str(binary), str(model), *source, "--no-pace", "--quiet", "--warmup", "3",
-                           "--device", "cpu", "--out", str(out), *extra], capture_output=True, text=True, timeout=300,
+                           "--device", device, "--out", str(out), *extra], capture_output=True, text=True, timeout=300,
                           **run)
 
 
@@ -175,7 +174,9 @@ def write_mp4(path: Path, frames: np.ndarray) -> Path:
 
 @pytest.fixture(scope="module")
 def ffmpeg() -> str:
-    """The static ffmpeg binary of the imageio-ffmpeg wheel (a dev dependency): no system ffmpeg needed."""
+    """The static ffmpeg binary of the imageio-ffmpeg wheel (a dev dependency): no system ffmpeg needed.
+    Imported here, so that a machine without the wheel (the lent GPU machine) still runs the rest."""
+    import imageio_ffmpeg
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
@@ -216,7 +217,8 @@ def test_python_runner_needs_only_torch_and_matches(exported, reference, tmp_pat
     and no editable-install finder), the venv's site-packages on PYTHONPATH for torch, from an
     empty folder. That same process first shows `import drive` fails, then runs the runner."""
     out = tmp_path / "py.csv"
-    args = [str(exported["ts"]), str(exported["ppm"]), "--no-pace", "--quiet", "--warmup", "2", "--out", str(out)]
+    args = [str(exported["ts"]), str(exported["ppm"]), "--device", "cpu", "--no-pace", "--quiet", "--warmup", "2",
+            "--out", str(out)]  # cpu: the reference ran on the CPU (auto would pick a GPU where there is one)
     script = f"""
 import runpy, sys
 try:
@@ -281,3 +283,18 @@ def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported, re
     assert done.returncode == 1
     assert f"{odd / '000001.ppm'}: frame is 208x78, the model expects the camera's 208x80" in done.stderr
     assert len(read_commands(tmp_path / "odd.csv")) == 1  # the good frame before it was stepped
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("half", [False, True], ids=["fp32", "fp16"])
+def test_cpp_runtime_on_cuda_matches_python_on_cuda(runtime, exported, tmp_path, half):
+    """The file exported for CUDA (fp16 conv head on request) steps on the GPU in the C++ runtime
+    with Python's commands on the same GPU, and reports its device, precision and latency."""
+    path = export_policy(exported["ckpt"], tmp_path / "cuda.ts", device="cuda", half=half)
+    want = python_reference(path, exported["frames"], device="cuda")
+    done = run_runtime(runtime, path, exported["ppm"], tmp_path / "cuda.csv", device="cuda")
+    assert done.returncode == 0, done.stderr
+    # same file, same GPU, same kernels: only cuDNN's algorithm choice may differ between processes
+    assert_same_commands(read_commands(tmp_path / "cuda.csv"), want, 1e-3)
+    assert "cuda" in done.stderr and ("fp16" if half else "fp32") in done.stderr
+    print(*(line for line in done.stderr.splitlines() if "latency p50" in line))  # shown by `pytest -rP`

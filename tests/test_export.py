@@ -13,6 +13,7 @@ import torch
 
 from drive.cli import main as drive_main
 from drive.export import STATUS, DeployedPolicy, build_deployed, decode_status, export_policy, load_exported, read_metadata
+from drive.export.formats import _export_program
 from drive.nn.closed_form import convert
 from drive.nn.policy import Policy
 from drive.policy_io import PolicyDriver, load_policy, policy_meta, save_policy
@@ -75,6 +76,37 @@ def test_scripted_file_matches_checkpoint_over_300_steps(tmp_path, family, opts)
         worst_cmd = max(worst_cmd, abs(float(command[0]) - expected) * 1000.0)  # in 1/km, the network's units
         worst_state = max(worst_state, float((hidden[0, :s] - reference.hidden[0]).abs().max()) if s else 0.0)
     assert worst_cmd < 1e-5 and worst_state < 1e-5, (worst_cmd, worst_state)
+
+
+VALUE_READS = ("aten::Float", "aten::Bool", "aten::Int", "aten::item")  # a tensor's value to the host
+
+
+@pytest.mark.parametrize("family,opts", FAMILIES, ids=[f + ("_" + "_".join(map(str, o.values())) if o else "")
+                                                      for f, o in FAMILIES])
+def test_deployed_step_never_reads_a_value_back_mid_step(tmp_path, family, opts):
+    """The module guarantees its cell's inputs (finite features and state, dt > 0), so the cell's own
+    value checks are off: the frozen step reads no tensor value to the host (a GPU would sync there
+    mid-step) and torch.export captures the step without specialising it to the example's values
+    (which broke the CUDA AOTInductor export: a float64 sum on the GPU differs between passes)."""
+    ckpt = make_checkpoint(tmp_path / "p.ckpt", family, **opts)
+    graph = load_exported(export_policy(ckpt, tmp_path / "p.ts"))._module.step_with_status.graph
+    reads = [n for kind in VALUE_READS for n in graph.findAllNodes(kind)
+             if any(isinstance(i.type(), torch._C.TensorType) for i in n.inputs())]
+    assert reads == []
+    program = _export_program(build_deployed(*load_policy(ckpt)), torch.device("cpu"))
+    scalar_ops = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default,
+                  torch.ops.aten._assert_scalar.default)
+    assert [n for n in program.graph.nodes if n.target in scalar_ops] == []
+
+
+def test_a_hidden_row_with_a_negative_gap_steps_one_frame_period(tmp_path):
+    """The cell's dt is at least one frame period whatever the caller's hidden holds (its value
+    checks are off inside the module)."""
+    module = torch.jit.load(str(export_policy(make_checkpoint(tmp_path / "p.ckpt", "cfc"), tmp_path / "p.ts")))
+    frame, hidden = camera_frames(1)[0], module.initial_state(1)
+    odd = hidden.clone()
+    odd[0, -1] = -5.0  # the seconds-since-last-good-frame slot
+    assert torch.equal(module.step_with_status(frame, odd)[0], module.step_with_status(frame, hidden)[0])
 
 
 def test_metadata_is_readable_from_the_file_and_its_methods(lstm_file):
@@ -225,6 +257,7 @@ def test_building_the_module_leaves_the_callers_policy_untouched(family):
     # half=True converts the deployed head to fp16 and channels-last in place: it must be a copy's
     DeployedPolicy(policy, (78, 200), [], FPS, 0.2, half=True)
     assert policy.head is head and type(head).__name__ != "Identity" and policy.training
+    assert all(m.check_values for m in policy.modules() if hasattr(m, "check_values"))  # off in the copy only
     now = {n: t for n, t in list(policy.named_parameters()) + list(policy.named_buffers())}
     assert now.keys() == tensors.keys()
     for name, (value, stride, requires_grad) in tensors.items():

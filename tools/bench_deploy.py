@@ -186,14 +186,13 @@ def bench_cuda(args, ckpt: Path, work: Path) -> Dict:
     variants = [("torchscript fp32", "torchscript", False, "p32.ts"), ("torchscript fp16", "torchscript", True, "p16.ts")]
     if "aoti" not in args.skip:
         variants.append(("aoti fp32", "aoti", False, "p32.pt2"))
+    print(f"\nbatch-1 step latency on {torch.cuda.get_device_name()}, {args.steps} steps (frame already on the GPU)")
     for name, fmt, half, file in variants:
         model = load_exported(export_policy(ckpt, work / file, format=fmt, device="cuda", half=half), device="cuda")
         h, w = model.frame_size
         frames = torch.randint(0, 256, (32, h, w, 3), dtype=torch.uint8).cuda()
-        rows[name] = summary(time_block(model.step, frames, model.initial_state(), args.steps, args.warmup)[0])
-    print(f"\nbatch-1 step latency on {torch.cuda.get_device_name()}, {args.steps} steps (frame already on the GPU)")
-    for name, r in rows.items():
-        print(f"{name:<18} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms")
+        r = rows[name] = summary(time_block(model.step, frames, model.initial_state(), args.steps, args.warmup)[0])
+        print(f"{name:<18} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms", flush=True)
     return {"device": torch.cuda.get_device_name(), "paths": rows}
 
 

@@ -20,7 +20,6 @@ with a pickled payload is refused before anything in it runs.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import warnings
 from pathlib import Path
@@ -126,32 +125,15 @@ def _example_inputs(deployed: DeployedPolicy, device: torch.device) -> Tuple[tor
 
 
 def _export_program(deployed: DeployedPolicy, device: torch.device) -> torch.export.ExportedProgram:
-    """``torch.export`` the deployed graph at batch 1, without the cells' data-dependent checks.
+    """``torch.export`` the deployed graph at batch 1.
 
-    The recurrent modules raise on non-finite inputs or dt <= 0 (``if not bool(...)``), which
-    torch.export cannot capture. :meth:`DeployedPolicy.step_with_status` guarantees those
-    preconditions before it calls the cell (finite features and state, dt > 0), so the checks are
-    specialised to "valid" (``draft_export``) and the runtime asserts it inserts are removed: a
-    non-finite network output is then handled by the module's own hold/reset logic, as in
-    TorchScript, instead of aborting the process.
+    The graph has no data-dependent read: :class:`DeployedPolicy` turns off its cell's value checks
+    (it guarantees finite features and state and dt > 0 itself, and handles a non-finite network
+    output with its hold/reset logic), so nothing is specialised to the example's values and the
+    compiled step never syncs with the host before its outputs.
     """
-    quiet = [logging.getLogger(n) for n in ("torch.export._draft_export", "torch.fx.experimental.symbolic_shapes")]
-    levels = [log.level for log in quiet]
-    for log in quiet:
-        log.setLevel(logging.ERROR)
-    try:
-        with torch.no_grad():
-            program = torch.export.draft_export(deployed, _example_inputs(deployed, device), strict=False)
-    finally:
-        for log, level in zip(quiet, levels):
-            log.setLevel(level)
-    graph = program.graph_module.graph
-    for node in list(graph.nodes):
-        if node.op == "call_function" and node.target is torch.ops.aten._assert_scalar.default:
-            graph.erase_node(node)
-    graph.eliminate_dead_code()
-    program.graph_module.recompile()
-    return program
+    with torch.no_grad():
+        return torch.export.export(deployed, _example_inputs(deployed, device), strict=False)
 
 
 def _write_torchscript(deployed: DeployedPolicy, meta_json: str, tmp: Path) -> None:

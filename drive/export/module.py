@@ -42,6 +42,7 @@ import torch
 from torch import Tensor, nn
 
 from drive.export.head import deployed_head
+from drive.nn.checks import skip_value_checks
 from drive.nn.policy import Policy
 from drive.preprocess import preprocess_frames
 
@@ -118,6 +119,9 @@ class DeployedPolicy(nn.Module):
         # A copy: the head is swapped out below and converted in place (fp16, channels-last
         # weights), which must not reach the caller's policy (it may go on training or driving).
         self.policy = copy.deepcopy(policy).eval()
+        # step_with_status hands the cell finite features, a finite state and dt >= one frame
+        # period: the cell's own value checks (a host read-back, a GPU sync mid-step) are redundant
+        skip_value_checks(self.policy)
         # the head, rearranged for batch-1 steps on 0-255 frames (drive/export/head.py), fp16 on
         # request, channels-last (~30% faster at batch 1 on CPU (oneDNN) and on GPU (cuDNN))
         self.head = deployed_head(self.policy.head, half)
@@ -212,8 +216,9 @@ class DeployedPolicy(nn.Module):
         held = nonfinite | black
 
         # 3. Policy.step, split so that non-finite head features (e.g. fp16 overflow) never reach
-        # the cell, which would raise: they are zeroed and the row is flagged and held instead.
-        dt = torch.clamp(gap + self.period_s, max=self.max_gap_s)
+        # the cell (its value checks are off, see __init__): they are zeroed, the row flagged and held.
+        # at least one frame period: a caller-made hidden with a negative gap cannot give dt <= 0
+        dt = torch.clamp(gap + self.period_s, min=self.period_s, max=self.max_gap_s)
         features_ok = torch.isfinite(features).all(dim=1)
         features = torch.where(features_ok.unsqueeze(1), features, 0.0)
         y, new_state = self.policy.rnn.step(features, state, dt / self.policy.frame_period_s)

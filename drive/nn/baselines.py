@@ -29,6 +29,7 @@ class LSTM(nn.Module):
 
     def __init__(self, input_size: int, units: int = 64, output_size: int = 1) -> None:
         super().__init__()
+        self.check_values: bool = True  # value checks on inputs (drive.nn.checks.skip_value_checks)
         if min(input_size, units, output_size) < 1:
             raise ValueError("input_size, units and output_size must be >= 1")
         self.input_size: int = int(input_size)
@@ -52,7 +53,7 @@ class LSTM(nn.Module):
     def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """x [B,L,F] -> (y [B,L,M], cat(h, c) [B, 2 units])."""
-        check_sequence(x, timespans, self.input_size)
+        check_sequence(x, timespans, self.input_size, self.check_values)
         hidden = check_hidden(hidden, x, self.state_size)
         h0 = hidden[:, : self.units].unsqueeze(0).contiguous()
         c0 = hidden[:, self.units:].unsqueeze(0).contiguous()
@@ -78,6 +79,7 @@ class CTRNN(nn.Module):
     def __init__(self, input_size: int, units: int = 64, output_size: int = 1, ode_unfolds: int = 6,
                  tau: float = 1.0) -> None:
         super().__init__()
+        self.check_values: bool = True  # value checks on inputs (drive.nn.checks.skip_value_checks)
         if min(input_size, units, output_size, ode_unfolds) < 1:
             raise ValueError("input_size, units, output_size and ode_unfolds must be >= 1")
         if not tau > 0:
@@ -104,7 +106,7 @@ class CTRNN(nn.Module):
     def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """x [B,L,F], timespans [B,L] seconds -> (y [B,L,M], h [B, units])."""
-        ts = check_sequence(x, timespans, self.input_size)
+        ts = check_sequence(x, timespans, self.input_size, self.check_values)
         h = check_hidden(hidden, x, self.state_size)
         drive = self.input_map(x)
         h_step = ts / float(self.ode_unfolds)

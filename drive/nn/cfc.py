@@ -51,6 +51,7 @@ class CfC(nn.Module):
                  mixed_memory: bool = False, backbone_units: int = 128, backbone_layers: int = 1,
                  backbone_activation: str = "lecun_tanh", backbone_dropout: float = 0.0) -> None:
         super().__init__()
+        self.check_values: bool = True  # value checks on inputs (drive.nn.checks.skip_value_checks)
         self.mode_id = check_config(mode, input_size)
         if units < 1 or backbone_layers < 0 or (backbone_layers > 0 and backbone_units < 1):
             raise ValueError("units >= 1, backbone_layers >= 0 and backbone_units >= 1 are required")
@@ -167,7 +168,7 @@ class CfC(nn.Module):
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """x [B, L, F], hidden [B, H], timespans [B, L] elapsed seconds (None: 1.0) ->
         (y [B, L, M], hidden [B, H])."""
-        ts = check_sequence(x, timespans, self.input_size)
+        ts = check_sequence(x, timespans, self.input_size, self.check_values)
         state = check_hidden(hidden, x, self.state_size)
         if torch.jit.is_scripting():
             y, h, c = self._loop(x, state, ts, self._prepare())

@@ -113,6 +113,8 @@ class PreparedCache:
         self.__init__()
 
     def get(self, module: nn.Module, name: str, build: Callable[[], Any]) -> Any:
+        if torch.compiler.is_compiling() or torch.compiler.is_exporting():
+            return build()  # traced by torch.export / torch.compile: no storage to key on
         key = tuple((v.data_ptr(), v._version, v.dtype) for v in _tensors(module, []))
         if key != self.key:
             self.values, self.key = {}, key

@@ -5,34 +5,41 @@ One interface, one set of errors: ``x [B, L, F]``, ``timespans [B, L]`` elapsed 
 host (``sum(x) + sum(log t)`` is finite exactly when every x is finite and every t finite and
 > 0; a float64 sum of finite fp32 values cannot overflow): at batch 1 a step is a few dozen
 microsecond-sized ops, and this keeps validation to five of them. Everything scripts with TorchScript.
+
+Each recurrent module has a ``check_values`` attribute (True). :func:`skip_value_checks` turns it off
+inside a wrapper that guarantees the values itself (the deployed policy: finite features and state,
+dt > 0): its step then has no data-dependent read, so no host sync mid-step on a GPU and a graph
+that ``torch.export`` captures whole. Shape checks always run.
 """
 import math
 from typing import Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-__all__ = ["check_sequence", "check_hidden"]
+__all__ = ["check_sequence", "check_hidden", "skip_value_checks"]
 
 
 def _finite_sum(x: Tensor) -> bool:
     return math.isfinite(float(x.detach().sum(dtype=torch.float64)))
 
 
-def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int) -> Tensor:
-    """Validate x ``[B, L, F]`` and timespans ``[B, L]``; return the elapsed time as ``[B, L, 1]``
-    in x's dtype (None: ones, an expanded view)."""
+def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int, values: bool = True) -> Tensor:
+    """Validate x ``[B, L, F]`` and timespans ``[B, L]`` (their values too unless ``values`` is
+    False); return the elapsed time as ``[B, L, 1]`` in x's dtype (None: ones, an expanded view)."""
     if x.dim() != 3 or x.size(2) != input_size:
         raise ValueError("expected x [B, L, F] with F = " + str(input_size) + " input features, got shape "
                          + str(list(x.shape)))
     b, steps = x.size(0), x.size(1)
     if timespans is None:
-        if not _finite_sum(x):
+        if values and not _finite_sum(x):
             raise ValueError("input contains NaN or infinite values")
         return torch.ones(1, 1, 1, dtype=x.dtype, device=x.device).expand(b, steps, 1)
     if timespans.dim() != 2 or timespans.size(0) != b or timespans.size(1) != steps:
         raise ValueError("expected timespans [B, L] = [" + str(b) + ", " + str(steps) + "], got shape "
                          + str(list(timespans.shape)))
+    if not values:
+        return timespans.to(x.dtype).unsqueeze(2)
     # detached: a check is not part of the graph (and reading a grad-requiring scalar warns)
     total = x.detach().sum(dtype=torch.float64) + torch.log(timespans.detach()).sum(dtype=torch.float64)
     if not math.isfinite(float(total)):
@@ -50,3 +57,14 @@ def check_hidden(hidden: Optional[Tensor], x: Tensor, state_size: int) -> Tensor
         raise ValueError("expected hidden [B, " + str(state_size) + "] with B = " + str(x.size(0))
                          + ", got shape " + str(list(hidden.shape)))
     return hidden
+
+
+def skip_value_checks(module: nn.Module) -> int:
+    """Set ``check_values = False`` on every recurrent module inside ``module`` (module docstring);
+    return how many. For wrappers that validate the values themselves, never for user input."""
+    found = 0
+    for m in module.modules():
+        if hasattr(m, "check_values"):
+            m.check_values = False
+            found += 1
+    return found

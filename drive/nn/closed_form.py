@@ -110,6 +110,8 @@ class ClosedFormLTC(nn.Module):
 
     def __init__(self, wiring: Any, method: str = "exact", substeps: int = 1) -> None:
         super().__init__()
+        self.check_values: bool = True  # value checks in step (drive.nn.checks.skip_value_checks); forward's
+        # reductions also pick its kernel (one shared dt), so they always run
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if int(substeps) < 1 or (method == "approx" and int(substeps) != 1):
@@ -282,7 +284,7 @@ class ClosedFormLTC(nn.Module):
             raise ValueError("ClosedFormLTC.step expects x [B, " + str(self.input_size) + "] and dt [B]")
         self._check_hidden(x, hidden)
         y, state, error = closed_form_step(x, hidden, dt, self._constants(False), self.output_w, self.output_b,
-                                           self.exact, self.substeps)
+                                           self.exact, self.substeps, self.check_values)
         self._raise(error)
         return y, state
 

@@ -164,6 +164,7 @@ class LTC(nn.Module):
     def __init__(self, wiring: Union[Wiring, Dict[str, Any]], input_size: Optional[int] = None,
                  ode_unfolds: int = 6, epsilon: float = 1e-8, positivity: str = "softplus") -> None:
         super().__init__()
+        self.check_values: bool = True  # value checks on inputs (drive.nn.checks.skip_value_checks)
         wiring = as_wiring(wiring)
         if input_size is not None and input_size != wiring.input_dim:
             raise ValueError(f"input_size={input_size} but the wiring has {wiring.input_dim} sensory inputs")
@@ -273,7 +274,7 @@ class LTC(nn.Module):
         return y.squeeze(1), h
 
     def _run(self, x: Tensor, hidden: Optional[Tensor], timespans: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-        timespans = check_sequence(x, timespans, self.input_size)[:, :, 0]
+        timespans = check_sequence(x, timespans, self.input_size, self.check_values)[:, :, 0]
         batch, length = x.size(0), x.size(1)
         if hidden is None:
             hidden = self.initial_state(batch)

@@ -52,6 +52,7 @@ class WiredCfC(nn.Module):
                  mode: str = "default", mixed_memory: bool = False, output_size: Optional[int] = None,
                  self_connections: bool = True, ncps_compatible: bool = False) -> None:
         super().__init__()
+        self.check_values: bool = True  # value checks on inputs (drive.nn.checks.skip_value_checks)
         wiring = as_wiring(wiring)
         if input_size is not None and int(input_size) != wiring.input_dim:
             raise ValueError(f"input_size={input_size} but the wiring has {wiring.input_dim} sensory inputs")
@@ -222,7 +223,7 @@ class WiredCfC(nn.Module):
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """x [B, L, F], hidden [B, H], timespans [B, L] elapsed seconds (None: 1.0) ->
         (y [B, L, M], hidden [B, H])."""
-        ts = check_sequence(x, timespans, self.input_size)
+        ts = check_sequence(x, timespans, self.input_size, self.check_values)
         state = check_hidden(hidden, x, self.state_size)
         if torch.jit.is_scripting():
             seq, h, c = self._loop(x, state, ts, self._prepare())
