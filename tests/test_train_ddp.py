@@ -43,7 +43,8 @@ def _cli(tmp_path: Path, command: str, root: Path, devices: int, *extra: str) ->
         "--data.batch_size", "2", "--data.eval_batch_size", "3", "--data.num_workers", "0",
         "--data.pin_memory", "false", "--data.cache_dir", str(tmp_path / "cache"), *extra,
     ]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # keep what the caller set
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
