@@ -269,6 +269,12 @@ def test_python_runner_names_bad_input(exported, tmp_path):
 def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported, reference, tmp_path):
     pt2 = export_policy(exported["ckpt"], tmp_path / "policy.pt2", format="aoti")
     assert_same_commands(python_reference(pt2, exported["frames"]), reference, 1e-5)
+    # Python steps through the loader's flat call (no pytree specs parsed per step), same outputs
+    model = load_exported(pt2)
+    assert model._run is not None
+    frame, hidden = exported["frames"][:1], model.initial_state()
+    for fast, wrapped in zip(model.step(frame, hidden), model._module(frame, hidden)):
+        assert torch.equal(fast, wrapped)
     with pytest.raises(ValueError, match=r"\[1, H, W, 3\] with H, W = 80, 208"):
         load_exported(pt2).step(exported["frames"][:2], torch.zeros(2, load_exported(pt2).hidden_size))
     done = run_runtime(runtime, pt2, exported["raw"], tmp_path / "aoti.csv")

@@ -17,7 +17,7 @@ import os
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -104,6 +104,7 @@ class ExportedPolicy:
 
             self.device = torch.device(self.meta["device"])
             self._module = aoti_load_package(str(self.path))
+            self._run = _flat_runner(self._module)
         elif self.format == "onnx":
             import onnxruntime as ort
 
@@ -148,8 +149,25 @@ class ExportedPolicy:
         frame, hidden = frame.to(self.device), hidden.to(self.device)
         if self.format == "torchscript":
             return self._module.step_with_status(frame, hidden)
-        curvature, hidden, status = self._module(frame, hidden)
+        curvature, hidden, status = self._run([frame, hidden]) if self._run else self._module(frame, hidden)
         return curvature, hidden, status
+
+
+def _flat_runner(package: Any) -> Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]]:
+    """The package loader's own ``boxed_run`` when the program takes exactly ``(frame, hidden)``
+    and returns three tensors, else None. ``AOTICompiledModel.__call__`` parses the package's
+    pytree specs again on every call (~0.05 ms of a ~1.3 ms CPU step); our step's inputs and
+    outputs are flat, so the specs are checked once here instead."""
+    loader = getattr(package, "loader", None)
+    if loader is None or not hasattr(loader, "boxed_run") or not hasattr(loader, "get_call_spec"):
+        return None
+    from torch.utils import _pytree as pytree
+
+    in_spec, out_spec = (pytree.treespec_loads(s) for s in loader.get_call_spec())
+    x = torch.empty(0)
+    expected_in = pytree.tree_flatten(((x, x), {}))[1]
+    expected_out = pytree.tree_flatten((x, x, x))[1]
+    return loader.boxed_run if in_spec == expected_in and out_spec == expected_out else None
 
 
 def load_exported(path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True) -> ExportedPolicy:
