@@ -174,7 +174,7 @@ def test_checkpoint_carries_everything_to_rebuild_and_loads_weights_only(logs: P
     policy, _ = load_policy(tmp_path / "checkpoints" / "last.ckpt")
     torch.testing.assert_close(policy.state_dict()["rnn.w"], module.policy.state_dict()["rnn.w"])
     # weight constraints (positivity="clip") hold after training steps
-    assert float(policy.rnn.w.min()) >= 0.0 and float(policy.rnn.cm.min()) >= 0.0
+    assert float(policy.rnn.w.detach().min()) >= 0.0 and float(policy.rnn.cm.detach().min()) >= 0.0
 
 
 @pytest.fixture(scope="module")

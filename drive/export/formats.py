@@ -132,7 +132,10 @@ def _export_program(deployed: DeployedPolicy, device: torch.device) -> torch.exp
     output with its hold/reset logic), so nothing is specialised to the example's values and the
     compiled step never syncs with the host before its outputs.
     """
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        # nn.LSTM refreshes its _flat_weights list in forward; export restores it afterwards and
+        # says so in a warning that asks for buffers (pytorch#163809): nothing for a user to act on
+        warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights", category=UserWarning)
         return torch.export.export(deployed, _example_inputs(deployed, device), strict=False)
 
 

@@ -101,6 +101,17 @@ def lightning_main(argv: Optional[List[str]] = None) -> int:
         # `drive fit ...` hands its own command line over as ``args``; LightningCLI would warn that
         # sys.argv holds arguments too, which is exactly how it is meant here.
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+        # Lightning's own use of APIs that jsonargparse and torch have since deprecated: nothing a
+        # user of drive can act on (only warnings raised from those two Lightning modules)
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"lightning\.pytorch\.cli")
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                module=r"lightning\.pytorch\.utilities\._pytree")
+        command = next(iter(sys.argv[1:] if argv is None else argv), "")
+        if command in ("validate", "test", "predict"):
+            # Evaluating a checkpoint does not train, so the checkpoint callbacks restored from it
+            # have nothing to do: Lightning's notes that they differ or moved are noise there.
+            warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`, callbacks")
+            warnings.filterwarnings("ignore", message="The dirpath has changed from")
         try:
             DriveCLI(
                 PolicyModule,
@@ -112,7 +123,6 @@ def lightning_main(argv: Optional[List[str]] = None) -> int:
                 auto_configure_optimizers=False,
             )
         except CheckpointNotFound as e:
-            command = next(iter(sys.argv[1:] if argv is None else argv), "")
             print(f"drive {command}: error: {e}", file=sys.stderr)
             return 2
     return 0
