@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from drive.cli import main as drive_main
-from drive.evaluate.report import COLUMNS
+from drive.evaluate.report import COLUMNS, LEVEL_AXIS
 from drive.evaluate.robustness import RobustnessConfig, evaluate_model, robustness_report, sensitivity_profile
 from drive.nn import LSTM, LTC, lane_keeping_ncp
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
-from drive.perturb import Perturbation
+from drive.perturb import KINDS, Perturbation
 from drive.policy_io import PolicyDriver, load_policy, policy_meta, save_policy
 from drive.preprocess import Preprocessing
 from drive.recording import CameraCalibration, Recording, RecordingMeta, RecordingWriter
@@ -155,6 +155,28 @@ def test_a_reused_folder_shows_only_what_this_run_produced(study, tmp_path):
     assert "sensitivity_profile.png" not in report and "lipschitz" not in report
     assert "- blind: no profile, the policy has no recurrent state (feed-forward)." in report
     assert (folder / "models").is_dir()
+
+
+def test_another_perturbation_measured_at_several_levels_gets_its_own_curves(study, tmp_path):
+    """Blur at three levels and no Gaussian level: one curve per metric over blur sigma, linked in
+    the report; a later run in the same folder without them removes those plots."""
+    root, _, recs, config, (seeing, _) = study
+    assert set(LEVEL_AXIS) == set(KINDS) - {"gaussian"}  # every kind has an axis label
+    blur = RobustnessConfig(noise_levels=(), other={"blur": (0.5, 2.0, 4.0), "occlusion": (0.1,)},
+                            seed=config.seed, saliency_frames=2)
+    out = robustness_report([seeing], recs, tmp_path, blur, workers=1)
+    names = sorted(p.name for p in tmp_path.glob("*.png"))
+    assert names == ["lipschitz_max_blur.png", "mae_blur.png", "mse_blur.png", "sensitivity_profile.png",
+                     "ssim_mean_blur.png"]
+    assert all(p.stat().st_size > 1000 for p in tmp_path.glob("*.png"))
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "![mse, blur](mse_blur.png)" in report and "](mse.png)" not in report
+    assert "| gaussian" not in report and "blur 4" in report and "occlusion 0.1" in report
+    mse = {r["level"]: r["mse"] for r in out["rows"] if r["kind"] == "blur"}
+    assert len(set(mse.values())) == 3  # three different points on the curve
+    robustness_report([seeing], recs, tmp_path, RobustnessConfig(noise_levels=(0.0,), other={}, saliency_frames=2),
+                      workers=1)
+    assert not list(tmp_path.glob("*_blur.png")) and (tmp_path / "mse.png").exists()
 
 
 def test_evaluating_in_process_leaves_the_callers_thread_count_alone(study):

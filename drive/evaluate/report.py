@@ -17,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from drive.atomic import atomic_path, save_figure, write_text
+from drive.perturb import KINDS
 
 __all__ = ["write_report", "METRICS", "COLUMNS", "OUTPUTS"]
 
@@ -32,8 +33,16 @@ METRICS: Dict[str, tuple] = {
 COLUMNS = ["model", "family", "kind", "level", "mse", "mae", "ssim_mean", "ssim_std",
            "interventions_per_km", "lateral_rms_m", "lipschitz_max", "lipschitz_median"]
 PROFILE_PLOT = "sensitivity_profile.png"
+# x axis of each perturbation kind's plot (drive.perturb says what a level is)
+LEVEL_AXIS: Dict[str, str] = {
+    "salt_pepper": "salt-and-pepper: fraction of pixels",
+    "blur": "Gaussian blur sigma (pixels of the network's view)",
+    "brightness": "brightness shift on [0, 1] pixels",
+    "occlusion": "occluded fraction of the image",
+}
 # every file write_report may write; nothing else in the folder is touched (e.g. the demo's models/)
-OUTPUTS = ("REPORT.md", "results.csv", "results.json", PROFILE_PLOT, *(f"{m}.png" for m in METRICS))
+OUTPUTS = ("REPORT.md", "results.csv", "results.json", PROFILE_PLOT, *(f"{m}.png" for m in METRICS),
+           *(f"{m}_{k}.png" for m in METRICS for k in KINDS if k != "gaussian"))
 
 
 def _fmt(value: Any) -> str:
@@ -66,10 +75,10 @@ def _noise_unit(config: Mapping[str, Any]) -> str:
     return "variance sigma^2" if config.get("variance") else "standard deviation"
 
 
-def _plot(rows: Sequence[Mapping[str, Any]], metric: str, title: str, xlabel: str, path: Path) -> None:
+def _plot(rows: Sequence[Mapping[str, Any]], metric: str, kind: str, title: str, xlabel: str, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=110)
     for model in dict.fromkeys(r["model"] for r in rows):
-        pts = sorted((r["level"], r[metric]) for r in rows if r["model"] == model and r["kind"] == "gaussian")
+        pts = sorted((r["level"], r[metric]) for r in rows if r["model"] == model and r["kind"] == kind)
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=model)
     ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=9)
@@ -131,10 +140,17 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Ma
     noise_unit = _noise_unit(config)
     present = [m for m in METRICS if any(m in r and not _isnan(r[m]) for r in rows)]
     plots = []
+    gaussian = any(r["kind"] == "gaussian" for r in rows)
+    # another kind gets its own curve once the run measured it at two levels or more
+    curves = [k for k in LEVEL_AXIS if len({r["level"] for r in rows if r["kind"] == k}) >= 2]
     for metric in present:
-        path = out_dir / f"{metric}.png"
-        _plot(rows, metric, METRICS[metric][0], f"Gaussian noise {noise_unit} on [0, 1] pixels", path)
-        plots.append(path)
+        if gaussian:
+            plots.append(out_dir / f"{metric}.png")
+            _plot(rows, metric, "gaussian", METRICS[metric][0], f"Gaussian noise {noise_unit} on [0, 1] pixels",
+                  plots[-1])
+        for kind in curves:
+            plots.append(out_dir / f"{metric}_{kind}.png")
+            _plot(rows, metric, kind, METRICS[metric][0], LEVEL_AXIS[kind], plots[-1])
     profiled = any(res["profile"] for res in results)
     if profiled:
         _plot_profiles(results, out_dir / PROFILE_PLOT)
@@ -146,10 +162,14 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Ma
     other_kinds = sorted({r["kind"] for r in rows} - {"gaussian"})
     for metric in present:
         title, better = METRICS[metric]
-        md += [f"## {title} ({better} is better)", "", *_table(rows, metric, ["gaussian"]), ""]
+        md += [f"## {title} ({better} is better)", ""]
+        if gaussian:
+            md += [*_table(rows, metric, ["gaussian"]), ""]
         if other_kinds:
             md += ["Other perturbations:", "", *_table(rows, metric, other_kinds), ""]
-        md += [f"![{metric}]({metric}.png)", ""]
+        if gaussian:
+            md += [f"![{metric}]({metric}.png)", ""]
+        md += [f"![{metric}, {kind}]({metric}_{kind}.png)" for kind in curves] + ([""] if curves else [])
     md += _profile_section(results, profiled)
     md += ["Raw numbers: `results.csv` (one row per model x perturbation), `results.json` (with profiles).", ""]
     write_text(out_dir / "REPORT.md", "\n".join(md))
