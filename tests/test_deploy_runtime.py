@@ -275,6 +275,13 @@ def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported, re
     frame, hidden = exported["frames"][:1], model.initial_state()
     for fast, wrapped in zip(model.step(frame, hidden), model._module(frame, hidden)):
         assert torch.equal(fast, wrapped)
+    # the torch-only Python runner steps the package the same way
+    runner, rows = load_runner().Model(pt2, torch.device("cpu")), []
+    hidden = runner.initial_state()
+    for frame in exported["frames"]:
+        c, hidden, status = runner.step(frame.unsqueeze(0), hidden)
+        rows.append((float(c[0]), int(status[0])))
+    assert_same_commands(rows, reference, 1e-5)
     with pytest.raises(ValueError, match=r"\[1, H, W, 3\] with H, W = 80, 208"):
         load_exported(pt2).step(exported["frames"][:2], torch.zeros(2, load_exported(pt2).hidden_size))
     done = run_runtime(runtime, pt2, exported["raw"], tmp_path / "aoti.csv")
