@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
@@ -33,6 +34,7 @@ RUNNER = REPO / "deploy" / "run_policy.py"
 CAMERA = (80, 208)  # cropped to 79x204, then resized (antialiased) to 78x200 inside every runtime
 FPS = 20.0
 BLACK = 17  # a black frame: held and flagged in every runtime
+HAS_MKL = torch._C.has_mkl  # before any export: the CPU AOTInductor export flips it while it compiles
 
 Commands = List[Tuple[float, int]]  # (curvature_per_m, status) per frame
 
@@ -266,8 +268,27 @@ def test_python_runner_names_bad_input(exported, tmp_path):
     assert model.step(frame, model.initial_state())[0].shape == (1,)
 
 
-def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported, reference, tmp_path):
-    pt2 = export_policy(exported["ckpt"], tmp_path / "policy.pt2", format="aoti")
+@pytest.fixture(scope="module")
+def cpu_aoti(exported, tmp_path_factory) -> Path:
+    return export_policy(exported["ckpt"], tmp_path_factory.mktemp("aoti") / "policy.pt2", format="aoti")
+
+
+def test_cpu_aoti_package_is_frozen_with_prepacked_convs_and_blas_matmuls(cpu_aoti):
+    """The CPU package's generated C++ (Inductor stores it in the package): weights frozen, the five
+    convolutions prepacked for oneDNN with ReLU fused, every matmul a plain BLAS ``addmm`` (oneDNN's
+    per-call setup made the cell's tiny products cost more than the prepacked convs saved)."""
+    with zipfile.ZipFile(cpu_aoti) as z:
+        wrappers = [n for n in z.namelist() if n.endswith(".wrapper.cpp")]
+        assert len(wrappers) == 1, z.namelist()
+        code = z.read(wrappers[0]).decode()
+    assert code.count("aoti_torch_cpu_mkldnn__convolution_pointwise(") == 5
+    assert "_linear_pointwise" not in code and "_mkl_linear" not in code
+    assert code.count("aoti_torch_cpu_addmm_out(") >= 2  # the head's dense layer and the cell's products
+    assert torch._C.has_mkl == HAS_MKL  # restored after the export
+
+
+def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported, reference, cpu_aoti, tmp_path):
+    pt2 = cpu_aoti
     assert_same_commands(python_reference(pt2, exported["frames"]), reference, 1e-5)
     # Python steps through the loader's flat call (no pytree specs parsed per step), same outputs
     model = load_exported(pt2)

@@ -5,6 +5,12 @@
     python tools/bench_deploy.py --ckpt last.ckpt --steps 500
     python tools/bench_deploy.py --device cuda        # p50/p99, fp32 and fp16 conv head
     python tools/bench_deploy.py --soak               # 108,000 steps (an hour at 30 Hz)
+    python tools/bench_deploy.py --runtime build/drive_runtime   # also the C++ vehicle runtime
+
+With ``--runtime`` (a ``drive_runtime`` built from deploy/, see deploy/README.md) the C++ runtime
+steps the same TorchScript and AOTInductor files in each round (a fresh process per round, warmed
+up first; its own per-step latency column, which times the same work: validated step, command on
+the host). A subprocess has no thread-CPU time to report, so its rows are by wall time only.
 
 Every path runs the same module (raw uint8 frame -> preprocessing -> head -> cell -> safety
 layer), one frame per step, the command read back to the host each step. Beside them: the
@@ -16,12 +22,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import csv
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -80,6 +88,17 @@ def time_block(step: Callable, frames: torch.Tensor, hidden: torch.Tensor, steps
     return wall, cpu, hidden
 
 
+def time_runtime(binary: Path, model: Path, raw: Path, out: Path, threads: int, warmup: int) -> List[float]:
+    """The C++ runtime stepping every frame of ``raw`` (no pacing): its per-step wall latencies (ms)."""
+    done = subprocess.run([str(binary), str(model), str(raw), "--no-pace", "--quiet", "--device", "cpu",
+                           "--threads", str(threads), "--warmup", str(warmup), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise SystemExit(f"{binary} {model.name} failed ({done.returncode}): {done.stderr[-2000:]}")
+    with open(out) as f:
+        return [float(row["latency_ms"]) for row in csv.DictReader(f)]
+
+
 def median(xs: List[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -121,18 +140,28 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
         if name == "torchscript":  # the file as saved, without load-time specialisation
             paths["torchscript_portable"] = load_exported(path, optimize=False).step
     flops = conv_flops(policy.head, policy.input_size)
-    names = list(paths)
+    per = max(1, args.steps // args.rounds)
+    runtime_models = {}  # C++ runtime path -> model file
+    if args.runtime:
+        raw = work / "frames.rgb"  # one round's frames, in the order the Python paths step them
+        frames[torch.arange(per) % len(frames)].numpy().tofile(raw)
+        runtime_models = {f"{n}_cpp": work / models[n] for n in ("torchscript", "aoti") if n in paths}
+    names = list(paths) + list(runtime_models)
     wall: Dict[str, List[float]] = {n: [] for n in names}
     cpu: Dict[str, List[float]] = {n: [] for n in names}
     per_round: List[Dict[str, Tuple[float, float]]] = []
     floors: List[Tuple[float, float]] = []
-    hidden = {n: eager.initial_state(1) for n in names}
-    per = max(1, args.steps // args.rounds)
+    hidden = {n: eager.initial_state(1) for n in paths}
     for r in range(args.rounds):
         medians = {}
         for name in names[r % len(names):] + names[: r % len(names)]:
-            wl, cl, hidden[name] = time_block(paths[name], frames, hidden[name], per,
-                                              args.warmup if r == 0 else 5, offset=r * per)
+            if name in runtime_models:  # a fresh process each round: always a full warm-up
+                wl = time_runtime(Path(args.runtime), runtime_models[name], raw, work / "runtime.csv",
+                                  args.threads, args.warmup)
+                cl = []
+            else:
+                wl, cl, hidden[name] = time_block(paths[name], frames, hidden[name], per,
+                                                  args.warmup if r == 0 else 5, offset=r * per)
             wall[name] += wl
             cpu[name] += cl
             medians[name] = (median(wl), median(cl))
@@ -146,11 +175,13 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
     def ratio(a: str, b: str, k: int) -> float:  # median over rounds of a/b (k: 0 wall, 1 CPU)
         return median([m[a][k] / m[b][k] for m in per_round])
 
-    def vs_floor(a: str, k: int) -> float:
-        return median([m[a][k] / f[k] for m, f in zip(per_round, floors)])
+    def vs_floor(a: str, k: int) -> Optional[float]:
+        return None if k == 1 and not cpu[a] else median([m[a][k] / f[k] for m, f in zip(per_round, floors)])
 
     for n in names:
         rows[n]["x_floor_wall"], rows[n]["x_floor_cpu"] = vs_floor(n, 0), vs_floor(n, 1)
+        if not cpu[n]:
+            rows[n]["cpu_p50_ms"] = None
     result = {"device": "cpu", "threads": args.threads, "family": meta["family"], "frame": [h, w],
               "rounds": args.rounds, "steps_per_round": per,
               "conv_mflop_per_frame": flops / 1e6, "floor_ms": floor_ms, "floor_cpu_ms": floor_cpu_ms,
@@ -160,15 +191,20 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
     print(f"conv head {flops / 1e6:.1f} MFLOP/frame; sgemm {flops / floor_ms / 1e6:.1f} GFLOP/s wall, "
           f"{flops / floor_cpu_ms / 1e6:.1f} by CPU time -> floor {floor_ms:.3f} ms (CPU time {floor_cpu_ms:.3f} ms)\n")
     print(f"{'path':<21} {'p50 ms':>7} {'p99 ms':>7} {'cpu p50':>8} {'x floor':>8} {'x floor cpu':>12}")
+    def num(x: Optional[float], width: int, digits: int) -> str:
+        return f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
+
     for n, r in rows.items():
-        print(f"{n:<21} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {r['cpu_p50_ms']:8.3f} {r['x_floor_wall']:8.2f} "
-              f"{r['x_floor_cpu']:12.2f}")
+        print(f"{n:<21} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {num(r['cpu_p50_ms'], 8, 3)} {r['x_floor_wall']:8.2f} "
+              f"{num(r['x_floor_cpu'], 12, 2)}")
     fastest = min(rows, key=lambda n: rows[n]["x_floor_wall"])
     result["fastest"] = fastest
     result["fastest_vs_floor"] = rows[fastest]["x_floor_wall"]
     result["fastest_vs_floor_cpu"] = rows[fastest]["x_floor_cpu"]
-    print(f"\nfastest: {fastest}, {result['fastest_vs_floor']:.2f}x the floor by wall time, "
-          f"{result['fastest_vs_floor_cpu']:.2f}x by CPU time (target <= 1.5; median of per-round ratios)")
+    by_cpu = result["fastest_vs_floor_cpu"]
+    print(f"\nfastest: {fastest}, {result['fastest_vs_floor']:.2f}x the floor by wall time"
+          + (f", {by_cpu:.2f}x by CPU time" if by_cpu is not None else "")
+          + " (target <= 1.5; median of per-round ratios)")
     if "torchscript" in rows and "onnxruntime" in rows:
         result["torchscript_vs_onnxruntime"] = ratio("torchscript", "onnxruntime", 0)
         result["torchscript_vs_onnxruntime_cpu"] = ratio("torchscript", "onnxruntime", 1)
@@ -176,6 +212,9 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
         print(f"torchscript / onnxruntime: {result['torchscript_vs_onnxruntime']:.2f}x wall, "
               f"{result['torchscript_vs_onnxruntime_cpu']:.2f}x CPU time (target <= 1.2); "
               f"file as saved, unspecialised: {result['portable_torchscript_vs_onnxruntime']:.2f}x")
+    for n in runtime_models:  # the C++ runtime against Python stepping the same file
+        result[f"{n}_vs_python"] = ratio(n, n[: -len("_cpp")], 0)
+        print(f"{n} / {n[: -len('_cpp')]} (Python): {result[f'{n}_vs_python']:.2f}x wall")
     return result
 
 
@@ -216,6 +255,7 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds (CPU); --steps are split among them")
     ap.add_argument("--skip", nargs="*", default=[], choices=("torchscript", "aoti", "onnxruntime"))
+    ap.add_argument("--runtime", type=Path, help="a built drive_runtime (deploy/): also time the C++ runtime")
     ap.add_argument("--soak", action="store_true", help="run the soak instead of the latency table")
     ap.add_argument("--soak-steps", type=int, default=108_000)
     ap.add_argument("--json", type=Path, help="also write the results here")

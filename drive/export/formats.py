@@ -10,7 +10,8 @@ metadata (:func:`export_metadata`), each where its loaders find it:
 * ``aoti`` (``.pt2``): ``torch.export`` + AOTInductor package, batch 1, compiled for ``device``;
   metadata as the package's string map (``AOTIModelPackageLoader::get_metadata()`` in C++).
   AOTInductor does not check input shapes: loaders must (``drive_runtime`` and
-  :mod:`drive.export.runtime` do).
+  :mod:`drive.export.runtime` do). On CPU the weights are frozen into the package and the
+  convolutions' prepacked for oneDNN (:func:`_cpu_aoti_freezing`).
 * ``onnx`` (``.onnx``): ``torch.onnx.export`` (dynamo exporter, opset 18), batch 1, metadata in
   ``metadata_props``.
 
@@ -19,11 +20,12 @@ with a pickled payload is refused before anything in it runs.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
@@ -156,7 +158,34 @@ def _write_aoti(deployed: DeployedPolicy, meta: Dict[str, Any], meta_json: str, 
                for k, v in meta.items()}
     strings.update(frame_height=str(deployed.frame_height), frame_width=str(deployed.frame_width),
                    metadata_json=meta_json)
-    aoti_compile_and_package(program, package_path=str(tmp), inductor_configs={"aot_inductor.metadata": strings})
+    cpu = device.type == "cpu"
+    configs: Dict[str, Any] = {"aot_inductor.metadata": strings, "freezing": cpu}
+    # under grad mode Inductor would skip the freezing without a word
+    with torch.no_grad(), _cpu_aoti_freezing() if cpu else contextlib.nullcontext():
+        aoti_compile_and_package(program, package_path=str(tmp), inductor_configs=configs)
+
+
+@contextlib.contextmanager
+def _cpu_aoti_freezing() -> Iterator[None]:
+    """Inductor's freezing for a CPU package, with the convolutions' weights prepacked for oneDNN
+    (and ReLU fused) but the small matmuls left to BLAS.
+
+    Freezing packs every matmul with a constant weight for oneDNN too; at batch 1 the cell's
+    ``[1, 19] x [19, 38]`` products then each pay oneDNN's ~15 us per-call setup, which cancels the
+    convolutions' gain (docs/deploy.md: 1.27 ms with, 1.15 ms without). Inductor packs an fp32
+    matmul only on builds it believes have MKL (``_is_packable_linear`` reads ``torch._C.has_mkl``
+    when it matches), so that flag reads False while this package compiles. The oneDNN lowerings
+    are registered first, as the rest of the process will see them. Not thread-safe: nothing else
+    may compile while an export runs.
+    """
+    import torch._inductor.lowering  # noqa: F401  (registers the mkl/oneDNN lowerings on import)
+
+    has_mkl = torch._C.has_mkl
+    torch._C.has_mkl = False
+    try:
+        yield
+    finally:
+        torch._C.has_mkl = has_mkl
 
 
 def _write_onnx(deployed: DeployedPolicy, meta_json: str, tmp: Path) -> None:
