@@ -5,7 +5,7 @@
     python tools/bench_deploy.py --ckpt last.ckpt --steps 500
     python tools/bench_deploy.py --device cuda        # p50/p99, fp32 and fp16 conv head
     python tools/bench_deploy.py --soak               # 108,000 steps (an hour at 30 Hz)
-    python tools/bench_deploy.py --runtime build/drive_runtime   # also the C++ vehicle runtime
+    python tools/bench_deploy.py --runtime build/deploy/drive_runtime   # also the C++ vehicle runtime
 
 With ``--runtime`` (a ``drive_runtime`` built from deploy/, see deploy/README.md) the C++ runtime
 steps the same TorchScript and AOTInductor files in each round (a fresh process per round, warmed
@@ -21,8 +21,9 @@ Targets (issue 9): TorchScript within 1.2x of onnxruntime; the fastest path with
 from __future__ import annotations
 
 import argparse
-import json
 import csv
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -260,6 +261,8 @@ def main(argv=None) -> int:
     ap.add_argument("--soak-steps", type=int, default=108_000)
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
+    if args.runtime and not (args.runtime.is_file() and os.access(args.runtime, os.X_OK)):
+        ap.error(f"--runtime {args.runtime}: not an executable file (build it as deploy/README.md shows)")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         ckpt = make_checkpoint(args, work)
