@@ -157,7 +157,7 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
         medians = {}
         for name in names[r % len(names):] + names[: r % len(names)]:
             if name in runtime_models:  # a fresh process each round: always a full warm-up
-                wl = time_runtime(Path(args.runtime), runtime_models[name], raw, work / "runtime.csv",
+                wl = time_runtime(args.runtime, runtime_models[name], raw, work / "runtime.csv",
                                   args.threads, args.warmup)
                 cl = []
             else:
@@ -169,7 +169,7 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
         rate_wall, rate_cpu = sgemm_gflops(seconds=0.3)
         floors.append((flops / (rate_wall * 1e9) * 1e3, flops / (rate_cpu * 1e9) * 1e3))
         per_round.append(medians)
-    rows = {n: dict(summary(wall[n]), cpu_p50_ms=median(cpu[n])) for n in names}
+    rows = {n: dict(summary(wall[n]), cpu_p50_ms=median(cpu[n]) if cpu[n] else None) for n in names}
     floor_ms = median([f[0] for f in floors])
     floor_cpu_ms = median([f[1] for f in floors])
 
@@ -181,8 +181,6 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
 
     for n in names:
         rows[n]["x_floor_wall"], rows[n]["x_floor_cpu"] = vs_floor(n, 0), vs_floor(n, 1)
-        if not cpu[n]:
-            rows[n]["cpu_p50_ms"] = None
     result = {"device": "cpu", "threads": args.threads, "family": meta["family"], "frame": [h, w],
               "rounds": args.rounds, "steps_per_round": per,
               "conv_mflop_per_frame": flops / 1e6, "floor_ms": floor_ms, "floor_cpu_ms": floor_cpu_ms,
@@ -192,6 +190,7 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
     print(f"conv head {flops / 1e6:.1f} MFLOP/frame; sgemm {flops / floor_ms / 1e6:.1f} GFLOP/s wall, "
           f"{flops / floor_cpu_ms / 1e6:.1f} by CPU time -> floor {floor_ms:.3f} ms (CPU time {floor_cpu_ms:.3f} ms)\n")
     print(f"{'path':<21} {'p50 ms':>7} {'p99 ms':>7} {'cpu p50':>8} {'x floor':>8} {'x floor cpu':>12}")
+
     def num(x: Optional[float], width: int, digits: int) -> str:
         return f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
 

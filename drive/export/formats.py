@@ -11,7 +11,7 @@ metadata (:func:`export_metadata`), each where its loaders find it:
   metadata as the package's string map (``AOTIModelPackageLoader::get_metadata()`` in C++).
   AOTInductor does not check input shapes: loaders must (``drive_runtime`` and
   :mod:`drive.export.runtime` do). On CPU the weights are frozen into the package and the
-  convolutions' prepacked for oneDNN (:func:`_cpu_aoti_freezing`).
+  convolutions' weights prepacked for oneDNN (:func:`_cpu_aoti_freezing`).
 * ``onnx`` (``.onnx``): ``torch.onnx.export`` (dynamo exporter, opset 18), batch 1, metadata in
   ``metadata_props``.
 
