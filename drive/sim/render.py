@@ -45,7 +45,8 @@ _FAR_M = 250.0  # road sampled this far ahead; beyond, haze covers the ground
 _SHADOW_RES = 0.15  # m per shadow-map cell
 _SUBPIXEL_BITS = 8  # fixed-point fraction bits for antialiased cv2 drawing
 _SHADOW_HALF_M = 16.0  # shadow map covers |d| < this
-_TEX = 256
+_TEX = 256  # texture side; a power of two, so wrapping an integer index is a bitwise and
+_TEX_MASK = _TEX - 1
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,22 @@ def _value_noise(rng: np.random.Generator, size: int, octaves: Tuple[int, ...]) 
         up = cv2.resize(tiled, (3 * size, 3 * size), interpolation=cv2.INTER_CUBIC)
         out += up[size:2 * size, size:2 * size] / np.sqrt(cells)
     return out / np.abs(out).max()
+
+
+def _cell(x: np.ndarray) -> np.ndarray:
+    """Index of the unit cell holding ``x``, wrapped onto the periodic texture: floor first, then wrap the
+    integer, so every finite value lands in [0, _TEX). (Wrapping the float first is wrong at the seam:
+    on float32 ``np.mod(-1e-9, 256)`` is 256.0, one past the end.) Non-finite values land in the texture
+    too instead of raising."""
+    with np.errstate(invalid="ignore"):
+        return np.floor(x).astype(np.int32) & _TEX_MASK
+
+
+def _clamped_cell(x: np.ndarray, n: int) -> np.ndarray:
+    """Index of the unit cell holding ``x`` in a map of ``n`` cells, edge cells extended outwards (the
+    float is clipped before the integer conversion, which would overflow far outside)."""
+    with np.errstate(invalid="ignore"):
+        return np.floor(np.clip(np.nan_to_num(x, nan=0.0), 0.0, n - 1)).astype(np.int32)
 
 
 def _box(x: np.ndarray, edge: np.ndarray, inv_footprint: np.ndarray) -> np.ndarray:
@@ -210,10 +227,8 @@ class Renderer:
         s, d, w, srow = self._frenet(road, x, y, yaw, s_car)
         fl, fs, inv_fl = self._foot_lat, self._foot_s, self._inv_foot_lat
         ad = np.abs(d)
-        fine = self._tex_fine.take((np.mod(s * 12.0, _TEX).astype(np.int32) * _TEX
-                                    + np.mod(d * 12.0, _TEX).astype(np.int32)))
-        coarse = self._tex_coarse.take((np.mod(s * 2.0, _TEX).astype(np.int32) * _TEX
-                                        + np.mod(d * 2.0, _TEX).astype(np.int32)))
+        fine = self._tex_fine.take(_cell(s * 12.0) * _TEX + _cell(d * 12.0))
+        coarse = self._tex_coarse.take(_cell(s * 2.0) * _TEX + _cell(d * 2.0))
         fine *= self._detail  # mip-map-like fade of the fine grain with footprint
         edge = w + 0.3  # asphalt extends 30 cm beyond the edge line, then 60 cm of gravel
         if app.road_snow > 0:
@@ -248,8 +263,8 @@ class Renderer:
                 self._shadow_cache.pop(next(iter(self._shadow_cache)))
             cached = self._shadow_cache[key] = (road, _shadow_map(road, app))
         light = cached[1]
-        i = np.clip((s * (1.0 / _SHADOW_RES)).astype(np.int32), 0, light.shape[0] - 1)
-        j = np.clip(((d + _SHADOW_HALF_M) * (1.0 / _SHADOW_RES)).astype(np.int32), 0, light.shape[1] - 1)
+        i = _clamped_cell(s * (1.0 / _SHADOW_RES), light.shape[0])
+        j = _clamped_cell((d + _SHADOW_HALF_M) * (1.0 / _SHADOW_RES), light.shape[1])
         return light.ravel().take(i * light.shape[1] + j)
 
     # ---------------------------------------------------------------- sky + trees
@@ -260,7 +275,7 @@ class Renderer:
         top, hor = np.asarray(app.sky_top_rgb, np.float32), np.asarray(app.sky_horizon_rgb, np.float32)
         sky = np.broadcast_to(hor * (1 - t) + top * t, (len(rows), self.camera.width, 3)).copy()
         az = (yaw + self._col_az) / (2 * np.pi) * _TEX
-        prof = self._treeline[np.mod(az.astype(np.int64), _TEX)]
+        prof = self._treeline[_cell(az)]
         height = 0.028 + 0.016 * prof  # elevation of the distant treeline, rad
         cover = np.clip((height[None, :] - el) * self.camera.fy + 0.5, 0.0, 1.0)[..., None]
         tree = np.asarray(app.treeline_rgb, np.float32) * 0.75 + 0.25 * hor
