@@ -53,14 +53,29 @@ class DemoSettings:
     recording_minutes: float = 0.5
     fps: float = 10.0
     dart_noise: float = 0.015
-    km: float = 2.0
-    test_seed: int = 0
+    km: float = 6.0
+    test_seeds: str = "0,1,2"
     conditions: str = ""
-    max_epochs: int = 0
-    threads: int = 0
+    max_steps: int = 0
+    threads: int = 2
     baselines: str = "lstm,cnn"
-    baseline_minutes: float = 1.5
+    baseline_steps: int = 300
     robustness_km: float = 0.5
+    robustness_frames: int = 300
+    saliency_frames: int = 150
+    closed_form_km: float = 1.0
+    speed_rounds: int = 15
+
+    @property
+    def seeds(self) -> List[int]:
+        """The held-out test seeds; the first one also gives the open-loop test recording."""
+        try:
+            seeds = [int(x) for x in self.test_seeds.split(",") if x.strip()]
+        except ValueError:
+            raise ValueError(f"--test-seeds must be comma-separated integers, got {self.test_seeds!r}") from None
+        if not seeds:
+            raise ValueError("--test-seeds names no seed")
+        return seeds
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,27 +88,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recording-minutes", type=float, default=d.recording_minutes, help="minutes per recording")
     parser.add_argument("--fps", type=float, default=d.fps, help="camera rate of logs and closed loop (Hz)")
     parser.add_argument("--dart-noise", type=float, default=d.dart_noise, help="DART steering noise std (1/m)")
-    parser.add_argument("--km", type=float, default=d.km, help="closed-loop kilometres per driver on held-out roads")
-    parser.add_argument("--test-seed", type=int, default=d.test_seed, help="world seed of the held-out test roads")
+    parser.add_argument("--km", type=float, default=d.km,
+                        help="closed-loop kilometres per driver on held-out roads, spread over --test-seeds")
+    parser.add_argument("--test-seeds", default=d.test_seeds,
+                        help="comma-separated world seeds of the held-out test roads (default: %(default)s)")
     parser.add_argument("--conditions", default=d.conditions,
                         help="comma-separated condition names for training AND test roads, e.g. summer,noon "
                              "(default: every season, light and marking at random)")
-    parser.add_argument("--max-epochs", type=int, default=d.max_epochs, help="override the config's epochs (0: keep)")
-    parser.add_argument("--threads", type=int, default=d.threads, help="torch threads for training (0: all cores)")
+    parser.add_argument("--max-steps", type=int, default=d.max_steps,
+                        help="override the config's optimizer-step budget (0: keep)")
+    parser.add_argument("--threads", type=int, default=d.threads,
+                        help="torch threads for training (default %(default)s: the result is the same on every "
+                             "machine with the same torch; 0: all cores, faster on big machines, other weights)")
     parser.add_argument("--baselines", default=d.baselines,
                         help="families trained beside the NCP-LTC for the robustness comparison ('' for none)")
-    parser.add_argument("--baseline-minutes", type=float, default=d.baseline_minutes,
-                        help="training time cap per baseline (minutes)")
+    parser.add_argument("--baseline-steps", type=int, default=d.baseline_steps,
+                        help="optimizer steps per baseline (default: %(default)s)")
     parser.add_argument("--robustness-km", type=float, default=d.robustness_km,
                         help="closed-loop km per model and noise level in the robustness stage (0: open loop only)")
+    parser.add_argument("--robustness-frames", type=int, default=d.robustness_frames,
+                        help="frames of the test recording in the open-loop robustness analysis (default: %(default)s)")
+    parser.add_argument("--saliency-frames", type=int, default=d.saliency_frames,
+                        help="frames of the saliency video (default: %(default)s)")
+    parser.add_argument("--closed-form-km", type=float, default=d.closed_form_km,
+                        help="closed-loop km comparing the closed-form LTC with the ODE LTC (default: %(default)s)")
+    parser.add_argument("--speed-rounds", type=int, default=d.speed_rounds,
+                        help="timing rounds of the closed-form vs ODE speed comparison (default: %(default)s)")
 
 
 def run(args: argparse.Namespace) -> int:
     settings = DemoSettings(**{k: getattr(args, k) for k in asdict(DemoSettings())})
     report = run_demo(settings)
-    ok = report["acceptance"]["passed"]
-    print(f"\ndemo: {'PASSED' if ok else 'FAILED'} acceptance; report: {report['report']}")
-    return 0 if ok else 1
+    acceptance = report["acceptance"]
+    if acceptance["passed"]:
+        print(f"\ndemo: PASSED acceptance; report: {report['report']}")
+        return 0
+    print(f"\ndemo: FAILED acceptance: {'; '.join(acceptance['failed'])}; report: {report['report']}")
+    return 1
 
 
 class _Stages:
@@ -141,15 +172,15 @@ def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
                   conditions=conditions)
     train = simulate(data / "train", s.train_minutes, seed=s.seed, split="train", **common)
     val = simulate(data / "val", s.val_minutes, seed=s.seed + 1, split="train", **common)
-    test = simulate(data / "test", 1.0, seed=s.test_seed + 1, split="test", fps=s.fps, noise_std=0.0,
+    test = simulate(data / "test", 1.0, seed=s.seeds[0] + 1, split="test", fps=s.fps, noise_std=0.0,
                     recording_minutes=1.0, conditions=conditions)
     return {"train": [str(p) for p in train], "val": [str(p) for p in val], "test": [str(p) for p in test],
             "_outputs": [*train, *val, *test]}
 
 
 # What a baseline changes in the demo profile (configs/demo.yaml): PilotNet's VALID convolutions need
-# the paper's 78x200 input and see single shuffled frames; validation every epoch so a best checkpoint
-# exists within the time cap.
+# the paper's 78x200 input and see single shuffled frames. Each baseline trains --baseline-steps steps
+# and is validated once, at the end.
 BASELINE_OVERRIDES: Dict[str, List[str]] = {
     "lstm": ["--model.family", "lstm"],
     "ctrnn": ["--model.family", "ctrnn"],
@@ -159,28 +190,54 @@ BASELINE_OVERRIDES: Dict[str, List[str]] = {
 }
 
 
+def _accelerator() -> List[str]:
+    """Trainer overrides that put training on a CUDA GPU when there is one (said once, here)."""
+    if not torch.cuda.is_available():
+        return []
+    print(f"  training on the GPU: {torch.cuda.get_device_name(0)}", flush=True)
+    return ["--trainer.accelerator", "gpu", "--trainer.devices", "1"]
+
+
 def _train(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None) -> Dict[str, Any]:
-    """``drive fit`` on the demo data: the NCP-LTC (``family=None``) or a time-capped baseline."""
+    """``drive fit`` on the demo data: the NCP-LTC (``family=None``) or a baseline, each on a step budget."""
     from drive.train.cli import lightning_main
 
     root = out / "train" if family is None else out / "baselines" / family
     shutil.rmtree(root, ignore_errors=True)
     argv = ["fit", "--config", s.config, "--seed_everything", str(s.seed),
             "--data.train", json.dumps(data["train"]), "--data.val", json.dumps(data["val"]),
-            "--data.cache_dir", str(out / "cache"), "--trainer.default_root_dir", str(root)]
+            "--data.cache_dir", str(out / "cache"), "--trainer.default_root_dir", str(root), *_accelerator()]
+    steps = s.baseline_steps if family is not None else s.max_steps
     if family is not None:
-        minutes = int(s.baseline_minutes * 60)
-        argv += [*BASELINE_OVERRIDES[family], "--trainer.check_val_every_n_epoch", "1",
-                 "--trainer.max_time", f"00:00:{minutes // 60:02d}:{minutes % 60:02d}"]
-    if s.max_epochs:
-        argv += ["--trainer.max_epochs", str(s.max_epochs)]
+        argv += BASELINE_OVERRIDES[family]
+    if steps:
+        argv += ["--trainer.max_steps", str(steps)]
+        # a baseline is validated once, at the end; a shortened NCP run at least at its end
+        interval = steps if family is not None else min(steps, _val_interval(s.config))
+        argv += ["--trainer.val_check_interval", str(interval), "--trainer.check_val_every_n_epoch", "null"]
     if s.threads:
         torch.set_num_threads(s.threads)
-    lightning_main(argv)
+    if lightning_main(argv) != 0:
+        raise RuntimeError(f"training {family or 'the NCP-LTC'} failed (see the messages above)")
     best = sorted((root / "checkpoints").glob("best*.ckpt"))
-    ckpt = best[-1] if best else root / "checkpoints" / "last.ckpt"
+    last = root / "checkpoints" / "last.ckpt"
+    ckpt = best[-1] if best else last
     return {"checkpoint": str(ckpt), "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
-            "_outputs": [ckpt]}
+            "steps": _global_step(last), "checkpoint_step": _global_step(ckpt), "_outputs": [ckpt]}
+
+
+def _global_step(ckpt: Path) -> int:
+    """Optimizer steps a Lightning checkpoint had taken."""
+    return int(torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"])
+
+
+def _val_interval(config: str) -> int:
+    """The config's validation interval in optimizer steps (``trainer.val_check_interval``)."""
+    import yaml
+
+    trainer = (yaml.safe_load(Path(config).read_text()) or {}).get("trainer") or {}
+    interval = trainer.get("val_check_interval")
+    return int(interval) if isinstance(interval, int) and interval > 0 else 1 << 30
 
 
 def _baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[str, Any]:
@@ -190,7 +247,7 @@ def _baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[str, An
         raise ValueError(f"--baselines: unknown families {unknown}; choose from {sorted(BASELINE_OVERRIDES)}")
     trained = {}
     for family in families:
-        print(f"  training baseline {family} (at most {s.baseline_minutes:g} min)", flush=True)
+        print(f"  training baseline {family} ({s.baseline_steps} steps)", flush=True)
         trained[family] = _train(s, out, data, family)["checkpoint"]
     return {"checkpoints": trained, "_outputs": list(trained.values())}
 
@@ -213,7 +270,7 @@ def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
 
         video = folder / "drive.mp4" if name == "ncp_ltc" else None
         folder.mkdir(parents=True, exist_ok=True)
-        result = evaluate(driver, s.km, seed=s.test_seed, split="test", fps=s.fps, video_path=video,
+        result = evaluate(driver, s.km, seed=s.seeds, split="test", fps=s.fps, video_path=video,
                           progress=progress, conditions=[c for c in s.conditions.split(",") if c] or None,
                           segment_km=0.5)
         paths = result.save(folder)
@@ -223,22 +280,22 @@ def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
     return {**results, "_outputs": [out / "drive" / n / "metrics.json" for n in drivers]}
 
 
-def _saliency(out: Path, ckpt: str, test: List[str]) -> Dict[str, Any]:
+def _saliency(out: Path, ckpt: str, test: List[str], frames: int) -> Dict[str, Any]:
     from drive.explain.video import saliency_video
     from drive.policy_io import load_policy
 
     policy, meta = load_policy(ckpt)
     info = saliency_video(policy, meta, test[0], out / "saliency" / "saliency.mp4", side_by_side=True,
-                          noise=0.2, max_frames=150)
+                          noise=0.2, max_frames=frames)
     return {**{k: (str(v) if isinstance(v, Path) else v) for k, v in info.items()}, "_outputs": [info["video"]]}
 
 
 def _robustness(s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str], test: List[str]) -> Dict[str, Any]:
     from drive.evaluate.robustness import RobustnessConfig, robustness_report
 
-    config = RobustnessConfig(noise_levels=(0.0, 0.1, 0.2, 0.3), saliency_frames=24, max_frames=300,
+    config = RobustnessConfig(noise_levels=(0.0, 0.1, 0.2, 0.3), saliency_frames=24, max_frames=s.robustness_frames,
                               other={"blur": (2.0,), "brightness": (-0.3,)}, closed_loop_km=s.robustness_km,
-                              closed_loop_seed=s.test_seed)
+                              closed_loop_seed=s.seeds[0])
     named = out / "robustness" / "models"
     named.mkdir(parents=True, exist_ok=True)
     models = []
@@ -257,7 +314,8 @@ def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Dict
 
     path = out / "closed_form" / "ncp_ltc_closed_form.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    report = convert_checkpoint(ckpt, "exact", path, recordings=test, km=min(1.0, s.km), seed=s.test_seed)
+    report = convert_checkpoint(ckpt, "exact", path, recordings=test, km=s.closed_form_km, seed=s.seeds[0],
+                                rounds=s.speed_rounds)
     return {"converted": str(path), "fidelity": report, "_outputs": [path]}
 
 
@@ -282,7 +340,7 @@ def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Dict[str,
         obs = Observation(image=frame, dt_s=dt, speed_mps=8.3, timestamp_s=i * dt, road=None, s_m=0.0, x_m=0.0,
                           y_m=0.0, yaw_rad=0.0, lateral_offset_m=0.0, heading_error_rad=0.0)
         diffs.append(abs(exported.act(obs) - reference.act(obs)))
-    drive = evaluate(load_driver(path), s.km, seed=s.test_seed, split="test", fps=s.fps, segment_km=0.5,
+    drive = evaluate(load_driver(path), s.km, seed=s.seeds, split="test", fps=s.fps, segment_km=0.5,
                      conditions=[c for c in s.conditions.split(",") if c] or None)
     return {"file": str(path), "bytes": Path(path).stat().st_size, "frames_compared": len(diffs),
             "max_abs_diff_per_km": float(np.max(diffs)) * 1000.0, "closed_loop": drive.metrics, "_outputs": [path]}
@@ -294,20 +352,23 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     stage = _Stages(out, total=8)
-    sim_keys = ["seed", "train_minutes", "val_minutes", "recording_minutes", "fps", "dart_noise", "test_seed",
+    sim_keys = ["seed", "train_minutes", "val_minutes", "recording_minutes", "fps", "dart_noise", "test_seeds",
                 "conditions"]
     data = stage("simulate", {k: getattr(s, k) for k in sim_keys}, lambda: _simulate(s, out))
     config_text = Path(s.config).read_text()
-    trained = stage("train", {"config": config_text, "max_epochs": s.max_epochs}, lambda: _train(s, out, data))
+    trained = stage("train", {"config": config_text, "max_steps": s.max_steps, "threads": s.threads},
+                    lambda: _train(s, out, data))
     ckpt = trained["checkpoint"]
-    baselines = stage("baselines", {"families": s.baselines, "minutes": s.baseline_minutes},
+    baselines = stage("baselines", {"families": s.baselines, "steps": s.baseline_steps, "threads": s.threads},
                       lambda: _baselines(s, out, data))
     results: Dict[str, Any] = {"settings": asdict(s), "simulate": data, "train": trained, "baselines": baselines}
     results["drive"] = stage("drive", {"km": s.km, "conditions": s.conditions}, lambda: _drive(s, out, ckpt))
-    results["saliency"] = stage("saliency", {}, lambda: _saliency(out, ckpt, data["test"]))
-    results["robustness"] = stage("robustness", {"km": s.robustness_km},
+    results["saliency"] = stage("saliency", {"frames": s.saliency_frames},
+                                lambda: _saliency(out, ckpt, data["test"], s.saliency_frames))
+    results["robustness"] = stage("robustness", {"km": s.robustness_km, "frames": s.robustness_frames},
                                   lambda: _robustness(s, out, ckpt, baselines["checkpoints"], data["test"]))
-    results["closed_form"] = stage("closed_form", {}, lambda: _closed_form(out, ckpt, data["test"], s))
+    results["closed_form"] = stage("closed_form", {"km": s.closed_form_km, "rounds": s.speed_rounds},
+                                   lambda: _closed_form(out, ckpt, data["test"], s))
     results["export"] = stage("export", {"km": s.km}, lambda: _export(s, out, ckpt, data["test"]))
     results["total_seconds"] = round(time.perf_counter() - started, 1)
     return write_report(out, results)

