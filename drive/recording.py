@@ -25,7 +25,7 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
@@ -40,15 +40,19 @@ __all__ = [
     "ImageFiles",
     "VideoFrames",
     "ArrayFrames",
+    "SubsetFrames",
     "REQUIRED_COLUMNS",
     "Problem",
     "read_log_csv",
+    "read_log_rows",
 ]
 
 FORMAT_NAME = "drive-recording"
 FORMAT_VERSION = 1
 REQUIRED_COLUMNS = ("frame", "timestamp_s", "curvature", "speed_mps")
 PathLike = Union[str, os.PathLike]
+# report(file, row, kind, message): drive.data.errors.Problems.report (raises, or records and goes on)
+Report = Callable[[str, Optional[int], str, str], None]
 
 
 class RecordingError(ValueError):
@@ -246,6 +250,19 @@ class ArrayFrames:
         return np.asarray(self.array[index])
 
 
+class SubsetFrames:
+    """The frames ``indices`` of another source, renumbered 0..len-1."""
+
+    def __init__(self, source: FrameSource, indices: np.ndarray):
+        self.source, self.indices = source, np.asarray(indices, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def read(self, index: int) -> np.ndarray:
+        return self.source.read(int(self.indices[index]))
+
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with a log: ``file``, ``row`` (its 1-based line in that file, the header being
@@ -291,6 +308,7 @@ class Recording:
         if origin is not None and len(origin[1]) != n:
             raise RecordingError(f"{where}: origin has {len(origin[1])} rows, expected {n}")
         self.origin = origin
+        self.log_rows = n  # data rows of the log file; more when Recording.open dropped bad rows
 
     def origin_of(self, index: int) -> Tuple[str, int]:
         """(file, row) that frame ``index`` came from, as messages name it."""
@@ -339,8 +357,15 @@ class Recording:
         return out
 
     @classmethod
-    def open(cls, directory: PathLike) -> "Recording":
-        """Open a canonical recording directory, checking its structure (not yet its pixels)."""
+    def open(cls, directory: PathLike, report: Optional[Report] = None) -> "Recording":
+        """Open a canonical recording directory, checking its structure (not yet its pixels).
+
+        Without ``report`` a bad row of ``log.csv`` (wrong field count, a value that is not a
+        number) is a :class:`RecordingError` naming the file and row. With ``report``
+        (``Problems.report``) each bad row is reported (``malformed_row``, ``not_a_number``) and
+        dropped on its own, its frame with it. Blank lines and a UTF-8 BOM are accepted.
+        ``log_rows`` is then the number of data rows in the file, dropped ones included.
+        """
         root = Path(directory)
         meta_path = root / "meta.json"
         if not meta_path.is_file():
@@ -349,43 +374,81 @@ class Recording:
             meta = RecordingMeta.from_dict(json.loads(meta_path.read_text()), str(meta_path))
         except json.JSONDecodeError as e:
             raise RecordingError(f"{meta_path}: invalid JSON ({e})") from None
-        log = read_log_csv(root / "log.csv")
-        n = len(log["frame"])
-        if not np.array_equal(log["frame"], np.arange(n)):
-            bad = int(np.flatnonzero(log["frame"] != np.arange(n))[0])
-            raise RecordingError(f"{root / 'log.csv'}, row {bad + 2}: frame column must count 0, 1, 2, ...")
+        log, lines, positions, total = read_log_rows(root / "log.csv", report)
+        frames = log["frame"]
+        if not np.array_equal(frames, positions):
+            bad = int(np.flatnonzero(frames != positions)[0])
+            raise RecordingError(f"{root / 'log.csv'}, row {int(lines[bad])}: frame column must count 0, 1, 2, ... "
+                                 f"(one per data row), got {int(frames[bad])} on data row {int(positions[bad])}")
         if meta.storage == "video":
-            source: FrameSource = VideoFrames(root / (meta.video or "video.mp4"), count=n)
+            source: FrameSource = VideoFrames(root / (meta.video or "video.mp4"), count=total)
+            if len(frames) < total:
+                source = SubsetFrames(source, frames)
         else:
-            source = ImageFiles([root / "frames" / f"{i:06d}.jpg" for i in range(n)])
-        return cls(meta, log, source, root, origin=(str(root / "log.csv"), np.arange(n) + 2))
+            source = ImageFiles([root / "frames" / f"{int(i):06d}.jpg" for i in frames])
+        rec = cls(meta, log, source, root, origin=(str(root / "log.csv"), lines))
+        rec.log_rows = total
+        return rec
 
 
 def read_log_csv(path: Path) -> Dict[str, np.ndarray]:
-    """Read a canonical log.csv into columns; errors name the file and row."""
+    """Read a canonical log.csv into columns; a bad row is an error naming the file and row."""
+    return read_log_rows(path)[0]
+
+
+def read_log_rows(path: Path, report: Optional[Report] = None
+                  ) -> Tuple[Dict[str, np.ndarray], np.ndarray, np.ndarray, int]:
+    """Read a canonical log.csv: (columns, line [K], data-row index [K], data rows in the file).
+
+    Lines are 1-based file lines (the header is line 1); blank lines are skipped (they count as
+    lines, not as data rows) and a UTF-8 BOM is accepted. A row with the wrong number of fields
+    (``malformed_row``) or a value that is not a number (``not_a_number``) raises a
+    :class:`RecordingError` naming file and row, or, with ``report``, is reported and dropped
+    (the K kept rows' data-row indices then have holes). A missing file, an empty one or a header
+    without the required columns is always an error.
+    """
     if not path.is_file():
         raise RecordingError(f"{path}: missing")
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise RecordingError(f"{path}: empty file")
-        missing = [c for c in REQUIRED_COLUMNS if c not in header]
-        if missing:
-            raise RecordingError(f"{path}: header lacks columns {missing} (has {header})")
-        rows: List[List[float]] = []
-        for row_number, row in enumerate(reader, start=2):  # file line numbers, header = 1
-            if len(row) != len(header):
-                raise RecordingError(f"{path}, row {row_number}: {len(row)} fields, header has {len(header)}")
-            try:
-                rows.append([float(v) for v in row])
-            except ValueError:
-                bad = next(h for h, v in zip(header, row) if not _is_float(v))
-                raise RecordingError(f"{path}, row {row_number}: {bad} is not a number") from None
+    where = str(path)
+
+    def bad_row(line: int, kind: str, message: str) -> None:
+        if report is None:
+            raise RecordingError(f"{where}, row {line}: {message}")
+        report(where, line, kind, message)
+
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        numbered = [(i + 1, row) for i, row in enumerate(csv.reader(f)) if any(c.strip() for c in row)]
+    if not numbered:
+        raise RecordingError(f"{path}: empty file")
+    header = [c.strip() for c in numbered[0][1]]
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise RecordingError(f"{path}: header lacks columns {missing} (has {header})")
+    rows: List[List[float]] = []
+    lines: List[int] = []
+    positions: List[int] = []
+    for position, (line, row) in enumerate(numbered[1:]):
+        if len(row) != len(header):
+            bad_row(line, "malformed_row", f"{len(row)} fields, header has {len(header)}")
+            continue
+        try:
+            values = [float(v) for v in row]
+        except ValueError:
+            name, text = next((h, v) for h, v in zip(header, row) if not _is_float(v))
+            bad_row(line, "not_a_number", f"{name} is not a number: {text.strip()!r}")
+            continue
+        frame = values[header.index("frame")]
+        if not (math.isfinite(frame) and frame == int(frame)):
+            bad_row(line, "not_a_number", f"frame is not an integer: {row[header.index('frame')].strip()!r}")
+            continue
+        rows.append(values)
+        lines.append(line)
+        positions.append(position)
     table = np.array(rows, dtype=np.float64).reshape(len(rows), len(header))
     columns = {name: table[:, j] for j, name in enumerate(header)}
     columns["frame"] = columns["frame"].astype(np.int64)
-    return columns
+    return (columns, np.asarray(lines, dtype=np.int64), np.asarray(positions, dtype=np.int64),
+            len(numbered) - 1)
 
 
 def _is_float(text: str) -> bool:
