@@ -45,6 +45,7 @@ __all__ = [
     "Problem",
     "read_log_csv",
     "read_log_rows",
+    "complete_video_frames",
 ]
 
 FORMAT_NAME = "drive-recording"
@@ -196,8 +197,168 @@ class ImageFiles:
         return _to_rgb(image)
 
 
+def _boxes(f, start: int, end: int) -> Iterator[Tuple[bytes, int, int]]:
+    """(type, payload start, payload end) of the ISO-BMFF boxes in ``[start, end)`` (ends clipped
+    to ``end``: a box cut short by the end of the file still lists)."""
+    pos = start
+    while pos + 8 <= end:
+        f.seek(pos)
+        head = f.read(16)
+        if len(head) < 8:
+            return
+        size, kind, payload = int.from_bytes(head[:4], "big"), head[4:8], pos + 8
+        if size == 1:
+            if len(head) < 16:
+                return
+            size, payload = int.from_bytes(head[8:16], "big"), pos + 16
+        elif size == 0:
+            size = end - pos
+        if size < payload - pos:
+            return
+        yield kind, payload, min(pos + size, end)
+        pos += size
+
+
+def _child(f, start: int, end: int, path: Sequence[bytes]) -> Optional[Tuple[int, int]]:
+    for kind, a, b in _boxes(f, start, end):
+        if kind == path[0]:
+            return (a, b) if len(path) == 1 else _child(f, a, b, path[1:])
+    return None
+
+
+def _mp4_complete_frames(f, size: int) -> Optional[int]:
+    """Complete frames of an MP4/MOV's video track in presentation order (the prefix before the
+    first frame whose sample, or any sample decoded after it, ends past the end of the file);
+    None when the index (moov) cannot be read."""
+    moov = _child(f, 0, size, [b"moov"])
+    if moov is None:
+        return None
+    for kind, a, b in _boxes(f, *moov):
+        if kind != b"trak":
+            continue
+        hdlr = _child(f, a, b, [b"mdia", b"hdlr"])
+        if hdlr is None:
+            continue
+        f.seek(hdlr[0] + 8)
+        if f.read(4) != b"vide":
+            continue
+        stbl = _child(f, a, b, [b"mdia", b"minf", b"stbl"])
+        if stbl is None:
+            return None
+        tables = {kind: (x, y) for kind, x, y in _boxes(f, *stbl)}
+
+        def table(kind: bytes) -> Optional[bytes]:
+            if kind not in tables:
+                return None
+            x, y = tables[kind]
+            f.seek(x)
+            return f.read(y - x)
+
+        stsz, stsc = table(b"stsz"), table(b"stsc")
+        stco, co64 = table(b"stco"), table(b"co64")
+        if stsz is None or stsc is None or (stco is None and co64 is None):
+            return None
+        fixed, count = int.from_bytes(stsz[4:8], "big"), int.from_bytes(stsz[8:12], "big")
+        sizes = (np.full(count, fixed, np.int64) if fixed else
+                 np.frombuffer(stsz[12:12 + 4 * count], ">u4").astype(np.int64))
+        if stco is not None:
+            n = int.from_bytes(stco[4:8], "big")
+            chunks = np.frombuffer(stco[8:8 + 4 * n], ">u4").astype(np.int64)
+        else:
+            n = int.from_bytes(co64[4:8], "big")
+            chunks = np.frombuffer(co64[8:8 + 8 * n], ">u8").astype(np.int64)
+        runs = np.frombuffer(stsc[8:8 + 12 * int.from_bytes(stsc[4:8], "big")], ">u4").reshape(-1, 3).astype(np.int64)
+        if len(sizes) != count or len(chunks) != n or len(runs) == 0:
+            return None
+        offsets = np.empty(count, np.int64)
+        sample = 0
+        for r, (first, per_chunk, _) in enumerate(runs):
+            last = runs[r + 1][0] - 1 if r + 1 < len(runs) else n
+            for chunk in range(first - 1, min(last, n)):
+                pos = chunks[chunk]
+                for _ in range(per_chunk):
+                    if sample >= count:
+                        break
+                    offsets[sample] = pos
+                    pos += sizes[sample]
+                    sample += 1
+        if sample != count:
+            return None
+        cut = np.flatnonzero(offsets + sizes > size)
+        if len(cut) == 0:
+            return count
+        # presentation order: decode times (stts) plus composition offsets (ctts)
+        dts = np.arange(count, dtype=np.int64)
+        stts = table(b"stts")
+        if stts is not None:
+            entries = np.frombuffer(stts[8:8 + 8 * int.from_bytes(stts[4:8], "big")], ">u4").reshape(-1, 2)
+            deltas = np.repeat(entries[:, 1].astype(np.int64), entries[:, 0].astype(np.int64))[:count]
+            if len(deltas) == count:
+                dts = np.concatenate([[0], np.cumsum(deltas)[:-1]])
+        ctts = table(b"ctts")
+        if ctts is not None:
+            entries = np.frombuffer(ctts[8:8 + 8 * int.from_bytes(ctts[4:8], "big")], ">i4").reshape(-1, 2)
+            shifts = np.repeat(entries[:, 1].astype(np.int64), entries[:, 0].astype(np.int64))[:count]
+            if len(shifts) == count:
+                dts = dts + shifts
+        order = np.argsort(dts, kind="stable")  # decode index of each presented frame
+        return int(np.flatnonzero(order >= cut[0])[0])
+    return None
+
+
+def _avi_complete_frames(f, size: int) -> Optional[int]:
+    """Complete video chunks (``##dc``/``##db``) in an AVI's ``movi`` list before the first one the
+    end of the file cuts short; None when the file is not a RIFF AVI."""
+    f.seek(0)
+    head = f.read(12)
+    if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"AVI ":
+        return None
+    pos, end, complete = 12, size, 0
+    stack: List[int] = []
+    while pos + 8 <= end or stack:
+        if pos + 8 > end:
+            pos, end = end, stack.pop()
+            continue
+        f.seek(pos)
+        chunk = f.read(12)
+        kind, length = chunk[:4], int.from_bytes(chunk[4:8], "little")
+        if kind == b"LIST" and len(chunk) == 12 and chunk[8:12] in (b"movi", b"rec "):
+            stack.append(end)
+            end, pos = min(pos + 8 + length, size), pos + 12
+            continue
+        if kind[2:] in (b"dc", b"db") and stack:
+            if pos + 8 + length > size:
+                return complete
+            complete += 1
+        pos += 8 + length + (length & 1)
+    return None
+
+
+def complete_video_frames(path: PathLike) -> Optional[int]:
+    """How many leading frames of a video are stored whole, when a file cut short (a copy or a
+    recording that stopped mid-write) ends inside a frame: OpenCV decodes that last, partial
+    frame without an error, half garbage. Read from the container's own index (MP4/MOV sample
+    tables, AVI chunks); None when the container says nothing (unknown format, no index).
+    For an intact MP4/MOV this is its frame count; for an intact AVI, None."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(12)
+            if head[:4] == b"RIFF":
+                return _avi_complete_frames(f, size)
+            if head[4:8] in (b"ftyp", b"moov", b"free", b"mdat", b"wide", b"skip"):
+                return _mp4_complete_frames(f, size)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 class VideoFrames:
-    """Frames of one video file, decoded with OpenCV; sequential reads do not seek."""
+    """Frames of one video file, decoded with OpenCV; sequential reads do not seek.
+
+    A file cut short inside a frame (:func:`complete_video_frames`) raises for that frame and
+    the ones after it ("video is truncated"), instead of returning the half-decoded frame."""
 
     def __init__(self, path: PathLike, count: Optional[int] = None):
         self.path = Path(path)
@@ -205,6 +366,8 @@ class VideoFrames:
             raise RecordingError(f"{self.path}: video file is missing")
         self._cap: Optional[cv2.VideoCapture] = None
         self._next = 0
+        self._complete: Optional[int] = None
+        self._complete_known = False
         if count is None:
             cap = cv2.VideoCapture(str(self.path))
             if not cap.isOpened():
@@ -221,10 +384,16 @@ class VideoFrames:
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.path, self.count, self._cap, self._next = state["path"], state["count"], None, 0
+        self._complete, self._complete_known = None, False
 
     def read(self, index: int) -> np.ndarray:
         if not 0 <= index < self.count:
             raise IndexError(f"{self.path}: frame {index} out of range 0..{self.count - 1}")
+        if not self._complete_known:
+            self._complete, self._complete_known = complete_video_frames(self.path), True
+        if self._complete is not None and index >= self._complete:
+            raise RecordingError(f"{self.path}: video is truncated, frame {index} is cut short by the end of the "
+                                 f"file (only frames 0..{self._complete - 1} are whole)")
         if self._cap is None:
             self._cap = cv2.VideoCapture(str(self.path))
             self._next = 0

@@ -226,3 +226,64 @@ def test_frame_column_that_is_not_an_integer_is_a_bad_row(tmp_path):
     _edit_log(root, damage)
     (rec,), problems = _skip(str(root))
     assert len(rec) == 7 and [(p.row, p.kind) for p in problems.items] == [(3, "not_a_number")]
+
+
+def _faststart_mp4(path, frames, fps=10.0):
+    """A real MP4 as cameras and ffmpeg write them: OpenCV's mp4v encoder, then the index (moov)
+    moved to the front (ffmpeg -movflags +faststart, stream copy), so a cut-short copy still opens."""
+    import subprocess
+
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+    raw = path.with_name("raw-" + path.name)
+    vw = cv2.VideoWriter(str(raw), cv2.VideoWriter_fourcc(*"mp4v"), fps, (frames[0].shape[1], frames[0].shape[0]))
+    for f in frames:
+        vw.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
+    vw.release()
+    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-i", str(raw), "-c", "copy",
+                    "-movflags", "+faststart", str(path)], check=True, timeout=60)
+    raw.unlink()
+
+
+def _moving_frames(n=30, h=96, w=128):
+    yy, xx = np.mgrid[0:h, 0:w]
+    return [np.stack([(xx * 2 + i * 5) % 256, (yy * 2 + i * 3) % 256, (xx + yy + i * 7) % 256], -1).astype(np.uint8)
+            for i in range(n)]
+
+
+def test_truncated_mp4_drops_its_half_decoded_last_frame(tmp_path):
+    """A cut-short MP4 used to keep its last, half-decoded frame (OpenCV returns it without an
+    error): it is now detected from the container's sample table, reported once as
+    truncated_video and dropped with the frames after it; every kept frame is a whole one."""
+    from drive.recording import VideoFrames, complete_video_frames
+
+    frames = _moving_frames()
+    video = tmp_path / "drive.mp4"
+    _faststart_mp4(video, frames)
+    assert complete_video_frames(video) == 30
+    data = video.read_bytes()
+    video.write_bytes(data[: int(len(data) * 0.77)])
+    (tmp_path / "drive.csv").write_text("timestamp,curvature\n" + "\n".join(f"{i / 10.0},0.001" for i in range(30)))
+
+    # the damage is real: OpenCV decodes one frame more than the file holds whole, far off the original
+    cap = cv2.VideoCapture(str(video))
+    raw = []
+    while True:
+        ok, image = cap.read()
+        if not ok:
+            break
+        raw.append(np.abs(cv2.cvtColor(image, cv2.COLOR_BGR2RGB).astype(int) - frames[len(raw)]).mean())
+    whole = complete_video_frames(video)
+    assert 5 < whole < 30 and len(raw) == whole + 1
+    assert raw[-1] > 2.5 * np.median(raw[:-1])  # ~12.7 vs ~3: the half-decoded frame
+
+    with pytest.raises(Exception, match=rf"drive.mp4: video is truncated, frame {whole} is cut short"):
+        VideoFrames(video).read(whole)
+    problems = Problems("skip")
+    (rec,) = read_logs(str(video), problems=problems, options=OPTS)
+    (cached,) = cache_recordings([rec], Preprocessing(size=(96, 128)), tmp_path / "c", problems)
+    assert int(cached.valid.sum()) == whole and not cached.valid[whole:].any()
+    assert problems.counts() == {"truncated_video": 1}
+    kept = [np.abs(rec.frame(i).astype(int) - frames[i]).mean() for i in range(whole)]
+    assert max(kept) < 2.0 * np.median(raw[:-1])
+    with pytest.raises(DataError, match=rf"drive.mp4, row {whole}: .*truncated"):
+        cache_recordings([rec], Preprocessing(size=(96, 128)), tmp_path / "c2")
