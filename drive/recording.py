@@ -511,17 +511,19 @@ class Recording:
     def problems(self, log_name: str = "log.csv") -> List[Problem]:
         """Label and timing problems: non-finite values, non-increasing timestamps.
 
-        Rows are lines of ``log_name`` (the header is line 1, frame i is on line i + 2).
+        Rows are lines of ``log_name`` (the header is line 1): frame i's row of the file it came
+        from (:meth:`origin_of`), else line i + 2.
         """
         out: List[Problem] = []
+        lines = self.origin[1] if self.origin is not None else np.arange(len(self)) + 2
         for name, column in self.log.items():
             if column.dtype.kind == "f":
                 for i in np.flatnonzero(~np.isfinite(column)):
-                    out.append(Problem(log_name, int(i) + 2, "non_finite", f"{name} is {column[i]}"))
+                    out.append(Problem(log_name, int(lines[i]), "non_finite", f"{name} is {column[i]}"))
         t = self.log["timestamp_s"]
         for i in np.flatnonzero(np.diff(t) <= 0):
             kind = "duplicate" if t[i + 1] == t[i] else "decreasing"
-            out.append(Problem(log_name, int(i) + 3, f"{kind}_timestamp",
+            out.append(Problem(log_name, int(lines[i + 1]), f"{kind}_timestamp",
                                f"{kind} timestamp_s {t[i + 1]!r} after {t[i]!r}"))
         return out
 

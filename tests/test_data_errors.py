@@ -192,6 +192,16 @@ def test_one_bad_canonical_row_is_dropped_alone_not_the_whole_recording(tmp_path
     # strict mode (the default) names the file and the first bad row
     with pytest.raises(DataError, match=r"log.csv, row 4: 2 fields, header has \d+ \[malformed_row\]"):
         read_logs(str(root))
+    # the Recording API itself: strict by default, row by row with a report callback
+    from drive.recording import Recording, RecordingError
+    with pytest.raises(RecordingError, match=r"log.csv, row 4: 2 fields"):
+        Recording.open(root)
+    seen = []
+    opened = Recording.open(root, report=lambda *p: seen.append(p))
+    assert [(row, kind) for _, row, kind, _ in seen] == [(4, "malformed_row"), (7, "not_a_number")]
+    assert len(opened) == 6 and opened.log_rows == 8
+    opened.log["curvature"][3] = np.nan  # frame 4, line 6 of the file
+    assert [(p.row, p.kind) for p in opened.problems()] == [(6, "non_finite")]
 
 
 @pytest.mark.parametrize("damage", ["blank_lines", "bom", "crlf"])
