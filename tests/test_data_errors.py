@@ -238,9 +238,10 @@ def test_frame_column_that_is_not_an_integer_is_a_bad_row(tmp_path):
     assert len(rec) == 7 and [(p.row, p.kind) for p in problems.items] == [(3, "not_a_number")]
 
 
-def _faststart_mp4(path, frames, fps=10.0):
+def _faststart_mp4(path, frames, fps=10.0, movflags="+faststart"):
     """A real MP4 as cameras and ffmpeg write them: OpenCV's mp4v encoder, then the index (moov)
-    moved to the front (ffmpeg -movflags +faststart, stream copy), so a cut-short copy still opens."""
+    moved to the front (ffmpeg -movflags +faststart, stream copy) or the file fragmented (moof
+    boxes, as many cameras record), so a cut-short copy still opens."""
     import subprocess
 
     imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
@@ -250,7 +251,7 @@ def _faststart_mp4(path, frames, fps=10.0):
         vw.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
     vw.release()
     subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-i", str(raw), "-c", "copy",
-                    "-movflags", "+faststart", str(path)], check=True, timeout=60)
+                    "-movflags", movflags, str(path)], check=True, timeout=60)
     raw.unlink()
 
 
@@ -260,7 +261,9 @@ def _moving_frames(n=30, h=96, w=128):
             for i in range(n)]
 
 
-def test_truncated_mp4_drops_its_half_decoded_last_frame(tmp_path):
+@pytest.mark.parametrize("movflags", ["+faststart", "frag_keyframe+empty_moov+default_base_moof"],
+                         ids=["faststart", "fragmented"])
+def test_truncated_mp4_drops_its_half_decoded_last_frame(tmp_path, movflags):
     """A cut-short MP4 used to keep its last, half-decoded frame (OpenCV returns it without an
     error): it is now detected from the container's sample table, reported once as
     truncated_video and dropped with the frames after it; every kept frame is a whole one."""
@@ -268,7 +271,7 @@ def test_truncated_mp4_drops_its_half_decoded_last_frame(tmp_path):
 
     frames = _moving_frames()
     video = tmp_path / "drive.mp4"
-    _faststart_mp4(video, frames)
+    _faststart_mp4(video, frames, movflags=movflags)
     assert complete_video_frames(video) == 30
     data = video.read_bytes()
     video.write_bytes(data[: int(len(data) * 0.77)])
