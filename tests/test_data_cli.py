@@ -115,3 +115,41 @@ def test_reader_options_from_a_data_config_and_set(tmp_path, capsys):
     (rec,) = json.loads(capsys.readouterr().out)["recordings"]
     assert abs(rec["curvature_per_m"]["max"] - np.tan(np.radians(6.0)) / 2.0) < 1e-12
     assert abs(rec["duration_s"] - 0.2) < 1e-12
+
+
+def test_inspect_of_something_that_is_not_a_log_fails_and_says_what_is_recognised(tmp_path):
+    """`drive data inspect` used to report success (exit 0, "0 log(s)") on a text file, an empty
+    folder or a recording's meta.json: now one line on stderr naming the path, that no driving
+    log was found and the layouts that are recognised, exit 2."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from drive.recording import RecordingMeta, RecordingWriter
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a driving log\n")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    only_text = tmp_path / "only_text"
+    only_text.mkdir()
+    (only_text / "readme.md").write_text("hello\n")
+    rec = tmp_path / "rec"
+    with RecordingWriter(rec, RecordingMeta(fps=10.0, width=32, height=24)) as w:
+        for i in range(3):
+            w.append(np.full((24, 32, 3), 40 + i, np.uint8), timestamp_s=i / 10.0, curvature=0.0, speed_mps=5.0)
+    root = str(Path(__file__).resolve().parents[1])
+    for target, extra in [(notes, ""), (empty, "the folder is empty"), (only_text, ""),
+                          (rec / "meta.json", f"part of the canonical log {rec}")]:
+        out = subprocess.run([sys.executable, "-m", "drive.cli", "data", "inspect", str(target)], capture_output=True,
+                             text=True, cwd=root, env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"}, timeout=120)
+        assert out.returncode == 2, (target, out.stdout, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr
+        assert lines[0].startswith(f"drive data: error: {target}: no driving log found")
+        assert "recognised layouts: canonical: a folder with meta.json and log.csv" in lines[0]
+        assert "udacity_sim: driving_log.csv" in lines[0] and lines[0].endswith("[no_logs]")
+        assert extra in lines[0]
+        assert out.stdout == ""
+    # the recording itself still inspects fine
+    assert main(["data", "inspect", str(rec), "--quick"]) == 0

@@ -148,3 +148,155 @@ def test_rows_named_after_dropped_rows_are_the_users_rows(tmp_path):
     rows = {p.kind: (p.file, p.row) for p in problems.items}
     assert rows["non_finite_label"][1] == 3  # 1.jpg's line
     assert rows["unreadable_frame"] == (str(tmp_path / "log.csv"), 6)  # 4.jpg's line, not its new index 3
+
+
+def _canonical(root, storage="frames", n=8):
+    from drive.recording import RecordingMeta, RecordingWriter
+    meta = RecordingMeta(fps=10.0, width=32, height=24, storage=storage)
+    with RecordingWriter(root, meta) as w:
+        for i in range(n):
+            w.append(np.full((24, 32, 3), 25 * i + 10, np.uint8), timestamp_s=i / 10.0, curvature=0.001 * i,
+                     speed_mps=8.0)
+    return root
+
+
+def _edit_log(root, edit):
+    lines = (root / "log.csv").read_text().splitlines()
+    (root / "log.csv").write_text(edit(lines))
+
+
+@pytest.mark.parametrize("storage", ["frames", "video"])
+def test_one_bad_canonical_row_is_dropped_alone_not_the_whole_recording(tmp_path, storage):
+    """A short row and a non-number used to make the whole log.csv [unreadable] (all frames lost
+    under on_error: skip): each is now reported by file and line and dropped with its frame only;
+    the frames that stay are the right ones."""
+    root = _canonical(tmp_path / "rec", storage)
+
+    def damage(lines):
+        lines[3] = ",".join(lines[3].split(",")[:2])  # frame 2: a short row (line 4)
+        fields = lines[6].split(",")
+        fields[2] = "abc"  # frame 5: curvature is text (line 7)
+        lines[6] = ",".join(fields)
+        return "\n".join(lines) + "\n"
+
+    _edit_log(root, damage)
+    (rec,), problems = _skip(str(root))
+    log = str(root / "log.csv")
+    assert [(p.file, p.row, p.kind) for p in problems.items] == [(log, 4, "malformed_row"), (log, 7, "not_a_number")]
+    assert "curvature is not a number: 'abc'" in problems.items[1].message
+    assert len(rec) == 6
+    np.testing.assert_allclose(rec.curvature, [0.001 * i for i in (0, 1, 3, 4, 6, 7)])
+    assert [rec.origin_of(i)[1] for i in range(6)] == [2, 3, 5, 6, 8, 9]
+    means = [float(rec.frame(i).mean()) for i in range(6)]
+    np.testing.assert_allclose(means, [25 * i + 10 for i in (0, 1, 3, 4, 6, 7)], atol=8.0)  # frames 25 apart
+    # strict mode (the default) names the file and the first bad row
+    with pytest.raises(DataError, match=r"log.csv, row 4: 2 fields, header has \d+ \[malformed_row\]"):
+        read_logs(str(root))
+    # the Recording API itself: strict by default, row by row with a report callback
+    from drive.recording import Recording, RecordingError
+    with pytest.raises(RecordingError, match=r"log.csv, row 4: 2 fields"):
+        Recording.open(root)
+    seen = []
+    opened = Recording.open(root, report=lambda *p: seen.append(p))
+    assert [(row, kind) for _, row, kind, _ in seen] == [(4, "malformed_row"), (7, "not_a_number")]
+    assert len(opened) == 6 and opened.log_rows == 8
+    opened.log["curvature"][3] = np.nan  # frame 4, line 6 of the file
+    assert [(p.row, p.kind) for p in opened.problems()] == [(6, "non_finite")]
+
+
+@pytest.mark.parametrize("damage", ["blank_lines", "bom", "crlf"])
+def test_canonical_log_with_a_bom_or_blank_lines_reads_whole(tmp_path, damage):
+    """A trailing blank line or a UTF-8 BOM used to make the log unreadable; the folder reader
+    already accepted both, and so does the canonical one now, in strict mode too."""
+    root = _canonical(tmp_path / "rec")
+    if damage == "blank_lines":
+        _edit_log(root, lambda lines: "\n".join(lines[:4] + [""] + lines[4:]) + "\n\n\n")
+    elif damage == "bom":
+        _edit_log(root, lambda lines: "\ufeff" + "\n".join(lines) + "\n")
+    else:
+        _edit_log(root, lambda lines: "\r\n".join(lines) + "\r\n")
+    (rec,) = read_logs(str(root))
+    assert len(rec) == 8
+    np.testing.assert_allclose(rec.curvature, [0.001 * i for i in range(8)])
+    from drive.recording import Recording
+    assert len(Recording.open(root)) == 8
+    if damage == "blank_lines":  # the lines after a blank line keep their own numbers
+        assert rec.origin_of(3)[1] == 6
+
+
+def test_frame_column_that_is_not_an_integer_is_a_bad_row(tmp_path):
+    root = _canonical(tmp_path / "rec")
+
+    def damage(lines):
+        fields = lines[2].split(",")
+        fields[0] = "nan"
+        lines[2] = ",".join(fields)
+        return "\n".join(lines) + "\n"
+
+    _edit_log(root, damage)
+    (rec,), problems = _skip(str(root))
+    assert len(rec) == 7 and [(p.row, p.kind) for p in problems.items] == [(3, "not_a_number")]
+
+
+def _faststart_mp4(path, frames, fps=10.0, movflags="+faststart"):
+    """A real MP4 as cameras and ffmpeg write them: OpenCV's mp4v encoder, then the index (moov)
+    moved to the front (ffmpeg -movflags +faststart, stream copy) or the file fragmented (moof
+    boxes, as many cameras record), so a cut-short copy still opens."""
+    import subprocess
+
+    imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
+    raw = path.with_name("raw-" + path.name)
+    vw = cv2.VideoWriter(str(raw), cv2.VideoWriter_fourcc(*"mp4v"), fps, (frames[0].shape[1], frames[0].shape[0]))
+    for f in frames:
+        vw.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
+    vw.release()
+    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-i", str(raw), "-c", "copy",
+                    "-movflags", movflags, str(path)], check=True, timeout=60)
+    raw.unlink()
+
+
+def _moving_frames(n=30, h=96, w=128):
+    yy, xx = np.mgrid[0:h, 0:w]
+    return [np.stack([(xx * 2 + i * 5) % 256, (yy * 2 + i * 3) % 256, (xx + yy + i * 7) % 256], -1).astype(np.uint8)
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("movflags", ["+faststart", "frag_keyframe+empty_moov+default_base_moof"],
+                         ids=["faststart", "fragmented"])
+def test_truncated_mp4_drops_its_half_decoded_last_frame(tmp_path, movflags):
+    """A cut-short MP4 used to keep its last, half-decoded frame (OpenCV returns it without an
+    error): it is now detected from the container's sample table, reported once as
+    truncated_video and dropped with the frames after it; every kept frame is a whole one."""
+    from drive.recording import VideoFrames, complete_video_frames
+
+    frames = _moving_frames()
+    video = tmp_path / "drive.mp4"
+    _faststart_mp4(video, frames, movflags=movflags)
+    assert complete_video_frames(video) == 30
+    data = video.read_bytes()
+    video.write_bytes(data[: int(len(data) * 0.77)])
+    (tmp_path / "drive.csv").write_text("timestamp,curvature\n" + "\n".join(f"{i / 10.0},0.001" for i in range(30)))
+
+    # the damage is real: OpenCV decodes one frame more than the file holds whole, far off the original
+    cap = cv2.VideoCapture(str(video))
+    raw = []
+    while True:
+        ok, image = cap.read()
+        if not ok:
+            break
+        raw.append(np.abs(cv2.cvtColor(image, cv2.COLOR_BGR2RGB).astype(int) - frames[len(raw)]).mean())
+    whole = complete_video_frames(video)
+    assert 5 < whole < 30 and len(raw) == whole + 1
+    assert raw[-1] > 2.5 * np.median(raw[:-1])  # ~12.7 vs ~3: the half-decoded frame
+
+    with pytest.raises(Exception, match=rf"drive.mp4: video is truncated, frame {whole} is cut short"):
+        VideoFrames(video).read(whole)
+    problems = Problems("skip")
+    (rec,) = read_logs(str(video), problems=problems, options=OPTS)
+    (cached,) = cache_recordings([rec], Preprocessing(size=(96, 128)), tmp_path / "c", problems)
+    assert int(cached.valid.sum()) == whole and not cached.valid[whole:].any()
+    assert problems.counts() == {"truncated_video": 1}
+    kept = [np.abs(rec.frame(i).astype(int) - frames[i]).mean() for i in range(whole)]
+    assert max(kept) < 2.0 * np.median(raw[:-1])
+    with pytest.raises(DataError, match=rf"drive.mp4, row {whole}: .*truncated"):
+        cache_recordings([rec], Preprocessing(size=(96, 128)), tmp_path / "c2")

@@ -145,7 +145,7 @@ class _Head(nn.Module):
         (_Head(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.BatchNorm2d(4), nn.ReLU()), "expected Conv2d"),
         (_Head(nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU()), nn.ReLU()), "expected Conv2d"),
         (_Head(nn.Conv2d(3, 4, 3, dilation=2), nn.ReLU()), "dilated"),
-        (nn.Linear(3, 4), "has no `convs`"),
+        (nn.Linear(3, 4), "Linear has no Conv2d layer"),
     ],
     ids=["tanh", "missing-relu", "batchnorm", "branch", "dilated", "no-convs"],
 )
@@ -157,3 +157,99 @@ def test_heads_vbp_cannot_explain_are_a_clear_error(head, message):
 def test_unknown_method_is_an_error():
     with pytest.raises(ValueError, match="unknown VisualBackProp method"):
         visual_backprop(NCPConvHead(), torch.rand(1, 3, 78, 200), method="gradcam")
+
+
+def _paper_vbp(layers: nn.Sequential, frames: torch.Tensor) -> torch.Tensor:
+    """Bojarski et al. 2017, as the paper states it, for a plain Sequential of Conv2d, ReLU pairs:
+    average each ReLU's feature maps over channels; from the deepest, scale the mask up to the
+    shallower map's size with a transposed conv of the producing conv's kernel and stride (and
+    padding), unit weights and no bias (nn.ConvTranspose2d with output_size, not the library's
+    output_padding arithmetic); multiply point-wise with the shallower average; repeat down to the
+    input; normalise each mask to [0, 1]."""
+    x, convs, means, sizes = frames, [], [], [tuple(frames.shape[-2:])]
+    with torch.no_grad():
+        for layer in layers:
+            x = layer(x)
+            if isinstance(layer, nn.Conv2d):
+                convs.append(layer)
+            elif isinstance(layer, nn.ReLU):
+                means.append(x.mean(dim=1, keepdim=True))
+                sizes.append(tuple(x.shape[-2:]))
+        mask = means[-1]
+        for i in reversed(range(len(convs))):
+            c = convs[i]
+            up = nn.ConvTranspose2d(1, 1, c.kernel_size, c.stride, c.padding, bias=False)
+            up.weight.fill_(1.0)
+            mask = up(mask, output_size=sizes[i])
+            if i > 0:
+                mask = mask * means[i - 1]
+        mask = mask[:, 0]
+        lo = mask.flatten(1).min(1).values.view(-1, 1, 1)
+        hi = mask.flatten(1).max(1).values.view(-1, 1, 1)
+        return (mask - lo) / (hi - lo)
+
+
+def _plain_sequential(seed: int = 0) -> nn.Sequential:
+    torch.manual_seed(seed)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 5, stride=2), nn.ReLU(),
+        nn.Conv2d(8, 12, 3, stride=2, padding=1), nn.ReLU(inplace=True),
+        nn.Conv2d(12, 16, 3, stride=1), nn.ReLU(),
+        nn.Flatten(),
+    ).eval()
+
+
+def test_plain_sequential_is_explained_as_the_paper_says():
+    """README: VisualBackProp for any ReLU conv head. A plain nn.Sequential(Conv2d, ReLU, ...) used
+    to be refused ('Sequential has no convs'); it now equals the paper's algorithm written out
+    independently (odd sizes, so every up-scaling needs its own output size)."""
+    head = _plain_sequential()
+    frames = torch.rand(3, 3, 61, 83, generator=torch.Generator().manual_seed(1))
+    mask = visual_backprop(head, frames)
+    expected = _paper_vbp(head, frames)
+    assert mask.shape == (3, 61, 83) and float(expected.std()) > 0.05  # a non-trivial mask
+    torch.testing.assert_close(mask, expected, atol=1e-5, rtol=0)
+    # the same layers as a drive-style head with `convs` give the same masks
+    torch.testing.assert_close(visual_backprop(_Head(*list(head)[:6]), frames), mask, atol=1e-6, rtol=0)
+    assert visual_backprop(head, frames, method="ncp").shape == (3, 61, 83)
+
+
+class _UserHead(nn.Module):
+    """A user's head: named layers, a functional ReLU, normalisation first, dense layers after."""
+
+    def __init__(self, seq: nn.Sequential) -> None:
+        super().__init__()
+        self.a, self.b, self.c = seq[0], seq[2], seq[4]
+        self.drop = nn.Dropout(0.3)
+        self.fc = nn.Linear(16 * 13 * 18, 5)
+
+    def forward(self, x):
+        h = torch.nn.functional.relu(self.a(x))
+        h = self.drop(torch.relu(self.b(h)))
+        h = torch.nn.functional.relu(self.c(h))
+        return self.fc(h.flatten(1))
+
+
+def test_a_users_head_with_functional_relus_is_explained_too():
+    seq = _plain_sequential()
+    head = _UserHead(seq).eval()
+    frames = torch.rand(2, 3, 61, 83, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(visual_backprop(head, frames), _paper_vbp(seq, frames), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "head, message",
+    [
+        (nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 4, 3), nn.ReLU()),
+         r"layer '2' \(MaxPool2d\) sits between '0'\+ReLU and the next Conv2d '3'"),
+        (nn.Sequential(nn.Conv2d(3, 4, 3), nn.Tanh()), r"layer '0' is followed by Tanh \('1'\), not by a ReLU"),
+        (nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3)), r"layer '2' is the last layer"),
+        (nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(3, 4, 3), nn.ReLU()), r"first Conv2d sees \(8, 8\)"),
+        (nn.Sequential(nn.Conv2d(3, 4, 3, dilation=2), nn.ReLU()), "dilated"),
+        (nn.Sequential(nn.Linear(16, 4), nn.ReLU()), "Sequential has no Conv2d layer"),
+    ],
+    ids=["maxpool", "tanh", "no-last-relu", "pool-first", "dilated", "no-conv"],
+)
+def test_sequentials_vbp_cannot_explain_say_what_is_missing(head, message):
+    with pytest.raises(VisualBackPropError, match=message):
+        visual_backprop(head, torch.rand(1, 3, 16, 16))

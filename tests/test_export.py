@@ -185,6 +185,39 @@ def test_unusable_frame_holds_last_command_and_flags_it(lstm_file, bad):
     assert torch.allclose(h2[:, :32], ref_h, atol=1e-6)
 
 
+def test_float_frames_outside_0_1_are_flagged_and_held_not_driven_white(lstm_file):
+    """A 0-255 frame passed as float32 used to clamp to a white frame and drive with status 0 (two
+    different frames gave the same command): it is now flagged FRAME_RANGE and the last command
+    held, per row; a float frame in [0, 1] still drives exactly like its uint8 frame."""
+    module = torch.jit.load(str(lstm_file[1]))
+    frames = camera_frames(3)
+    c0, h0, st0 = module.step_with_status(frames[0], module.initial_state(1))
+    for wrong in (frames[1].float(), frames[2].float(), frames[1].float() / 255.0 * 2.0 - 1.0):
+        c1, h1, st1 = module.step_with_status(wrong, h0)
+        assert decode_status(int(st1)) == ["FRAME_RANGE"] and int(st0) == 0
+        assert float(c1) == float(c0) and torch.equal(h1[:, :32], h0[:, :32])
+        assert float(h1[0, 33]) == STATUS["FRAME_RANGE"] and float(h1[0, 34]) == pytest.approx(1 / FPS)
+    # in range (rounding slack of half a uint8 step included): the same as the uint8 frame
+    as_float = frames[1].float() / 255.0
+    as_float[0, 0, 0] = 1.0 + 0.4 / 255.0
+    ref = module.step_with_status(frames[1], h0)
+    got = module.step_with_status(as_float, h0)
+    assert int(got[2]) == 0 and float(got[0]) == float(ref[0])
+    # per row: a batch with one bad stream holds only that stream
+    batch = torch.stack([frames[1].float() / 255.0, frames[1].float()])
+    c, h, st = module.step_with_status(batch, torch.cat([h0, h0]))
+    assert st.tolist() == [0, STATUS["FRAME_RANGE"]] and float(c[1]) == float(c0) and float(c[0]) == float(ref[0])
+
+
+def test_an_empty_batch_is_a_clear_error(lstm_file):
+    module = torch.jit.load(str(lstm_file[1]))
+    eager = build_deployed(*load_policy(lstm_file[0]))
+    for m in (module, eager):
+        for dtype in (torch.uint8, torch.float32):
+            with pytest.raises(Exception, match=r"frame batch is empty \(got \[0, 96, 240, 3\]\)"):
+                m.step_with_status(torch.zeros(0, 96, 240, 3, dtype=dtype), m.initial_state(0))
+
+
 def test_command_is_clamped_to_the_curvature_limit(tmp_path):
     ckpt = make_checkpoint(tmp_path / "p.ckpt", "lstm")
     policy, meta = load_policy(ckpt)

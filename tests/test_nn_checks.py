@@ -54,3 +54,59 @@ def test_validating_inputs_that_require_grad_warns_nothing(name):
             y, _ = m(x, timespans=ts)
             y.sum().backward()
     assert x.grad is not None and bool(torch.isfinite(x.grad).all())
+
+
+def _with_closed_form():
+    out = modules()
+    from drive.nn.closed_form import convert
+
+    out["ClosedForm-exact"] = convert(out["LTC"], "exact")
+    out["ClosedForm-approx"] = convert(out["LTC"], "approx")
+    return out
+
+
+@pytest.mark.parametrize("name", list(_with_closed_form()))
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_hidden_state_is_refused_in_forward_and_step(name, bad):
+    """A NaN (or inf) hidden state used to pass silently and give NaN outputs: now the same clear
+    ValueError as for a non-finite input, in forward (with and without timespans) and in step."""
+    m = _with_closed_form()[name]
+    hidden = m.initial_state(2).clone()
+    hidden[1, 0] = bad
+    match = "hidden state contains NaN or infinite values"
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=match):
+            m(torch.zeros(2, 4, F), hidden)
+        with pytest.raises(ValueError, match=match):
+            m(torch.zeros(2, 4, F), hidden, torch.ones(2, 4))
+        with pytest.raises(ValueError, match=match):
+            m.step(torch.zeros(2, F), hidden, torch.ones(2))
+        # a finite hidden state still runs, and a bad input is still named as the input
+        y, h = m.step(torch.zeros(2, F), m.initial_state(2), torch.ones(2))
+        assert bool(torch.isfinite(y).all()) and bool(torch.isfinite(h).all())
+        x = torch.zeros(2, 4, F)
+        x[0, 0, 0] = float("nan")
+        with pytest.raises(ValueError, match="input contains (NaN|non-finite)"):
+            m(x, hidden)
+
+
+@pytest.mark.parametrize("name", ["LTC", "CfC", "LSTM"])
+def test_non_finite_hidden_is_refused_by_the_scripted_module(name):
+    m = torch.jit.script(modules()[name])
+    hidden = m.initial_state(1).clone()
+    hidden[0, -1] = float("nan")
+    with pytest.raises(Exception, match="hidden state contains NaN or infinite values"):
+        m.step(torch.zeros(1, F), hidden, torch.ones(1))
+
+
+def test_skipped_value_checks_skip_the_hidden_check_too():
+    """A wrapper that validates values itself (the deployed policy) turns the checks off: no
+    read-back at all, so a NaN hidden then runs (and is the wrapper's to handle)."""
+    from drive.nn.checks import skip_value_checks
+
+    m = modules()["CfC"]
+    skip_value_checks(m)
+    hidden = m.initial_state(1).clone()
+    hidden[0, 0] = float("nan")
+    y, _ = m.step(torch.zeros(1, F), hidden, torch.ones(1))
+    assert not bool(torch.isfinite(y).all())

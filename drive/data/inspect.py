@@ -13,8 +13,8 @@ import numpy as np
 
 from drive.atomic import save_figure
 from drive.data.cache import display_name, iter_decoded
-from drive.data.errors import Problems
-from drive.data.readers import discover, read_logs
+from drive.data.errors import DataError, Problems
+from drive.data.readers import discover, no_log_message, read_logs
 from drive.recording import Recording, RecordingMeta, RecordingWriter
 
 __all__ = ["inspect_logs", "format_report", "convert_logs", "plot_recordings"]
@@ -78,10 +78,20 @@ def plot_recordings(recs: Sequence[Recording], out: str, gap_factor: float = 3.0
 def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Optional[Dict[str, Any]] = None,
                  decode: bool = True, gap_factor: float = 3.0, plot: Optional[str] = None) -> Dict[str, Any]:
     """JSON-able report: ``logs`` (path, format), ``recordings`` (summaries), ``problems``;
-    ``plot`` writes a picture of the labels over time (:func:`plot_recordings`)."""
+    ``plot`` writes a picture of the labels over time (:func:`plot_recordings`).
+
+    Raises:
+        DataError (``no_logs``): a path (file, folder or glob) holds no driving log at all (a text
+            file, an empty folder, a recording's meta.json); the message lists the layouts.
+    """
     problems = Problems("skip")
-    logs = [(str(p), f) for path in paths for p, f in discover(path, format)]
-    recs = read_logs(list(paths), format, options, problems) if logs else []
+    logs = []
+    for path in paths:
+        found = discover(path, format)
+        if not found:
+            raise DataError(str(path), None, "no_logs", no_log_message(path))
+        logs += [(str(p), f) for p, f in found]
+    recs = read_logs(list(paths), format, options, problems)
     summaries = []
     for rec in recs:
         s = _summary(rec, gap_factor)

@@ -16,14 +16,20 @@ its maximum before averaging, bilinear upsampling instead of the transposed conv
 normalisation at the first layer's resolution, then bilinear upsampling to the input size and a
 product with the standardised input's intensity (channel mean, min-max scaled to [0, 1]).
 
-The geometry is read from the head: ``head.convs`` must be an ``nn.Sequential`` of alternating
-``Conv2d`` and ``ReLU`` (as :mod:`drive.nn.heads` builds them); ``head.standardize(frames)``, when
-present, gives the convolutions' input. Anything else is a :class:`VisualBackPropError`.
+The geometry is read from the head. A head with ``convs`` (an ``nn.Sequential`` of alternating
+``Conv2d`` and ``ReLU``, as :mod:`drive.nn.heads` builds them) is read from that, with
+``head.standardize(frames)``, when present, as the convolutions' input. Any other module (a plain
+``nn.Sequential(Conv2d, ReLU, ...)``, a user's head) is read from one forward pass with hooks on
+its layers: its forward must run a chain of Conv2d layers, each followed directly by a ReLU
+(``nn.ReLU`` or ``F.relu``; layers that change nothing, such as Dropout in eval mode, may sit in
+between), the first conv seeing the frame's size; what comes after the last conv+ReLU (flatten,
+dense layers) does not enter the mask. Anything else is a :class:`VisualBackPropError` naming
+what is missing.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -121,6 +127,116 @@ def _feature_maps(head: nn.Module, frames: Tensor) -> Tuple[Tensor, List[Tensor]
     return x, maps
 
 
+@dataclass
+class _Call:
+    """One leaf module's call during the traced forward: its name, the module, its first tensor
+    input and its output (copies: an in-place ReLU must not change what was recorded)."""
+
+    name: str
+    module: nn.Module
+    input: Optional[Tensor]
+    output: Optional[Tensor]
+
+
+def _first_tensor(value: Any) -> Optional[Tensor]:
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, (tuple, list)):
+        for v in value:
+            t = _first_tensor(v)
+            if t is not None:
+                return t
+    return None
+
+
+def _same(a: Optional[Tensor], b: Optional[Tensor]) -> bool:
+    return a is not None and b is not None and a.shape == b.shape and torch.equal(a, b)
+
+
+def _same_flat(a: Optional[Tensor], b: Tensor) -> bool:
+    """Equal values in the same order, whatever the shape (a dense layer's input is a flattened map)."""
+    return a is not None and a.numel() == b.numel() and torch.equal(a.reshape(-1), b.reshape(-1))
+
+
+def _traced_chain(head: nn.Module, frames: Tensor) -> Tuple[List[ConvGeometry], Tensor, List[Tensor]]:
+    """Geometry, the first conv's input and every post-ReLU map of a head without ``convs``, from one
+    forward pass with hooks on its leaf modules (module docstring)."""
+    name = type(head).__name__
+    if not any(isinstance(m, nn.Conv2d) for m in head.modules()):
+        raise VisualBackPropError(f"{name} has no Conv2d layer: VisualBackProp needs a conv head whose forward "
+                                  "is a chain of Conv2d layers each followed by a ReLU")
+    calls: List[_Call] = []
+    handles = []
+    for layer_name, module in head.named_modules():
+        if len(list(module.children())) == 0:
+            def pre(mod, args, layer_name=layer_name):
+                t = _first_tensor(args)
+                calls.append(_Call(layer_name or name, mod, None if t is None else t.detach().clone(), None))
+
+            def post(mod, args, output):
+                t = _first_tensor(output)  # a leaf calls no other module: the last call is its own
+                calls[-1].output = None if t is None else t.detach().clone()
+
+            handles.append(module.register_forward_pre_hook(pre))
+            handles.append(module.register_forward_hook(post))
+    try:
+        result = _first_tensor(head(frames))
+    except VisualBackPropError:
+        raise
+    except Exception as e:  # the user's forward on these frames: say so, one line
+        raise VisualBackPropError(f"{name}: its forward failed on frames of shape {tuple(frames.shape)} "
+                                  f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    finally:
+        for h in handles:
+            h.remove()
+    # leaves whose output equals their input (Dropout in eval, Identity, a ReLU on a post-ReLU map)
+    # change nothing and are left out of the chain
+    chain = [c for c in calls if not (type(c.module) is not nn.Conv2d and _same(c.input, c.output))]
+    convs = [i for i, c in enumerate(chain) if isinstance(c.module, nn.Conv2d)]
+    if len({id(chain[i].module) for i in convs}) != len(convs):
+        raise VisualBackPropError(f"{name}: a Conv2d is called more than once (shared weights or a loop); "
+                                  "VisualBackProp needs a plain chain")
+    geometry, maps = [], []
+    x = chain[convs[0]].input
+    for k, i in enumerate(convs):
+        conv = chain[i]
+        where = f"{name} layer {conv.name!r}"
+        if type(conv.module) is not nn.Conv2d:
+            raise VisualBackPropError(f"{where} is {type(conv.module).__name__}, expected a plain Conv2d")
+        if k == 0 and conv.input is not None and tuple(conv.input.shape[-2:]) != tuple(frames.shape[-2:]):
+            raise VisualBackPropError(f"{where}: the first Conv2d sees {tuple(conv.input.shape[-2:])}, not the "
+                                      f"frame's size {tuple(frames.shape[-2:])}; VisualBackProp maps back to the frame")
+        relu = torch.relu(conv.output)
+        following = chain[i + 1] if i + 1 < len(chain) else None
+        nxt = chain[convs[k + 1]] if k + 1 < len(convs) else None
+        if following is not None and type(following.module) is nn.ReLU and _same(following.input, conv.output):
+            after = following.output  # nn.ReLU
+            if nxt is not None and convs[k + 1] != i + 2:
+                other = chain[i + 2]
+                raise VisualBackPropError(f"{name} layer {other.name!r} ({type(other.module).__name__}) sits between "
+                                          f"{conv.name!r}+ReLU and the next Conv2d {nxt.name!r}: VisualBackProp "
+                                          "needs each Conv2d+ReLU to feed the next Conv2d directly")
+        elif following is not None and (_same(following.input, relu) if nxt is not None else _same_flat(following.input, relu)) \
+                and (nxt is None or nxt is following):
+            after = relu  # F.relu in the forward, then the next layer
+        elif following is None and nxt is None and _same(result, relu):
+            after = relu  # the forward ends with F.relu(last conv)
+        elif following is None and nxt is None:
+            raise VisualBackPropError(f"{where} is the last layer and the forward does not return its ReLU; "
+                                      "VisualBackProp needs a ReLU after every Conv2d")
+        else:
+            got = type(following.module).__name__ if following is not None else "nothing"
+            raise VisualBackPropError(f"{where} is followed by {got} ({following.name if following else ''!r}), not by "
+                                      "a ReLU: VisualBackProp needs a ReLU directly after every Conv2d (non-negative maps)")
+        if nxt is not None and not _same(nxt.input, after):
+            raise VisualBackPropError(f"{name}: Conv2d {nxt.name!r} does not take the output of {conv.name!r}+ReLU "
+                                      "(a branch, a skip connection or an unhooked operation between them); "
+                                      "VisualBackProp needs a chain")
+        geometry.append(_geometry(conv.module, where))
+        maps.append(after)
+    return geometry, x, maps
+
+
 def _normalize(mask: Tensor) -> Tensor:
     """Min-max per image over ``[B, H, W]``; masks whose range is below 1e-6 of their peak -> zeros."""
     flat = mask.flatten(1)
@@ -161,7 +277,9 @@ def visual_backprop(head: nn.Module, frames: Tensor, method: str = "bojarski") -
     """Saliency masks of ``head`` for ``frames``.
 
     Args:
-        head: a conv head whose ``convs`` alternate Conv2d and ReLU (e.g. ``NCPConvHead``, ``PilotNetCNN``).
+        head: a conv head whose ``convs`` alternate Conv2d and ReLU (e.g. ``NCPConvHead``, ``PilotNetCNN``),
+            or any module whose forward is a chain of Conv2d+ReLU layers (a plain ``nn.Sequential``;
+            the module docstring says what is accepted).
         frames: ``[B, 3, H, W]`` float in [0, 1], the head's own input.
         method: ``"bojarski"`` (the published algorithm) or ``"ncp"`` (the NCP authors' variant).
 
@@ -173,7 +291,10 @@ def visual_backprop(head: nn.Module, frames: Tensor, method: str = "bojarski") -
         raise ValueError(f"unknown VisualBackProp method {method!r}; choose one of {METHODS}")
     if frames.dim() != 4:
         raise ValueError(f"frames must be [B, C, H, W], got shape {tuple(frames.shape)}")
-    geometry = conv_geometry(head)
     with torch.no_grad():
-        x, maps = _feature_maps(head, frames)
+        if isinstance(getattr(head, "convs", None), nn.Sequential):
+            geometry = conv_geometry(head)
+            x, maps = _feature_maps(head, frames)
+        else:
+            geometry, x, maps = _traced_chain(head, frames)
         return _bojarski(geometry, x, maps) if method == "bojarski" else _ncp(x, maps)

@@ -14,8 +14,8 @@ on data.
 
 Frames: uint8 RGB ``[B, H, W, 3]`` at the camera's native size (``[H, W, 3]`` is one frame,
 ``B = 1``); float32 frames in [0, 1] are also accepted by TorchScript (quantised to uint8 first,
-as training's cache did). Any other shape or dtype raises a ``ValueError`` saying what was
-expected.
+as training's cache did). Any other shape or dtype, and an empty batch, raises a ``ValueError``
+saying what was expected.
 
 Safety, per row of the batch (the status bits, :data:`STATUS`):
 
@@ -27,6 +27,9 @@ Safety, per row of the batch (the status bits, :data:`STATUS`):
   remembered in ``gap`` so the next good frame integrates over the real elapsed time
   (``dt = period + gap``, capped at ``max_gap_s``): continuous-time cells handle irregular
   sampling by design.
+* ``FRAME_RANGE`` (32): a float32 frame with a value outside [0, 1] (beyond half a uint8 step,
+  e.g. a 0-255 frame passed as float, which clamping would turn white): held like a black frame.
+  A tensor test, not an error, so the step stays free of host synchronisation.
 * ``OUTPUT_NONFINITE`` (16): the network produced a non-finite feature, command or state: the last
   command is held and the recurrent state restarts.
 * ``CLAMPED`` (4): the command exceeded ``curvature_limit_per_m`` and was clamped to it.
@@ -53,12 +56,16 @@ FRAME_BLACK = 2
 CLAMPED = 4
 HIDDEN_RESET = 8
 OUTPUT_NONFINITE = 16
+FRAME_RANGE = 32
+# a float frame may exceed [0, 1] by less than half a uint8 step (it still rounds to 0 or 255)
+FLOAT_FRAME_TOLERANCE = 0.5 / 255.0
 STATUS: Dict[str, int] = {
     "FRAME_NONFINITE": FRAME_NONFINITE,
     "FRAME_BLACK": FRAME_BLACK,
     "CLAMPED": CLAMPED,
     "HIDDEN_RESET": HIDDEN_RESET,
     "OUTPUT_NONFINITE": OUTPUT_NONFINITE,
+    "FRAME_RANGE": FRAME_RANGE,
 }
 EXTRA_STATE = 3  # last command, status, gap
 
@@ -141,6 +148,7 @@ class DeployedPolicy(nn.Module):
         self.half = bool(half)
         self.black_level = float(black_level)
         self.max_gap_s = float(max_gap_s)
+        self.float_frame_tolerance = float(FLOAT_FRAME_TOLERANCE)
         self.family = str((meta or {}).get("family", "policy"))
         self.metadata_json = json.dumps(meta or {}, sort_keys=True)
         self.register_buffer("status_bits", torch.tensor([float(b) for b in STATUS.values()]))
@@ -158,8 +166,9 @@ class DeployedPolicy(nn.Module):
         rnn = self.policy.initial_state(batch)
         return torch.cat([rnn.float(), torch.zeros((batch, 3), dtype=torch.float32, device=rnn.device)], dim=1)
 
-    def _frames_uint8(self, frame: Tensor) -> Tuple[Tensor, Tensor]:
-        """Validate; return (uint8 frames ``[B, H, W, 3]``, non-finite flag ``[B]`` bool)."""
+    def _frames_uint8(self, frame: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """Validate the shape and dtype (host-side, no sync); return (uint8 frames ``[B, H, W, 3]``,
+        non-finite flag ``[B]`` bool, out-of-[0, 1] flag ``[B]`` bool, tensor tests)."""
         given = list(frame.shape)
         if frame.dim() == 3:
             frame = frame.unsqueeze(0)
@@ -167,13 +176,21 @@ class DeployedPolicy(nn.Module):
             raise ValueError("frame must be RGB [H, W, 3] or [B, H, W, 3] with H, W = "
                              + str(self.frame_height) + ", " + str(self.frame_width)
                              + " (the camera's native size); got " + str(given))
+        if frame.size(0) == 0:
+            raise ValueError("frame batch is empty (got " + str(given) + "): pass at least one frame [1, "
+                             + str(self.frame_height) + ", " + str(self.frame_width) + ", 3]")
         if frame.dtype == torch.uint8:
-            return frame, torch.zeros(frame.size(0), dtype=torch.bool, device=frame.device)
+            none = torch.zeros(frame.size(0), dtype=torch.bool, device=frame.device)
+            return frame, none, none
         if frame.dtype != torch.float32:
             raise ValueError("frame must be uint8 (0-255) or float32 (0-1) RGB; got " + _dtype_name(frame.dtype))
         finite = torch.isfinite(frame).flatten(1).all(dim=1)
-        clean = torch.nan_to_num(frame, nan=0.0, posinf=0.0, neginf=0.0).clamp(0.0, 1.0)
-        return (clean * 255.0).round().to(torch.uint8), ~finite
+        clean = torch.nan_to_num(frame, nan=0.0, posinf=0.0, neginf=0.0)
+        flat = clean.flatten(1)
+        # a 0-255 frame given as float would clamp to white and drive: flag it (held), never use it
+        tol = self.float_frame_tolerance
+        out_of_range = (flat.amax(dim=1) > 1.0 + tol) | (flat.amin(dim=1) < -tol)
+        return (clean.clamp(0.0, 1.0) * 255.0).round().to(torch.uint8), ~finite, out_of_range & finite
 
     def _check_hidden(self, hidden: Tensor, batch: int) -> None:
         if hidden.dim() != 2 or hidden.size(0) != batch or hidden.size(1) != self.hidden_size:
@@ -199,7 +216,7 @@ class DeployedPolicy(nn.Module):
     @torch.jit.export
     def step_with_status(self, frame: Tensor, hidden: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """One camera frame per stream -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``, status int64 ``[B]``)."""
-        frames, nonfinite = self._frames_uint8(frame)
+        frames, nonfinite, out_of_range = self._frames_uint8(frame)
         batch = frames.size(0)
         self._check_hidden(hidden, batch)
         s = self.state_size
@@ -213,7 +230,7 @@ class DeployedPolicy(nn.Module):
         # frames that carry no image in that view are held
         features, mean_pixel = self.head(self._network_view(frames))
         black = mean_pixel <= self.black_level
-        held = nonfinite | black
+        held = nonfinite | black | out_of_range
 
         # 3. Policy.step, split so that non-finite head features (e.g. fp16 overflow) never reach
         # the cell (its value checks are off, see __init__): they are zeroed, the row flagged and held.
@@ -234,8 +251,8 @@ class DeployedPolicy(nn.Module):
         restart = bad_out & ~held
         new_state = torch.where(held.unsqueeze(1), state, torch.where(restart.unsqueeze(1), 0.0, new_state))
 
-        # status bits as in STATUS, weighted by the buffer status_bits = [1, 2, 4, 8, 16]
-        flags = torch.stack([nonfinite, black & ~nonfinite, clamped, reset, restart], dim=1)
+        # status bits as in STATUS, weighted by the buffer status_bits = [1, 2, 4, 8, 16, 32]
+        flags = torch.stack([nonfinite, black & ~nonfinite & ~out_of_range, clamped, reset, restart, out_of_range], dim=1)
         status = torch.mv(flags.float(), self.status_bits)
         tail = torch.stack([command, status, torch.where(held, dt, 0.0)], dim=1)
         return command, torch.cat([new_state, tail], dim=1), status.long()

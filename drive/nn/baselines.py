@@ -53,7 +53,7 @@ class LSTM(nn.Module):
     def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """x [B,L,F] -> (y [B,L,M], cat(h, c) [B, 2 units])."""
-        check_sequence(x, timespans, self.input_size, self.check_values)
+        check_sequence(x, timespans, self.input_size, self.check_values, hidden)
         hidden = check_hidden(hidden, x, self.state_size)
         h0 = hidden[:, : self.units].unsqueeze(0).contiguous()
         c0 = hidden[:, self.units:].unsqueeze(0).contiguous()
@@ -106,7 +106,7 @@ class CTRNN(nn.Module):
     def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """x [B,L,F], timespans [B,L] seconds -> (y [B,L,M], h [B, units])."""
-        ts = check_sequence(x, timespans, self.input_size, self.check_values)
+        ts = check_sequence(x, timespans, self.input_size, self.check_values, hidden)
         h = check_hidden(hidden, x, self.state_size)
         drive = self.input_map(x)
         h_step = ts / float(self.ode_unfolds)

@@ -168,7 +168,7 @@ class CfC(nn.Module):
                 timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """x [B, L, F], hidden [B, H], timespans [B, L] elapsed seconds (None: 1.0) ->
         (y [B, L, M], hidden [B, H])."""
-        ts = check_sequence(x, timespans, self.input_size, self.check_values)
+        ts = check_sequence(x, timespans, self.input_size, self.check_values, hidden)
         state = check_hidden(hidden, x, self.state_size)
         if torch.jit.is_scripting():
             y, h, c = self._loop(x, state, ts, self._prepare())

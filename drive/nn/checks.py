@@ -1,9 +1,9 @@
 """Input validation shared by the recurrent modules (LTC, CfC, wired CfC, LSTM, CT-RNN).
 
 One interface, one set of errors: ``x [B, L, F]``, ``timespans [B, L]`` elapsed seconds (finite and
-> 0), ``hidden [B, H]``. On the happy path the value checks are one float64 sum read back to the
-host (``sum(x) + sum(log t)`` is finite exactly when every x is finite and every t finite and
-> 0; a float64 sum of finite fp32 values cannot overflow): at batch 1 a step is a few dozen
+> 0), ``hidden [B, H]`` (finite). On the happy path the value checks are one float64 sum read back to
+the host (``sum(x) + sum(hidden) + sum(log t)`` is finite exactly when every x and every hidden
+value is finite and every t finite and > 0; a float64 sum of finite fp32 values cannot overflow): at batch 1 a step is a few dozen
 microsecond-sized ops, and this keeps validation to five of them. Everything scripts with TorchScript.
 
 Each recurrent module has a ``check_values`` attribute (True). :func:`skip_value_checks` turns it off
@@ -24,16 +24,34 @@ def _finite_sum(x: Tensor) -> bool:
     return math.isfinite(float(x.detach().sum(dtype=torch.float64)))
 
 
-def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int, values: bool = True) -> Tensor:
+def _raise_non_finite(x: Tensor, hidden: Optional[Tensor]) -> None:
+    """After a non-finite total: raise for x or hidden when one of them is the cause (the error path,
+    where a second read-back costs nothing that matters)."""
+    if not _finite_sum(x):
+        raise ValueError("input contains NaN or infinite values")
+    if hidden is not None:
+        if not _finite_sum(hidden):
+            raise ValueError("hidden state contains NaN or infinite values (start from initial_state, "
+                             "or reset the rows that diverged)")
+
+
+def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int, values: bool = True,
+                   hidden: Optional[Tensor] = None) -> Tensor:
     """Validate x ``[B, L, F]`` and timespans ``[B, L]`` (their values too unless ``values`` is
-    False); return the elapsed time as ``[B, L, 1]`` in x's dtype (None: ones, an expanded view)."""
+    False, and then the values of ``hidden`` as well, in the same one read-back; its shape is
+    :func:`check_hidden`'s); return the elapsed time as ``[B, L, 1]`` in x's dtype (None: ones, an
+    expanded view)."""
     if x.dim() != 3 or x.size(2) != input_size:
         raise ValueError("expected x [B, L, F] with F = " + str(input_size) + " input features, got shape "
                          + str(list(x.shape)))
     b, steps = x.size(0), x.size(1)
     if timespans is None:
-        if values and not _finite_sum(x):
-            raise ValueError("input contains NaN or infinite values")
+        if values:
+            total = x.detach().sum(dtype=torch.float64)
+            if hidden is not None:
+                total = total + hidden.detach().sum(dtype=torch.float64)
+            if not math.isfinite(float(total)):
+                _raise_non_finite(x, hidden)
         return torch.ones(1, 1, 1, dtype=x.dtype, device=x.device).expand(b, steps, 1)
     if timespans.dim() != 2 or timespans.size(0) != b or timespans.size(1) != steps:
         raise ValueError("expected timespans [B, L] = [" + str(b) + ", " + str(steps) + "], got shape "
@@ -42,9 +60,10 @@ def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int, valu
         return timespans.to(x.dtype).unsqueeze(2)
     # detached: a check is not part of the graph (and reading a grad-requiring scalar warns)
     total = x.detach().sum(dtype=torch.float64) + torch.log(timespans.detach()).sum(dtype=torch.float64)
+    if hidden is not None:
+        total = total + hidden.detach().sum(dtype=torch.float64)
     if not math.isfinite(float(total)):
-        if not _finite_sum(x):
-            raise ValueError("input contains NaN or infinite values")
+        _raise_non_finite(x, hidden)
         raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
     return timespans.to(x.dtype).unsqueeze(2)
 

@@ -313,6 +313,9 @@ class ClosedFormLTC(nn.Module):
             raise ValueError("ClosedFormLTC input contains non-finite values")
         if error == 2:
             raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
+        if error == 3:
+            raise ValueError("hidden state contains NaN or infinite values (start from initial_state, "
+                             "or reset the rows that diverged)")
 
 
 def convert(ltc: nn.Module, method: str = "exact", substeps: int = 1) -> ClosedFormLTC:

@@ -113,14 +113,23 @@ def approx_sequence(v: Tensor, x0: Tensor, gi0: Tensor, gic0: Tensor, neg_t_over
 
 
 @script
-def input_error(x: Tensor, times: Optional[Tensor]) -> Tuple[int, float]:
-    """Validation with two reductions: (0 ok | 1 non-finite x | 2 times not finite and > 0, the
-    shared value of ``times`` or -1.0 if it varies; None counts as 1.0). x's sum is accumulated in
-    float64, so a finite fp32 input cannot overflow it."""
+def input_error(x: Tensor, times: Optional[Tensor], hidden: Optional[Tensor] = None) -> Tuple[int, float]:
+    """Validation with two reductions: (0 ok | 1 non-finite x | 2 times not finite and > 0 |
+    3 non-finite hidden, the shared value of ``times`` or -1.0 if it varies; None counts as 1.0).
+    The sum of x and hidden is accumulated in float64, so finite fp32 values cannot overflow it."""
     if x.dtype == torch.float64:
         finite = bool(torch.isfinite(x).all())
+        if finite and hidden is not None:
+            if not bool(torch.isfinite(hidden).all()):
+                return 3, -1.0
     else:
-        finite = math.isfinite(float(x.sum(dtype=torch.float64)))
+        total = x.sum(dtype=torch.float64)
+        if hidden is not None:
+            total = total + hidden.sum(dtype=torch.float64)
+        finite = math.isfinite(float(total))
+        if not finite and hidden is not None:
+            if math.isfinite(float(x.sum(dtype=torch.float64))):
+                return 3, -1.0
     if not finite:
         return 1, -1.0
     if times is None:
@@ -145,7 +154,7 @@ def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor],
     broadcast affine map on the fan-out grid and one sigmoid (no one-hot product), their [G | I]
     with the leak as one product scaled by dt, laid out step-major so that each step's bias is
     contiguous."""
-    error, shared = input_error(x, timespans)
+    error, shared = input_error(x, timespans, hidden)
     batch, length, features = x.size(0), x.size(1), x.size(2)
     n = c[8].size(0)
     if exact and shared >= 1e-6 and substeps == 1:
@@ -186,7 +195,7 @@ def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: List[Tensor], out
     """One step of either method as a single scripted call (batch-1 latency): x ``[B, F]``, hidden
     ``[B, H]``, dt ``[B]`` seconds, c = :meth:`ClosedFormLTC._derive` -> (y ``[B, M]``, hidden,
     error code of :func:`input_error`, 0 without ``check``)."""
-    error = input_error(x, dt)[0] if check else 0
+    error = input_error(x, dt, hidden)[0] if check else 0
     s = torch.mm(x, c[0]).add_(c[1]).sigmoid_()
     if dt.dtype != x.dtype:
         dt = dt.to(x.dtype)

@@ -274,7 +274,7 @@ class LTC(nn.Module):
         return y.squeeze(1), h
 
     def _run(self, x: Tensor, hidden: Optional[Tensor], timespans: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-        timespans = check_sequence(x, timespans, self.input_size, self.check_values)[:, :, 0]
+        timespans = check_sequence(x, timespans, self.input_size, self.check_values, hidden)[:, :, 0]
         batch, length = x.size(0), x.size(1)
         if hidden is None:
             hidden = self.initial_state(batch)

@@ -28,7 +28,7 @@ from drive.data.readers import canonical, comma2k19, dave2, donkeycar, folder_cs
 from drive.data.readers.base import ReaderOptions
 from drive.recording import Recording
 
-__all__ = ["FORMATS", "detect_format", "discover", "read_logs", "ReaderOptions"]
+__all__ = ["FORMATS", "LAYOUTS", "detect_format", "discover", "read_logs", "ReaderOptions", "no_log_message"]
 
 # name -> (detect(path) -> bool, read(path, options, problems) -> [Recording]); detection order matters.
 FORMATS: Dict[str, Tuple[Callable[[Path], bool], Callable[..., List[Recording]]]] = {
@@ -43,6 +43,30 @@ FORMATS: Dict[str, Tuple[Callable[[Path], bool], Callable[..., List[Recording]]]
     "folder": (folder_csv.detect, folder_csv.read),
 }
 _WALKABLE = hdf5_ncp.HDF5_EXTENSIONS + video_csv.VIDEO_EXTENSIONS
+# what each format looks like on disk, for messages that say what was expected
+LAYOUTS: Dict[str, str] = {
+    "canonical": "a folder with meta.json and log.csv",
+    "udacity_sim": "driving_log.csv",
+    "udacity_real": "interpolated.csv",
+    "comma2k19": "a segment folder with video.hevc and global_pose/",
+    "donkeycar": "a tub with manifest.json",
+    "dave2": "data.txt",
+    "hdf5": "an NCP .h5 file",
+    "video": "an .mp4/.avi with a CSV beside it",
+    "folder": "an image folder with one CSV, or the CSV",
+}
+
+
+def no_log_message(path: Union[str, Path]) -> str:
+    """Why ``path`` holds no driving log, and the layouts that would be one (one line)."""
+    p = Path(path)
+    hint = ""
+    if p.is_file() and p.parent != p and detect_format(p.parent) is not None:
+        hint = f" (it is part of the {detect_format(p.parent)} log {p.parent}: pass that instead)"
+    elif p.is_dir() and not any(p.iterdir()):
+        hint = " (the folder is empty)"
+    layouts = "; ".join(f"{name}: {what}" for name, what in LAYOUTS.items())
+    return f"no driving log found{hint}; recognised layouts: {layouts}"
 
 
 def detect_format(path: Union[str, Path]) -> Optional[str]:
@@ -98,8 +122,9 @@ def read_logs(paths: Union[str, Sequence[str]], format: Optional[str] = None,
     opts = ReaderOptions.from_any(options)
     items = [item for p in ([paths] if isinstance(paths, (str, Path)) else paths) for item in discover(p, format)]
     if not items:
-        raise DataError(", ".join(map(str, [paths] if isinstance(paths, (str, Path)) else paths)), None,
-                        "no_logs", f"no driving logs found (formats: {list(FORMATS)})")
+        given = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        raise DataError(", ".join(map(str, given)), None, "no_logs",
+                        no_log_message(given[0]) if len(given) == 1 else no_log_message(""))
     out: List[Recording] = []
     for path, name in items:
         out.extend(FORMATS[name][1](path, opts, problems))

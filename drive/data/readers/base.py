@@ -20,7 +20,7 @@ import numpy as np
 
 from drive.data.errors import DataError, Problems
 from drive.data.labels import LabelSpec
-from drive.recording import CameraCalibration, FrameSource, Recording, RecordingError, RecordingMeta
+from drive.recording import CameraCalibration, FrameSource, Recording, RecordingError, RecordingMeta, SubsetFrames
 
 __all__ = ["ReaderOptions", "CsvTable", "read_csv_table", "reroot", "build_recording", "SubsetFrames",
            "IMAGE_EXTENSIONS", "estimate_fps", "rows_as_float", "resolve_images"]
@@ -175,19 +175,6 @@ def reroot(recorded: str, base: Path) -> Optional[Path]:
         if candidate.is_file():
             return candidate
     return None
-
-
-class SubsetFrames:
-    """The frames ``indices`` of another source, renumbered 0..len-1."""
-
-    def __init__(self, source: FrameSource, indices: np.ndarray):
-        self.source, self.indices = source, np.asarray(indices, dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def read(self, index: int) -> np.ndarray:
-        return self.source.read(int(self.indices[index]))
 
 
 def estimate_fps(timestamps_s: np.ndarray, default: float = 10.0) -> float:
