@@ -46,13 +46,14 @@ class DeployedNCPHead(nn.Module):
         self.paddings: List[List[int]] = [[int(c.padding[0]), int(c.padding[1])] for c in self.convs]
         self.input_size: Tuple[int, int] = head.input_size
         self.numel = 3 * head.input_size[0] * head.input_size[1]
-        maps, positions, units = head.dense_weight.shape
+        dense_weight, dense_bias = head.dense_parameters()  # the feature normalisation folded in
+        maps, positions, units = dense_weight.shape
         # block[p * maps + g, g * units + k] = dense_weight[g, p, k]: channels-last flattening
-        block = torch.zeros(positions, maps, maps, units, dtype=head.dense_weight.dtype)
+        block = torch.zeros(positions, maps, maps, units, dtype=dense_weight.dtype)
         for g in range(maps):
-            block[:, g, g, :] = head.dense_weight.detach()[g]
+            block[:, g, g, :] = dense_weight[g]
         self.register_buffer("dense_block", block.reshape(positions * maps, maps * units))
-        self.register_buffer("dense_bias", head.dense_bias.detach().reshape(maps * units).clone())
+        self.register_buffer("dense_bias", dense_bias.reshape(maps * units).clone())
         self.use_mkldnn = False
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Tensor]:

@@ -85,10 +85,17 @@ class NCPConvHead(nn.Module):
     Args:
         input_hw: frame size (H, W) the head is built for; the dense layers depend on it.
         features_per_map: units of each per-map dense layer (4 in the paper).
+        norm: ``"none"`` (the paper's head) or ``"batch"``: batch normalisation of the dense
+            pre-activations before their ReLU (``feature_norm``, 2 x 32 parameters, its bias
+            starting at +0.5), so the features keep a unit scale and no unit dies whatever the
+            camera, scene and training do to the convolutions (docs/training.md "Feature scale").
+            In eval mode and in exports it is a fixed per-feature affine map.
     """
 
-    def __init__(self, input_hw: Sequence[int] = (78, 200), features_per_map: int = 4) -> None:
+    def __init__(self, input_hw: Sequence[int] = (78, 200), features_per_map: int = 4, norm: str = "none") -> None:
         super().__init__()
+        if norm not in ("none", "batch"):
+            raise ValueError(f"norm must be 'none' or 'batch', got {norm!r}")
         self.input_size: Tuple[int, int] = (int(input_hw[0]), int(input_hw[1]))
         self.convs = _conv_stack(_NCP_CONVS, same=True)
         self.map_hw: Tuple[int, int] = conv_output_hw(self.input_size, _NCP_CONVS, same=True)
@@ -101,10 +108,43 @@ class NCPConvHead(nn.Module):
         bound = 1.0 / math.sqrt(map_numel)  # nn.Linear's default initialisation, per map
         nn.init.uniform_(self.dense_weight, -bound, bound)
         nn.init.uniform_(self.dense_bias, -bound, bound)
+        self.norm: str = "none"
+        self.feature_norm: nn.Module = nn.Identity()
+        self.set_norm(norm)
+
+    @torch.jit.unused
+    def set_norm(self, norm: str) -> None:
+        """Switch the feature normalisation (fresh parameters); used to match a checkpoint's architecture."""
+        if norm not in ("none", "batch"):
+            raise ValueError(f"norm must be 'none' or 'batch', got {norm!r}")
+        self.norm = norm
+        if norm == "batch":
+            bn = nn.BatchNorm1d(self.output_size).to(self.dense_weight.device)
+            nn.init.constant_(bn.bias, 0.5)  # ~70 % of frames give a non-zero feature
+            self.feature_norm = bn
+        else:
+            self.feature_norm = nn.Identity()
 
     def config(self) -> Dict[str, Any]:
         """JSON-able constructor kwargs: ``NCPConvHead(**head.config())`` rebuilds the architecture."""
-        return {"input_hw": list(self.input_size), "features_per_map": self.features_per_map}
+        cfg: Dict[str, Any] = {"input_hw": list(self.input_size), "features_per_map": self.features_per_map}
+        if self.norm != "none":  # absent = the paper's head, as in checkpoints written before the option
+            cfg["norm"] = self.norm
+        return cfg
+
+    @torch.jit.unused
+    def dense_parameters(self) -> Tuple[Tensor, Tensor]:
+        """(weight ``[G, P, K]``, bias ``[G, K]``) of the per-map dense layers with the eval-mode
+        feature normalisation folded in (the same features as :meth:`forward` in eval mode, one
+        affine layer fewer); exports build their head from these."""
+        weight, bias = self.dense_weight.detach(), self.dense_bias.detach()
+        bn = self.feature_norm
+        if isinstance(bn, nn.BatchNorm1d):
+            var, mean = bn.running_var.view(self.maps, -1), bn.running_mean.view(self.maps, -1)
+            scale = bn.weight.detach().view(self.maps, -1) / torch.sqrt(var + bn.eps)
+            weight = weight * scale.unsqueeze(1)
+            bias = (bias - mean) * scale + bn.bias.detach().view(self.maps, -1)
+        return weight, bias
 
     @torch.jit.export
     def standardize(self, frames: Tensor) -> Tensor:
@@ -116,7 +156,7 @@ class NCPConvHead(nn.Module):
         maps = self.convs(self.standardize(frames))  # [N, 8, h, w]
         flat = maps.flatten(2)  # [N, 8, h*w]
         features = torch.einsum("ngp,gpk->ngk", flat, self.dense_weight) + self.dense_bias
-        return F.relu(features).flatten(1)  # [N, 8 * features_per_map]
+        return F.relu(self.feature_norm(features.flatten(1)))  # [N, 8 * features_per_map]
 
 
 class PilotNetCNN(nn.Module):

@@ -242,6 +242,39 @@ class LTC(nn.Module):
             for name in POSITIVE:
                 getattr(self, name).clamp_(min=0.0)
 
+    @torch.jit.unused
+    @torch.no_grad()
+    def calibrate_inputs(self, features: Tensor) -> None:
+        """Data-dependent init of the sensory affine map ``u = input_w * x + input_b`` (LTC Eq. 1).
+
+        features: ``[N, F]`` sample of the inputs. Feature f gets ``input_w = 1 / (std_f * sigma_f)``
+        and ``input_b = mu_f - mean_f * input_w``, with ``mu_f``, ``sigma_f`` the mean centre and slope
+        of its sensory synapses: one standard deviation of the feature moves its sigmoids' argument
+        by about one, so the sample spans their working range instead of saturating them. A feature
+        that does not vary keeps ``input_w`` and is centred. Only the parameters' values change.
+        """
+        x = features.reshape(-1, self.input_size).float()
+        mean, std = x.mean(0), x.std(0)
+        smask = self.sensory_mask.abs() > 0  # [F, N]
+        count = smask.sum(1).clamp_min(1).to(x.dtype)
+        mu = (self.sensory_mu * smask).sum(1) / count
+        slope = (self.sensory_sigma.abs() * smask).sum(1) / count
+        ok = (std > 1e-6) & (smask.sum(1) > 0)
+        w = torch.where(ok, 1.0 / (std.clamp_min(1e-6) * slope.clamp_min(1e-3)), self.input_w)
+        self.input_w.copy_(w)
+        self.input_b.copy_(torch.where(smask.sum(1) > 0, mu - mean * w, self.input_b))
+
+    @torch.jit.unused
+    @torch.no_grad()
+    def input_saturation(self, features: Tensor, low: float = 0.02, high: float = 0.98) -> Tensor:
+        """Fraction of (sample, present sensory synapse) pairs whose sigmoid is < ``low`` or > ``high``."""
+        x = features.reshape(-1, self.input_size).float()
+        u = x * self.input_w + self.input_b
+        s = torch.sigmoid(self.sensory_sigma.unsqueeze(0) * (u.unsqueeze(2) - self.sensory_mu.unsqueeze(0)))
+        present = self.sensory_mask.abs() > 0
+        flat = s[:, present]
+        return ((flat < low) | (flat > high)).float().mean()
+
     @torch.jit.export
     def initial_state(self, batch: int) -> Tensor:
         return torch.zeros(batch, self.state_size, dtype=self.gleak.dtype, device=self.gleak.device)

@@ -74,15 +74,15 @@ def build_policy(family: str, input_hw: Sequence[int] = (78, 200), frame_period_
     """An untrained policy of ``family`` for frames of size ``input_hw``.
 
     opts: ``units``, ``cfc_mode``, ``cfc_mixed_memory``, ``cfc_wired``, ``ode_unfolds``,
-    ``positivity``, ``wiring_seed`` (see :class:`drive.train.module.PolicyModule`).
+    ``positivity``, ``wiring_seed``, ``feature_norm`` (the NCP head's ``norm``; see :class:`drive.train.module.PolicyModule`).
     """
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
     defaults = {"units": 64, "cfc_mode": "default", "cfc_mixed_memory": False, "cfc_wired": False,
-                "ode_unfolds": 6, "positivity": "clip", "wiring_seed": 22222}
+                "ode_unfolds": 6, "positivity": "clip", "wiring_seed": 22222, "feature_norm": "none"}
     opts = {**defaults, **opts}
     if family == "cnn":
         return Policy(PilotNetCNN(input_hw), None, frame_period_s=frame_period_s, head_name="pilotnet")
-    head = NCPConvHead(input_hw)
+    head = NCPConvHead(input_hw, norm=opts["feature_norm"])
     rnn = FAMILIES[family](head.output_size, opts)
     return Policy(head, rnn, frame_period_s=frame_period_s, head_name="ncp_conv")

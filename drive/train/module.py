@@ -34,7 +34,11 @@ from drive.preprocess import Preprocessing
 from drive.data.sequences import median_dt
 from drive.train.families import FAMILIES, build_policy
 
-__all__ = ["PolicyModule", "weighted_mse", "curve_weights"]
+__all__ = ["PolicyModule", "weighted_mse", "curve_weights", "NotLearningWarning"]
+
+
+class NotLearningWarning(UserWarning):
+    """``drive fit``: the model does not beat the best constant predictor, or its head is unhealthy."""
 
 
 def weighted_mse(pred_km: Tensor, target_km: Tensor, weight: Tensor) -> Tensor:
@@ -74,6 +78,19 @@ class PolicyModule(pl.LightningModule):
             in ``fp16`` needs ``trainer.precision: 16-mixed`` for its gradient scaler).
         label_scale_km: scale of the readout (1/km per unit of recurrent output); None = the
             standard deviation of the training labels, measured when fitting starts.
+        init: ``data`` (default): before the first step of a new run, the head is LSUV-initialised and
+            the cell's input map (the LTC's ``input_w``, ``input_b``) calibrated from the first
+            training frames (:mod:`drive.nn.init`; the architecture is unchanged), so the cell
+            trains whatever the camera and scene; ``default``: PyTorch's initialisation, as in the
+            paper's code. A resumed run or a loaded checkpoint keeps its weights.
+        feature_norm: ``batch`` (default): the NCP conv head batch-normalises its 32 dense
+            pre-activations (:class:`drive.nn.heads.NCPConvHead` ``norm``), which keeps the cell's
+            inputs on a unit scale through training; ``none``: the paper's head. With
+            ``init: default`` and ``feature_norm: none`` the model is exactly the paper's.
+        check_after_steps: after this many training steps ``drive fit`` checks that the model learns
+            and warns once per problem (:meth:`check_learning`): training or validation MSE no better
+            than the best constant predictor, most head features dead, or the cell's inputs
+            saturated. The best-constant MSE is logged beside ``val/mse_km``. 0 turns the checks off.
     """
 
     def __init__(
@@ -96,12 +113,19 @@ class PolicyModule(pl.LightningModule):
         warmup_steps: int = 0,
         head_precision: str = "bf16",
         label_scale_km: Optional[float] = None,
+        init: str = "data",
+        feature_norm: str = "batch",
+        check_after_steps: int = 300,
     ) -> None:
         super().__init__()
         if family not in FAMILIES:
             raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
         if lr_schedule not in ("cosine", "step", "constant"):
             raise ValueError(f"lr_schedule must be cosine, step or constant, got {lr_schedule!r}")
+        if feature_norm not in ("batch", "none"):
+            raise ValueError(f"feature_norm must be 'batch' or 'none', got {feature_norm!r}")
+        if init not in ("data", "default"):
+            raise ValueError(f"init must be 'data' or 'default', got {init!r}")
         if head_precision not in ("bf16", "fp16", "fp32"):
             raise ValueError(f"head_precision must be bf16, fp16 or fp32, got {head_precision!r}")
         self.save_hyperparameters()
@@ -115,6 +139,7 @@ class PolicyModule(pl.LightningModule):
             ode_unfolds=ode_unfolds,
             positivity=positivity,
             wiring_seed=wiring_seed,
+            feature_norm=feature_norm,
         )
         self.preprocessing = Preprocessing(size=(int(input_hw[0]), int(input_hw[1])))
         self.fps = 1.0 / self.policy.frame_period_s
@@ -123,6 +148,12 @@ class PolicyModule(pl.LightningModule):
         self._stream_pos: Optional[Tuple[int, Optional[int]]] = None
         self._stats: Dict[str, Tensor] = {}
         self._recording_names: List[str] = []
+        self._initialised = False  # data-dependent init done (or weights come from a checkpoint)
+        self.init_health: Dict[str, float] = {}
+        self.baseline: Dict[str, float] = {}  # best-constant MSE (1/km)^2 of the train / val labels
+        self._health: Dict[str, float] = {}
+        self._recent_sq: List[float] = []  # unweighted training MSE of recent steps
+        self._warned: set = set()
 
     # -- data description (from the datamodule, stored in checkpoints) ------------------------
     def setup(self, stage: str) -> None:
@@ -145,6 +176,10 @@ class PolicyModule(pl.LightningModule):
                 labels_km = np.concatenate([r.curvature for r in datasets["train"].recordings]) * 1000.0
                 scale = float(f"{max(float(np.std(labels_km)), 1e-3):.2g}")
             self.policy.readout.scale_km.fill_(scale)  # a resumed run restores its own afterwards
+            for split in ("train", "val"):
+                if split in datasets and datasets[split].recordings:
+                    km = np.concatenate([r.curvature for r in datasets[split].recordings]) * 1000.0
+                    self.baseline[split] = float(np.var(km))  # the mean in hindsight: the best constant
         if recordings and stage == "fit":
             sizes = {tuple(int(v) for v in r.info["source_size"]) for r in recordings}
             self.frame_size = list(sizes.pop()) if len(sizes) == 1 else None  # camera size, for export
@@ -165,6 +200,14 @@ class PolicyModule(pl.LightningModule):
                 checkpoint[key] = _plain(dict(checkpoint[key]))
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
+        # A checkpoint written before the head's feature normalisation existed (or with it off) loads
+        # into the architecture it was trained with, whatever this module was constructed with.
+        head = self.policy.head
+        if hasattr(head, "set_norm") and "state_dict" in checkpoint:
+            has_norm = "policy.head.feature_norm.weight" in checkpoint["state_dict"]
+            if has_norm != (head.norm == "batch"):
+                head.set_norm("batch" if has_norm else "none")
+                self.hparams["feature_norm"] = head.norm
         meta = checkpoint.get("drive", {})
         if "fps" in meta:
             self.fps = float(meta["fps"])
@@ -172,6 +215,7 @@ class PolicyModule(pl.LightningModule):
         if "preprocessing" in meta:
             self.preprocessing = Preprocessing.from_dict(meta["preprocessing"])
         self.frame_size = meta.get("frame_size")
+        self._initialised = True
 
     # -- forward -------------------------------------------------------------------------------
     def forward_km(
@@ -195,12 +239,75 @@ class PolicyModule(pl.LightningModule):
     # -- training ------------------------------------------------------------------------------
     def training_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Tensor:
         target = batch["curvature"].float() * 1000.0
-        pred, _ = self.forward_km(batch["frames"], None, batch.get("dt"))
+        features = self._encode(batch["frames"])
+        with torch.autocast(device_type=features.device.type, enabled=False):
+            pred, _ = self.policy.decode(features, None, batch.get("dt"))
         loss = weighted_mse(pred, target, batch["weight"])
         n = target.shape[0]
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=n)
         self.log("train/mae_km", (pred - target).abs().mean().detach(), on_epoch=True, batch_size=n)
+        if self.hparams.get("check_after_steps", 300) > 0:
+            self._watch(features.detach(), pred.detach(), target, batch["weight"])
         return loss
+
+    # -- is it learning? ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def _watch(self, features: Tensor, pred: Tensor, target: Tensor, weight: Tensor) -> None:
+        """Record recent training MSE and, every 25 steps, the head's health (logged as
+        ``train/dead_features`` and ``train/input_saturation``); check once at ``check_after_steps``."""
+        from drive.nn.init import feature_health
+
+        valid = weight > 0
+        self._recent_sq.append(float(((pred - target)[valid] ** 2).mean()) if bool(valid.any()) else float("nan"))
+        del self._recent_sq[:-50]
+        step = int(self.global_step)
+        check = int(self.hparams.get("check_after_steps", 300))
+        if step % 25 == 0 or step == check:
+            if self.policy.head_name == "ncp_conv":
+                self._health = feature_health(self.policy, features)
+                self.log("train/dead_features", self._health["dead"], batch_size=target.shape[0])
+                if not math.isnan(self._health["saturated"]):
+                    self.log("train/input_saturation", self._health["saturated"], batch_size=target.shape[0])
+        if step == check:
+            self.check_learning()
+
+    def _warn(self, key: str, message: str) -> None:
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        from lightning.pytorch.utilities import rank_zero_warn
+
+        rank_zero_warn(f"drive fit: {message}", category=NotLearningWarning)
+
+    def check_learning(self, val_mse: Optional[float] = None) -> None:
+        """Warn (once each) when the model does not beat the best constant predictor or its head is unhealthy.
+
+        Called at ``check_after_steps`` with the recent training MSE and after every later validation
+        with ``val_mse``. Thresholds: MSE >= 0.9 x the best constant's (training) or >= 1.0 x
+        (validation); more than half of the head's features dead; more than half of the LTC's
+        sensory sigmoids saturated (below 0.02 or above 0.98).
+        """
+        step = int(self.global_step)
+        hint = " (docs/training.md, \"Feature scale\")"
+        recent = [v for v in self._recent_sq if not math.isnan(v)]
+        if val_mse is None and recent and "train" in self.baseline:
+            mse, const = float(np.mean(recent)), self.baseline["train"]
+            if mse >= 0.9 * const:
+                self._warn("train", f"the model is not learning: training MSE {mse:.4g} (1/km)^2 over the last "
+                           f"{len(recent)} steps (step {step}) is no better than the best constant predictor's "
+                           f"{const:.4g}" + hint)
+        if val_mse is not None and "val" in self.baseline and val_mse >= self.baseline["val"]:
+            self._warn("val", f"the model is not learning: validation MSE {val_mse:.4g} (1/km)^2 after {step} "
+                       f"steps is no better than the best constant predictor's {self.baseline['val']:.4g}" + hint)
+        health = self._health
+        if health.get("dead", 0.0) > 0.5:
+            self._warn("dead", f"{health['dead']:.0%} of the head's features are exactly 0 on every frame of a "
+                       f"batch (dead ReLU units; largest feature {health['feature_max']:.3g}) at step {step}: the "
+                       "cell sees almost nothing of the image; use model.feature_norm batch and model.init data" + hint)
+        if health.get("saturated", 0.0) > 0.5:
+            self._warn("saturated", f"{health['saturated']:.0%} of the LTC's sensory sigmoids are saturated (< 0.02 "
+                       f"or > 0.98) at step {step}, so its inputs carry no gradient; use model.feature_norm batch "
+                       "and model.init data" + hint)
 
     def on_fit_start(self) -> None:
         precision = str(self.trainer.precision)
@@ -208,6 +315,27 @@ class PolicyModule(pl.LightningModule):
             raise ValueError("model.head_precision fp16 trains only with trainer.precision 16-mixed (Lightning's "
                              f"gradient scaler keeps fp16 gradients from underflowing; got {precision!r}): "
                              "use head_precision bf16, or set --trainer.precision 16-mixed")
+        if self.hparams.get("init", "data") == "data" and not self._initialised and self.trainer.ckpt_path is None:
+            self.data_init()
+        self._initialised = True
+
+    @torch.no_grad()
+    def data_init(self) -> None:
+        """Data-dependent initialisation (:func:`drive.nn.init.data_init`) from evenly spaced training
+        windows; under DDP rank 0's result is broadcast so every replica starts from the same weights."""
+        from drive.nn.init import data_init, sample_frames
+
+        datasets = getattr(getattr(self.trainer, "datamodule", None), "datasets", {})
+        if "train" not in datasets:
+            return
+        frames = sample_frames(datasets["train"])
+        if frames is None:
+            return
+        frames = frames.to(self.device).float().div_(255.0)
+        self.init_health = data_init(self.policy, frames)
+        if self.trainer.world_size > 1:
+            for tensor in list(self.policy.head.parameters()) + list(self.policy.rnn.parameters()):
+                tensor.data.copy_(self.trainer.strategy.broadcast(tensor.data, src=0))
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         constrain = getattr(self.policy.rnn, "apply_constraints", None)
@@ -283,6 +411,13 @@ class PolicyModule(pl.LightningModule):
         self.log(f"{prefix}/loss", stats["wsq"].sum() / stats["w"].sum().clamp_min(1e-12), prog_bar=True)
         self.log(f"{prefix}/mse_km", stats["sq"].sum() / total, prog_bar=True)
         self.log(f"{prefix}/mae_km", stats["abs"].sum() / total)
+        if prefix == "val" and "val" in self.baseline:
+            mse = float(stats["sq"].sum() / total)
+            self.log("val/best_constant_mse_km", self.baseline["val"])
+            self.log("val/mse_vs_constant", mse / max(self.baseline["val"], 1e-12), prog_bar=True)
+            check = int(self.hparams.get("check_after_steps", 300))
+            if check > 0 and self.global_step >= check and not self.trainer.sanity_checking:
+                self.check_learning(val_mse=mse)
         for i in range(stats["n"].numel()):
             if stats["n"][i] > 0:
                 name = self._recording_names[i] if i < len(self._recording_names) else str(i)
