@@ -163,9 +163,11 @@ def _pick_topic(reader: Any, bag: Path, given: Optional[str], types: Sequence[st
         return candidates[0]
     if not candidates and not required:
         return None
-    what = "no" if not candidates else f"{len(candidates)}"
-    raise ValueError(f"{bag}: {what} {role} topics ({', '.join(types)}); name one with {option} "
-                     f"(--set {option}=/topic). Topics: {_topic_table(reader)}")
+    if not candidates:
+        raise ValueError(f"{bag}: no {role} topic (types {', '.join(types)}); topics: {_topic_table(reader)}")
+    listed = "; ".join(f"{n} ({topics[n].msgtype}, {topics[n].msgcount} msgs)" for n in candidates)
+    raise ValueError(f"{bag}: {len(candidates)} {role} topics: {listed}; name one with {option} "
+                     f"(--set {option}=TOPIC)")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -430,13 +432,17 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     if reader is None:
         return []
     try:
-        cam = _pick_topic(reader, path, options.camera_topic, IMAGE_TYPES, "camera", "camera_topic", True)
-        steer = _pick_topic(reader, path, options.steering_topic, STEERING_TYPES, "steering", "steering_topic", True)
-        speed_topic = (_pick_topic(reader, path, options.speed_topic, SPEED_TYPES, "speed", "speed_topic", True)
-                       if options.speed_topic else None)
+        try:
+            cam = _pick_topic(reader, path, options.camera_topic, IMAGE_TYPES, "camera", "camera_topic", True)
+            steer = _pick_topic(reader, path, options.steering_topic, STEERING_TYPES, "steering", "steering_topic",
+                                True)
+            speed_topic = (_pick_topic(reader, path, options.speed_topic, SPEED_TYPES, "speed", "speed_topic", True)
+                           if options.speed_topic else None)
+        except ValueError as e:  # inspect lists the bag's topics beside this problem
+            problems.report(str(path), None, "topic", str(e).split(": ", 1)[1])
+            return []
         topics = {"camera": cam, "steering": steer, **({"speed": speed_topic} if speed_topic else {})}
         series = _scan(reader, path, topics, problems)
-        start_ns = int(reader.start_time)
     finally:
         reader.close()
     cs, ss = series[cam], series[steer]
@@ -453,7 +459,9 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     if len(cs.bag_ns) == 0:
         problems.report(f"{path} {cam}", None, "empty", "no readable camera messages")
         return []
-    t0 = int(cs.header_ns[cs.header_ns > 0].min()) if use_header and np.any(cs.header_ns > 0) else start_ns
+    # times count from the first camera message (header stamp or receive time), on the chosen clock
+    t0 = (int(cs.header_ns[cs.header_ns > 0].min()) if use_header and np.any(cs.header_ns > 0)
+          else int(cs.bag_ns.min()))
 
     # steering samples -> curvature, checked like rows of a label log
     if len(ss.bag_ns) < 2:
