@@ -230,8 +230,11 @@ def test_a_trained_policy_drives_an_env_drive_did_not_write(tmp_path, capsys):
     trainer.save_checkpoint(ckpt)
     config = tmp_path / "toy.yaml"
     config.write_text(TOY_YAML)
+    # and the exported file a car would run (TorchScript, preprocessing and safety inside)
+    exported = tmp_path / "toy.ts"
+    assert main(["export", "--ckpt", str(ckpt), "--out", str(exported), "--frame-size", "48x96"]) == 0
     results = {}
-    for name, policy in (("learned", str(ckpt)), ("constant", "constant:0")):
+    for name, policy in (("learned", str(ckpt)), ("exported", str(exported)), ("constant", "constant:0")):
         out = tmp_path / name
         assert main(["evaluate", "--env", TOY_ID, "--env-config", str(config), "--policy", policy,
                      "--km", "0.8", "--seed", "7", "--out", str(out)]) in (0, 1)
@@ -243,6 +246,9 @@ def test_a_trained_policy_drives_an_env_drive_did_not_write(tmp_path, capsys):
     assert constant["interventions_per_km"] >= 5
     assert learned["interventions_per_km"] <= 0.25 * constant["interventions_per_km"]
     assert learned["lateral_rms_m"] < 0.5 * constant["lateral_rms_m"]
+    exp = results["exported"]
+    assert exp["interventions_per_km"] <= 0.25 * constant["interventions_per_km"]
+    assert exp["lateral_rms_m"] == pytest.approx(learned["lateral_rms_m"], rel=0.05)
 
 
 def test_env_mapping_errors_are_one_line_and_name_the_yaml(tmp_path, capsys):
