@@ -22,7 +22,7 @@ Mapping YAML (every key optional except the two lane errors; values shown are ex
     observation:
       key: image                  # for Dict observations
       order: rgb                  # or bgr
-      layout: hwc                 # or chw
+      layout: hwc                 # or chw; a stack [H, W, C, K] gives its last (newest) frame
     action:
       type: wheel_angle           # curvature (1/m) | wheel_angle (rad, tan(delta) = kappa L) | yaw_rate (rad/s)
       wheelbase_m: 2.5            # wheel_angle
@@ -249,6 +249,8 @@ def _frame(obs: Any, m: EnvMapping) -> np.ndarray:
     elif isinstance(obs, dict):
         raise ValueError(f"{m.where}: the observation is a dict ({sorted(obs)}); set observation.key")
     img = np.asarray(obs)
+    if img.ndim == 4 and m.layout == "hwc":  # a frame stack [H, W, C, K] (MetaDrive): the newest frame
+        img = img[..., -1]
     if m.layout == "chw" and img.ndim == 3:
         img = img.transpose(1, 2, 0)
     if img.ndim == 2:
