@@ -109,22 +109,42 @@ def write_bag(path: Path, kind: str, *, frames: Sequence[Tuple[int, np.ndarray]]
               steering: Sequence[Tuple[int, float, float]], steering_type: str = "ackermann_msgs/msg/AckermannDriveStamped",
               encoding: str = "jpeg", wheelbase: float = 2.7, camera_topic: str = "/camera/image",
               steering_topic: str = "/vehicle/steering", extra_topics: Optional[Dict[str, str]] = None,
-              receive_delay_ns: int = 3_000_000, frame_messages: Optional[Callable] = None) -> Path:
+              receive_delay_ns: int = 3_000_000, camera_delay_ns: Optional[int] = None,
+              speed: Optional[Sequence[Tuple[int, float]]] = None, speed_type: str = "std_msgs/msg/Float32",
+              speed_topic: str = "/vehicle/speed") -> Path:
     """Write ``frames`` [(stamp ns, rgb)] and ``steering`` [(stamp ns, kappa 1/m, speed m/s)].
 
     Messages are stored in receive order (bag time = stamp + ``receive_delay_ns``), the two topics
-    interleaved as a recorder would. ``extra_topics`` {topic: msgtype} adds empty-ish distractor
-    topics (one Float32 message each at the start) to exercise topic picking.
+    interleaved as a recorder would (``camera_delay_ns``: the camera's own delay, e.g. a slow
+    encoder). ``extra_topics`` {topic: msgtype} adds distractor topics (one message each at the
+    start) to exercise topic picking. ``speed`` [(stamp ns, m/s)] adds a speed topic.
     """
     ts = store(kind)
     records: List[Tuple[int, str, bytes]] = []
     cam_type = None
     for t_ns, rgb in frames:
         msg, cam_type = image_msg(ts, kind, t_ns, rgb, encoding)
-        records.append((t_ns + receive_delay_ns, "cam", serialize(ts, kind, msg, cam_type)))
-    for t_ns, kappa, speed in steering:
-        msg = steering_msg(ts, kind, steering_type, t_ns, kappa, speed, wheelbase)
+        delay = receive_delay_ns if camera_delay_ns is None else camera_delay_ns
+        records.append((t_ns + delay, "cam", serialize(ts, kind, msg, cam_type)))
+    for t_ns, kappa, v_mps in steering:
+        msg = steering_msg(ts, kind, steering_type, t_ns, kappa, v_mps, wheelbase)
         records.append((t_ns + receive_delay_ns, "steer", serialize(ts, kind, msg, steering_type)))
+    for t_ns, v in speed or ():
+        if speed_type == "nav_msgs/msg/Odometry":
+            V = ts.types["geometry_msgs/msg/Vector3"]
+            tw = ts.types["geometry_msgs/msg/TwistWithCovariance"](
+                twist=ts.types["geometry_msgs/msg/Twist"](linear=V(x=v, y=0.0, z=0.0), angular=V(x=0.0, y=0.0, z=0.0)),
+                covariance=np.zeros(36))
+            P = ts.types["geometry_msgs/msg/Point"]
+            Q = ts.types["geometry_msgs/msg/Quaternion"]
+            pose = ts.types["geometry_msgs/msg/PoseWithCovariance"](
+                pose=ts.types["geometry_msgs/msg/Pose"](position=P(x=0.0, y=0.0, z=0.0),
+                                                        orientation=Q(x=0.0, y=0.0, z=0.0, w=1.0)),
+                covariance=np.zeros(36))
+            msg = ts.types[speed_type](header=_header(ts, kind, t_ns), child_frame_id="base_link", pose=pose, twist=tw)
+        else:
+            msg = ts.types[speed_type](data=v)
+        records.append((t_ns + receive_delay_ns, "speed", serialize(ts, kind, msg, speed_type)))
     t_first = min(r[0] for r in records)
     for topic, msgtype in (extra_topics or {}).items():
         msg = ts.types[msgtype](data=1.0) if msgtype.startswith("std_msgs") else None
@@ -135,6 +155,8 @@ def write_bag(path: Path, kind: str, *, frames: Sequence[Tuple[int, np.ndarray]]
                  "steer": w.add_connection(steering_topic, steering_type, typestore=ts)}
         for topic, msgtype in (extra_topics or {}).items():
             conns[topic] = w.add_connection(topic, msgtype, typestore=ts)
+        if speed:
+            conns["speed"] = w.add_connection(speed_topic, speed_type, typestore=ts)
         for t, key, raw in records:
             w.write(conns[key], t, raw)
     return path

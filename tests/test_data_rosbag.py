@@ -278,3 +278,88 @@ def test_training_on_bags_learns_the_steering(tmp_path):
     mse, var = float(np.mean(err ** 2)), float(np.var(rec.curvature[10:]))
     print(f"held-out bag: MSE {mse:.3e} vs label variance {var:.3e}")
     assert mse < 0.1 * var  # measured: 1.3e-5 vs 8.0e-4
+
+
+def test_header_stamps_align_a_late_camera_that_receive_times_would_misalign(tmp_path):
+    # the camera's messages arrive 150 ms after capture (a slow encoder), steering after 3 ms
+    kind = "mcap"
+    bag = write_bag(bag_path(tmp_path, kind), kind, frames=drive_frames(3, 10), steering=steering_samples(3, 50),
+                    steering_type=ACK, camera_delay_ns=150_000_000)
+    (rec,) = read_logs(str(bag))
+    assert rec.meta.extra["stamp"] == "header"
+    np.testing.assert_allclose(rec.curvature, _expected(rec), atol=2e-6)
+    (late,) = read_logs(str(bag), options={"stamp": "bag"}, problems=Problems("skip"))
+    assert late.meta.extra["stamp"] == "bag"
+    lag = np.abs(late.curvature - np.array([curvature_at(t) for t in late.log["timestamp_s"]]))
+    assert lag.max() > 5e-3  # labels 147 ms late: receive times are the wrong clock here
+    f32 = write_bag(bag_path(tmp_path, kind, "f32"), kind, frames=drive_frames(1, 10),
+                    steering=steering_samples(1, 20), steering_type=F32)
+    with pytest.raises(ValueError, match="stamp=header but /vehicle/steering carry no header"):
+        read_logs(str(f32), options={"stamp": "header"})
+    with pytest.raises(ValueError, match="stamp must be auto, header or bag"):
+        read_logs(str(f32), options={"stamp": "gps"})
+
+
+@pytest.mark.parametrize("speed_type", [F32, "nav_msgs/msg/Odometry"])
+def test_speed_from_its_own_topic_is_interpolated_to_frames(speed_type, tmp_path):
+    kind = "sqlite3" if speed_type == F32 else "rosbag1"
+    speeds = [(T0 + int((i / 5 - 0.4) * 1e9), 5.0 + 0.5 * (i / 5 - 0.4)) for i in range(20)]  # 5 Hz ramp
+    bag = write_bag(bag_path(tmp_path, kind), kind, frames=drive_frames(2, 10), steering=steering_samples(2, 40),
+                    steering_type=F32, speed=speeds, speed_type=speed_type)
+    with pytest.raises(DataError, match="2 steering topics") if speed_type == F32 else _nothing():
+        read_logs(str(bag))  # a Float32 speed topic is also a steering candidate: names are needed
+    (rec,) = read_logs(str(bag), options={"steering_topic": "/vehicle/steering", "speed_topic": "/vehicle/speed"})
+    assert rec.meta.extra["speed_topic"] == "/vehicle/speed"
+    np.testing.assert_allclose(rec.log["speed_mps"], 5.0 + 0.5 * rec.log["timestamp_s"], atol=1e-5)
+    np.testing.assert_allclose(rec.curvature, _expected(rec), atol=1e-5)
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@pytest.mark.parametrize("encoding", ["rgba8", "bgra8", "yuv422", "yuv422_yuy2", "bayer_rggb8", "bayer_bggr8",
+                                      "bayer_gbrg8", "bayer_grbg8"])
+def test_every_supported_raw_encoding_decodes_to_the_right_colours(encoding):
+    import cv2
+
+    from drive.data.readers.rosbag import decode_image
+
+    ts = store("mcap")
+    h, w = 8, 12
+    rgb = np.zeros((h, w, 3), np.uint8)
+    rgb[:] = (200, 120, 30)  # flat orange: any channel swap shows
+    if encoding in ("rgba8", "bgra8"):
+        pix = np.dstack([rgb if encoding == "rgba8" else rgb[:, :, ::-1], np.full((h, w), 255, np.uint8)])
+        step = w * 4
+    elif encoding.startswith("yuv422"):
+        # BT.601 video range, as YUV422 cameras send it (and OpenCV's UYVY/YUY2 decoders expect)
+        r, g, b = (rgb[:, :, i].astype(np.float64) / 255.0 for i in range(3))
+        y = np.round(16 + 65.481 * r + 128.553 * g + 24.966 * b).astype(np.uint8)
+        u = np.round(128 - 37.797 * r - 74.203 * g + 112.0 * b).astype(np.uint8)[:, 0::2]
+        v = np.round(128 + 112.0 * r - 93.786 * g - 18.214 * b).astype(np.uint8)[:, 0::2]
+        pix = np.empty((h, w * 2), np.uint8)
+        if encoding == "yuv422":  # U Y0 V Y1
+            pix[:, 0::4], pix[:, 1::4], pix[:, 2::4], pix[:, 3::4] = u, y[:, 0::2], v, y[:, 1::2]
+        else:  # Y0 U Y1 V
+            pix[:, 0::4], pix[:, 1::4], pix[:, 2::4], pix[:, 3::4] = y[:, 0::2], u, y[:, 1::2], v
+        step = w * 2
+    else:
+        pattern = encoding.split("_")[1][:4]  # e.g. "rggb": row 0 = r g, row 1 = g b
+        chan = {"r": 0, "g": 1, "b": 2}
+        pix = np.empty((h, w), np.uint8)
+        for (dy, dx), c in zip(((0, 0), (0, 1), (1, 0), (1, 1)), pattern):
+            pix[dy::2, dx::2] = rgb[dy::2, dx::2, chan[c]]
+        step = w
+    Image = ts.types["sensor_msgs/msg/Image"]
+    from rosbag_util import _header
+
+    msg = Image(header=_header(ts, "mcap", 0), height=h, width=w, encoding=encoding, is_bigendian=0, step=step,
+                data=np.ascontiguousarray(pix).reshape(-1))
+    out = decode_image(msg, "sensor_msgs/msg/Image")
+    assert out.shape == (h, w, 3) and out.dtype == np.uint8
+    np.testing.assert_allclose(out[2:-2, 2:-2].reshape(-1, 3).mean(0), (200, 120, 30), atol=6)

@@ -60,10 +60,21 @@ def test_lane_keeping_env_passes_gymnasiums_checker_and_reports_lane_errors():
         gymnasium.make("drive/LaneKeeping-v0", fps=0)
 
 
-def test_module_colon_id_imports_drive_for_the_user():
-    env = gymnasium.make("drive.gym:drive/LaneKeeping-v0", fps=15, width=120, height=48)
-    obs, _ = env.reset(seed=0)
+def test_module_colon_id_imports_drive_for_the_user_and_episodes_walk_the_roads():
+    env = gymnasium.make("drive.gym:drive/LaneKeeping-v0", fps=15, width=120, height=48, conditions="summer,winter")
+    obs, info = env.reset(seed=0)
     assert obs.shape == (48, 120, 3) and env.unwrapped.metadata["render_fps"] == 15
+    seasons = [info["conditions"]["season"]]
+    for expected_index in (1, 2):
+        obs2, info = env.reset()
+        assert info["road_index"] == expected_index
+        seasons.append(info["conditions"]["season"])
+    assert seasons == ["summer", "winter", "summer"]  # the condition grid cycles, as in evaluate()
+    again, info = env.reset(options={"road_index": 0})
+    np.testing.assert_array_equal(again, obs)  # road 0 again: the same first frame
+    assert info["road_index"] == 0
+    with pytest.raises(ValueError, match="unknown reset option"):
+        env.reset(options={"road": 1})
 
 
 def test_evaluate_through_the_gym_env_matches_the_built_in_closed_loop(tmp_path, capsys):
