@@ -287,6 +287,11 @@ def test_env_mapping_errors_are_one_line_and_name_the_yaml(tmp_path, capsys):
                  "--km", "0.1", "--out", str(tmp_path / "o")]) == 2
     assert "needs the built-in world's road" in capsys.readouterr().err
     (tmp_path / "t.yaml").write_text(TOY_YAML)
+    for extra, expect in ((["--fps", "20"], "--fps set(s) up drive's own world"),
+                          (["--video"], "--video is not available with --env")):
+        assert main([*base, "--env-config", str(tmp_path / "t.yaml"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and expect in err, err
     assert main(["evaluate", "--env", "nope/Nothing-v0", "--env-config", str(tmp_path / "t.yaml"), "--policy",
                  "constant:0", "--km", "0.1", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err

@@ -393,6 +393,11 @@ def make_env(env_id: str, mapping: EnvMapping, overrides: Optional[Dict[str, Any
         raise ValueError(f"--env {env_id}: {e}") from None
 
 
+# `drive evaluate` options that configure the built-in world, with their defaults
+WORLD_DEFAULTS = {"conditions": None, "fps": 30.0, "speed_kmh": 30.0, "split": "test", "segment_km": 1.0,
+                  "width": 200, "height": 78}
+
+
 def run_cli(args: Any) -> int:
     """``drive evaluate --env ID [--env-config YAML] --policy P --km K --out DIR`` (see evaluate_cli)."""
     import json
@@ -406,14 +411,28 @@ def run_cli(args: Any) -> int:
             raise ValueError("--policy expert needs the built-in world's road (privileged); with --env drive "
                              "a checkpoint, an exported file or constant:K")
         for name in ("km", "segment_km", "speed_kmh", "fps"):
-            if not getattr(args, name) > 0:
+            if getattr(args, name) is not None and not getattr(args, name) > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+        if not args.noise_std >= 0:
+            raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
+        if getattr(args, "video", False):
+            raise ValueError("--video is not available with --env (record with the env's own render_mode)")
         mapping = load_mapping(args.env_config, args.env)
+        driver = make_driver(args.policy, args.device, args.threads)
         overrides: Dict[str, Any] = {}
         if args.env.split(":")[-1] == "drive/LaneKeeping-v0":  # the world options of `drive evaluate` apply
-            overrides = dict(seed=args.seed, conditions=args.conditions, fps=args.fps, speed_kmh=args.speed_kmh,
+            fps = getattr(args, "fps", None)
+            if fps is None:  # no --fps given: the policy's own rate, else the world's default
+                nominal = getattr(driver, "nominal_dt_s", None)
+                fps = 1.0 / nominal if nominal else WORLD_DEFAULTS["fps"]
+            overrides = dict(seed=args.seed, conditions=args.conditions, fps=fps, speed_kmh=args.speed_kmh,
                              split=args.split, episode_km=args.segment_km, width=args.width, height=args.height)
-        driver = make_driver(args.policy, args.device, args.threads)
+        else:  # another simulator: its options go in the mapping's env_kwargs, never silently dropped
+            given = [f"--{k.replace('_', '-')}" for k, default in WORLD_DEFAULTS.items()
+                     if getattr(args, k, default) not in (default, None)]
+            if given:
+                raise ValueError(f"{', '.join(given)} set(s) up drive's own world; for --env {args.env} put the "
+                                 f"env's options in env_kwargs of --env-config")
         perturb = None
         if args.noise_std > 0:
             from drive.perturb import Perturbation
