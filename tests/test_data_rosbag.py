@@ -7,7 +7,6 @@ import json
 import math
 import pickle
 import tracemalloc
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -325,8 +324,6 @@ class _nothing:
 @pytest.mark.parametrize("encoding", ["rgba8", "bgra8", "yuv422", "yuv422_yuy2", "bayer_rggb8", "bayer_bggr8",
                                       "bayer_gbrg8", "bayer_grbg8"])
 def test_every_supported_raw_encoding_decodes_to_the_right_colours(encoding):
-    import cv2
-
     from drive.data.readers.rosbag import decode_image
 
     ts = store("mcap")

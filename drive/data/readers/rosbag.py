@@ -50,7 +50,6 @@ as the row.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -424,10 +423,14 @@ def _unlabelled_in_gaps(frame_t: np.ndarray, lt: np.ndarray) -> np.ndarray:
     inside = (j > 0) & (j < len(lt))
     out = np.zeros(len(frame_t), dtype=bool)
     out[inside] = dt[j[inside] - 1] > limit
+    out[inside] &= np.abs(frame_t[inside] - lt[j[inside] - 1]) > 1e-9  # a frame on a sample has its label
     return out
 
 
 def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recording]:
+    stamp = (options.stamp or "auto").lower()
+    if stamp not in ("auto", "header", "bag"):
+        raise ValueError(f"stamp must be auto, header or bag, got {options.stamp!r}")
     reader = _open_or_report(path, problems)
     if reader is None:
         return []
@@ -447,9 +450,6 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         reader.close()
     cs, ss = series[cam], series[steer]
     sp = series[speed_topic] if speed_topic else None
-    stamp = (options.stamp or "auto").lower()
-    if stamp not in ("auto", "header", "bag"):
-        raise ValueError(f"stamp must be auto, header or bag, got {options.stamp!r}")
     chosen = [s for s in (cs, ss, sp) if s is not None]
     if stamp == "header":
         lacking = [s.topic for s in chosen if s.header_ns is None]
