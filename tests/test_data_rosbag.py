@@ -225,7 +225,9 @@ def test_frames_stream_from_the_bag_with_random_access_and_pickling(tmp_path):
     (rec,) = read_logs(str(bag))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    assert peak < 8e6, f"reading the bag's index held {peak / 1e6:.1f} MB: frames must not be kept"
+    pixels = 200 * 240 * 320 * 3
+    # measured 6.8 MB (rosbags decompresses one ROS 1 chunk at a time); kept frames would be >= 46 MB
+    assert peak < 0.25 * pixels, f"reading the bag held {peak / 1e6:.1f} MB: frames must not be kept"
     assert isinstance(rec.source, BagFrames) and len(rec) == 200
     seq = [rec.frame(i) for i in range(200)]
     for i in (150, 3, 4, 199, 0, 77):  # seeks, backwards and forwards
