@@ -217,8 +217,8 @@ def test_topic_errors_are_one_line_naming_the_bag_and_the_topics(tmp_path, capsy
     assert err.count("\n") == 1 and f"{broken}: cannot open the bag" in err
 
 
-def test_frames_stream_from_the_bag_with_random_access_and_pickling(tmp_path):
-    kind = "rosbag1"
+@pytest.mark.parametrize("kind", KINDS)
+def test_frames_stream_from_the_bag_with_random_access_and_pickling(kind, tmp_path):
     big = drive_frames(10, 20, size=(320, 240))  # 200 raw rgb8 frames = 46 MB of pixels
     bag = write_bag(bag_path(tmp_path, kind), kind, frames=big, steering=steering_samples(10, 50), encoding="rgb8")
     tracemalloc.start()
