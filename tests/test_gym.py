@@ -296,3 +296,31 @@ def test_env_mapping_errors_are_one_line_and_name_the_yaml(tmp_path, capsys):
                  "constant:0", "--km", "0.1", "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--env nope/Nothing-v0:" in err
+
+
+def test_action_and_observation_conventions_of_the_mapping():
+    from drive.sim.gym_eval import ActionMap, EnvMapping, _frame
+
+    box = spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 1.0], np.float32))
+    k = 0.02
+    a = ActionMap(type="yaw_rate", index=0, fill=[0.0, 0.7]).action(k, 10.0, box)
+    np.testing.assert_allclose(a, [0.2, 0.7], rtol=1e-6)  # yaw rate = kappa x speed
+    assert a.dtype == np.float32
+    a = ActionMap(type="wheel_angle", wheelbase_m=2.5, max=0.5, sign=-1, fill=[0.0, 0.3]).action(k, 10.0, box)
+    np.testing.assert_allclose(a, [-math.atan(k * 2.5) / 0.5, 0.3], rtol=1e-6)
+    a = ActionMap(type="curvature", max=0.01).action(k, 10.0, spaces.Box(-1, 1, (1,), np.float32))
+    np.testing.assert_allclose(a, [1.0])  # 2.0 clipped to the Box
+    with pytest.raises(ValueError, match="wheelbase_m"):
+        ActionMap(type="wheel_angle")
+    m = EnvMapping.from_dict({"info": {"lateral_offset_m": "y", "heading_error_rad": "h"},
+                              "observation": {"layout": "chw"}})
+    chw = np.zeros((3, 4, 5), np.float32)
+    chw[0] = 1.0  # red, float in [0, 1]
+    out = _frame(chw, m)
+    assert out.shape == (4, 5, 3) and out.dtype == np.uint8 and tuple(out[0, 0]) == (255, 0, 0)
+    hwc = EnvMapping.from_dict({"info": {"lateral_offset_m": "y", "heading_error_rad": "h"}})
+    gray = np.full((4, 5), 77, np.uint8)
+    assert tuple(_frame(gray, hwc)[1, 1]) == (77, 77, 77)
+    stack = np.zeros((4, 5, 3, 3), np.float32)
+    stack[..., -1] = 0.5  # MetaDrive-style frame stack: the newest frame is the last
+    assert tuple(_frame(stack, hwc)[0, 0]) == (128, 128, 128)
