@@ -101,7 +101,7 @@ def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Op
     if plot and recs:
         plot_recordings(recs, plot, gap_factor)
     return {
-        "logs": [{"path": p, "format": f} for p, f in logs],
+        "logs": [_log_entry(p, f) for p, f in logs],
         "recordings": summaries,
         "totals": {"recordings": len(recs), "frames": int(sum(len(r) for r in recs)),
                    "duration_s": float(sum(s["duration_s"] for s in summaries))},
@@ -110,9 +110,28 @@ def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Op
     }
 
 
+def _log_entry(path: str, format: str) -> Dict[str, Any]:
+    """A log's path and format; a ROS bag's topics too (type, count, the roles drive can give them)."""
+    entry: Dict[str, Any] = {"path": path, "format": format}
+    if format == "rosbag":
+        from drive.data.readers.rosbag import list_topics
+
+        try:
+            entry["topics"] = list_topics(Path(path))
+        except Exception as e:  # the read itself reports an unreadable bag as a problem
+            entry["topics_error"] = f"{type(e).__name__}: {e}"
+    return entry
+
+
 def format_report(report: Dict[str, Any]) -> str:
     """Human-readable text of :func:`inspect_logs`'s report."""
     lines = [f"{len(report['logs'])} log(s): " + ", ".join(f"{l['path']} [{l['format']}]" for l in report["logs"])]
+    for log in report["logs"]:
+        if log.get("topics"):
+            lines.append(f"  topics of {log['path']}:")
+            for t in log["topics"]:
+                role = f"  <- {'/'.join(t['roles'])}" if t["roles"] else ""
+                lines.append(f"    {t['topic']}  {t['type']}  {t['messages']} msgs{role}")
     for s in report["recordings"]:
         k = s["curvature_per_m"]
         lines.append(f"- {s['name']} ({s['source']}): {s['frames']} frames {s['size'][0]}x{s['size'][1]}, "

@@ -77,9 +77,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device for checkpoint policies (default cpu)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for policy files (default 1; 0 = torch's default)")
+    parser.add_argument("--env", metavar="ID", default=None,
+                        help="drive in a Gymnasium env instead (e.g. drive/LaneKeeping-v0, or module:ID); "
+                             "see drive.sim.gym_eval")
+    parser.add_argument("--env-config", metavar="YAML", default=None,
+                        help="with --env: how curvature maps to the env's action and which info keys hold the "
+                             "lateral offset and heading error (not needed for drive/LaneKeeping-v0)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "env", None):
+        from drive.sim.gym_eval import run_cli
+
+        return run_cli(args)
     try:
         parse_conditions(args.conditions)
         for name in ("km", "segment_km", "speed_kmh", "fps"):

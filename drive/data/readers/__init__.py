@@ -12,6 +12,8 @@ dave2          ``data.txt`` (``<image> <angle>[,<time>]``) or its folder       s
 hdf5           an NCP ``.h5`` drive (camera_front, inverse_r, timestamp)     curvature 1/m
 video          an ``.mp4``/``.avi`` with a timestamped CSV beside it          named in options
 folder         an image folder with one CSV (or the CSV itself)              named in options
+rosbag         a ROS 1 ``.bag``, a rosbag2 folder (sqlite3 or MCAP) or a       by message type:
+               bare ``.mcap``/``.db3``; camera + steering topics               Ackermann, Twist, Float
 =============  ===========================================================  =====================
 
 :func:`read_logs` expands globs, walks directories that are not themselves a log (finding every
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from drive.data.errors import DataError, Problems
-from drive.data.readers import canonical, comma2k19, dave2, donkeycar, folder_csv, hdf5_ncp, udacity_real, udacity_sim, video_csv
+from drive.data.readers import canonical, comma2k19, dave2, donkeycar, folder_csv, hdf5_ncp, rosbag, udacity_real, udacity_sim, video_csv
 from drive.data.readers.base import ReaderOptions
 from drive.recording import Recording
 
@@ -39,10 +41,11 @@ FORMATS: Dict[str, Tuple[Callable[[Path], bool], Callable[..., List[Recording]]]
     "donkeycar": (donkeycar.detect, donkeycar.read),
     "dave2": (dave2.detect, dave2.read),
     "hdf5": (hdf5_ncp.detect, hdf5_ncp.read),
+    "rosbag": (rosbag.detect, rosbag.read),
     "video": (video_csv.detect, video_csv.read),
     "folder": (folder_csv.detect, folder_csv.read),
 }
-_WALKABLE = hdf5_ncp.HDF5_EXTENSIONS + video_csv.VIDEO_EXTENSIONS
+_WALKABLE = hdf5_ncp.HDF5_EXTENSIONS + video_csv.VIDEO_EXTENSIONS + rosbag.BAG_SUFFIXES
 # what each format looks like on disk, for messages that say what was expected
 LAYOUTS: Dict[str, str] = {
     "canonical": "a folder with meta.json and log.csv",
@@ -54,6 +57,7 @@ LAYOUTS: Dict[str, str] = {
     "hdf5": "an NCP .h5 file",
     "video": "an .mp4/.avi with a CSV beside it",
     "folder": "an image folder with one CSV, or the CSV",
+    "rosbag": "a ROS 1 .bag, a rosbag2 folder (metadata.yaml) or an .mcap/.db3 file",
 }
 
 

@@ -50,6 +50,9 @@ class ReaderOptions:
             the left camera's label turns right by it, the right camera's turns left).
         csv: label CSV for a video (default: same stem as the video, else the only CSV beside it).
         video_start_s: CSV time of the video's first frame (default: the first CSV timestamp).
+        camera_topic, steering_topic, speed_topic: ROS bag topics (default: the only candidate;
+            ``drive data inspect BAG`` lists them).
+        stamp: ROS bag message time: auto | header | bag (see :mod:`drive.data.readers.rosbag`).
     """
 
     label: Optional[Dict[str, Any]] = None
@@ -66,6 +69,10 @@ class ReaderOptions:
     side_offset: float = 0.2
     csv: Optional[str] = None
     video_start_s: Optional[float] = None
+    camera_topic: Optional[str] = None
+    steering_topic: Optional[str] = None
+    speed_topic: Optional[str] = None
+    stamp: Optional[str] = None
 
     @classmethod
     def from_any(cls, value: Optional[object]) -> "ReaderOptions":

@@ -1,0 +1,463 @@
+"""Closed-loop evaluation of a drive policy in any Gymnasium driving environment (``drive evaluate --env``).
+
+The policy (a checkpoint, an exported file or ``constant:K``) sees the env's camera frames and
+commands curvature (1/m); a small mapping (:class:`EnvMapping`, from YAML) says how a curvature
+becomes the env's action and where ``info`` holds the lateral offset and heading error. The
+metrics are those of :func:`drive.sim.closed_loop.evaluate` (interventions per km, autonomy,
+lateral RMS/max, heading RMS, steering-rate RMS, overall and per condition when ``info`` names
+conditions), computed by the same :func:`~drive.sim.closed_loop.summarize`.
+
+Interventions: when the env flags its own takeover (``info.intervention`` key) drive counts it and
+resets the policy's state, and the episode goes on. Otherwise drive plays the safety driver: when
+``|lateral offset| > max_lateral_m`` or ``|heading error| > max_heading_rad``, or the env ends an
+episode (``terminated``, e.g. off the road or a crash), it counts an intervention and resets the
+env and the policy. Time-limit ends (``truncated``) just start the next episode. Driving stops
+after ``km`` kilometres (``info.distance_m`` per episode when mapped, else speed x dt).
+
+Mapping YAML (every key optional except the two lane errors; values shown are examples)::
+
+    env_kwargs: {map: 3}          # passed to gymnasium.make(ID, **env_kwargs)
+    import: my_package.envs       # module to import first (registers the id), if any
+    dt_s: 0.1                     # step period (default 1 / env.metadata["render_fps"])
+    observation:
+      key: image                  # for Dict observations
+      order: rgb                  # or bgr
+      layout: hwc                 # or chw; a stack [H, W, C, K] gives its last (newest) frame
+    action:
+      type: wheel_angle           # curvature (1/m) | wheel_angle (rad, tan(delta) = kappa L) | yaw_rate (rad/s)
+      wheelbase_m: 2.5            # wheel_angle
+      max: 0.6                    # the value that maps to action 1 (normalised actions)
+      sign: 1                     # -1 when positive actions steer right
+      index: 0                    # where the steering goes in a vector action
+      fill: [0.0, 0.3]            # the whole action vector template (e.g. constant throttle)
+    info:
+      lateral_offset_m: lane.offset            # dotted path into info; positive = left of the lane centre
+      heading_error_rad: {key: lane.heading_deg, scale: 0.0174533}
+      speed_mps: {key: speed_kmh, scale: 0.2777778}   # else speed_mps below
+      distance_m: route_completion_m         # cumulative per episode
+      intervention: takeover                 # the env's own safety-driver flag
+      conditions: weather                    # a dict (or a name) for per-condition metrics
+    speed_mps: 8.33
+    max_lateral_m: 1.0
+    max_heading_rad: 0.314159
+"""
+from __future__ import annotations
+
+import importlib
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import yaml
+
+from drive.sim.closed_loop import TAKEOVER_S, ClosedLoopResult, Segment, summarize
+from drive.sim.driver import Observation
+
+__all__ = ["EnvMapping", "ActionMap", "InfoKey", "evaluate_env", "load_mapping", "DRIVE_MAPPING"]
+
+
+@dataclass
+class InfoKey:
+    """A value in ``info``: a key or dotted path, times ``scale``."""
+
+    key: str
+    scale: float = 1.0
+
+    @classmethod
+    def parse(cls, value: Any, where: str) -> Optional["InfoKey"]:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return cls(value)
+        if isinstance(value, dict) and "key" in value and set(value) <= {"key", "scale"}:
+            return cls(str(value["key"]), float(value.get("scale", 1.0)))
+        raise ValueError(f"{where}: expected a key or {{key: ..., scale: ...}}, got {value!r}")
+
+    def raw(self, info: Dict[str, Any], where: str) -> Any:
+        node: Any = info
+        for part in self.key.split("."):
+            if not isinstance(node, dict) or part not in node:
+                have = sorted(node) if isinstance(node, dict) else type(node).__name__
+                raise ValueError(f"{where}: the env's info has no {self.key!r} (at {part!r}; keys: {have})")
+            node = node[part]
+        return node
+
+    def get(self, info: Dict[str, Any], where: str) -> float:
+        value = self.raw(info, where)
+        try:
+            return float(np.asarray(value, dtype=np.float64).reshape(-1)[0]) * self.scale
+        except (TypeError, ValueError, IndexError):
+            raise ValueError(f"{where}: info[{self.key!r}] = {value!r} is not a number") from None
+
+
+@dataclass
+class ActionMap:
+    """Curvature (1/m) -> the env's action (see module docstring)."""
+
+    type: str = "curvature"
+    wheelbase_m: Optional[float] = None
+    max: Optional[float] = None
+    sign: float = 1.0
+    index: int = 0
+    fill: Optional[List[float]] = None
+
+    def __post_init__(self) -> None:
+        if self.type not in ("curvature", "wheel_angle", "yaw_rate"):
+            raise ValueError(f"action.type must be curvature, wheel_angle or yaw_rate, got {self.type!r}")
+        if self.type == "wheel_angle" and not (self.wheelbase_m and self.wheelbase_m > 0):
+            raise ValueError("action.type wheel_angle needs action.wheelbase_m > 0")
+        if self.max is not None and not self.max > 0:
+            raise ValueError(f"action.max must be positive, got {self.max!r}")
+        if self.sign not in (1, -1, 1.0, -1.0):
+            raise ValueError(f"action.sign must be 1 or -1, got {self.sign!r}")
+
+    def value(self, curvature_per_m: float, speed_mps: float) -> float:
+        """The steering component for a curvature command."""
+        if self.type == "curvature":
+            v = curvature_per_m
+        elif self.type == "wheel_angle":
+            v = math.atan(curvature_per_m * float(self.wheelbase_m))
+        else:
+            v = curvature_per_m * speed_mps
+        v *= self.sign
+        return v / self.max if self.max is not None else v
+
+    def action(self, curvature_per_m: float, speed_mps: float, space: Any) -> np.ndarray:
+        shape = tuple(getattr(space, "shape", ()) or (1,))
+        dtype = getattr(space, "dtype", np.float32) or np.float32
+        a = np.zeros(int(np.prod(shape)), dtype=np.float64)
+        if self.fill is not None:
+            if len(self.fill) != a.size:
+                raise ValueError(f"action.fill has {len(self.fill)} values, the env's action has {a.size}")
+            a[:] = self.fill
+        if not 0 <= self.index < a.size:
+            raise ValueError(f"action.index {self.index} is outside the env's action of size {a.size}")
+        a[self.index] = self.value(curvature_per_m, speed_mps)
+        a = a.reshape(shape)
+        if hasattr(space, "low") and hasattr(space, "high"):
+            a = np.clip(a, space.low, space.high)
+        return a.astype(dtype)
+
+
+@dataclass
+class EnvMapping:
+    """How drive drives an env: action, info keys, observation, step period, limits."""
+
+    lateral_offset: InfoKey
+    heading_error: InfoKey
+    action: ActionMap = field(default_factory=ActionMap)
+    speed: Optional[InfoKey] = None
+    distance: Optional[InfoKey] = None
+    intervention: Optional[InfoKey] = None
+    conditions: Optional[InfoKey] = None
+    observation_key: Optional[str] = None
+    order: str = "rgb"
+    layout: str = "hwc"
+    dt_s: Optional[float] = None
+    speed_mps: float = 30.0 / 3.6
+    max_lateral_m: float = 1.0
+    max_heading_rad: float = math.pi / 10
+    env_kwargs: Dict[str, Any] = field(default_factory=dict)
+    imports: List[str] = field(default_factory=list)
+    where: str = "mapping"
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any], where: str = "mapping") -> "EnvMapping":
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected a mapping, got {type(d).__name__}")
+        known = {"env_kwargs", "import", "dt_s", "observation", "action", "info", "speed_mps", "max_lateral_m",
+                 "max_heading_rad"}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
+        info = d.get("info") or {}
+        info_known = {"lateral_offset_m", "heading_error_rad", "speed_mps", "distance_m", "intervention", "conditions"}
+        if set(info) - info_known:
+            raise ValueError(f"{where}: unknown info key(s) {sorted(set(info) - info_known)}; known: {sorted(info_known)}")
+        for need in ("lateral_offset_m", "heading_error_rad"):
+            if need not in info:
+                raise ValueError(f"{where}: info.{need} is required (the env's info key for it)")
+        obs = d.get("observation") or {}
+        if set(obs) - {"key", "order", "layout"}:
+            raise ValueError(f"{where}: unknown observation key(s) {sorted(set(obs) - {'key', 'order', 'layout'})}")
+        action = d.get("action") or {}
+        try:
+            amap = ActionMap(**action)
+        except TypeError as e:
+            raise ValueError(f"{where}: action: {e}") from None
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        imports = d.get("import") or []
+        m = cls(lateral_offset=InfoKey.parse(info["lateral_offset_m"], f"{where}: info.lateral_offset_m"),
+                heading_error=InfoKey.parse(info["heading_error_rad"], f"{where}: info.heading_error_rad"),
+                action=amap, speed=InfoKey.parse(info.get("speed_mps"), f"{where}: info.speed_mps"),
+                distance=InfoKey.parse(info.get("distance_m"), f"{where}: info.distance_m"),
+                intervention=InfoKey.parse(info.get("intervention"), f"{where}: info.intervention"),
+                conditions=InfoKey.parse(info.get("conditions"), f"{where}: info.conditions"),
+                observation_key=obs.get("key"), order=str(obs.get("order", "rgb")),
+                layout=str(obs.get("layout", "hwc")),
+                dt_s=float(d["dt_s"]) if d.get("dt_s") is not None else None,
+                speed_mps=float(d.get("speed_mps", 30.0 / 3.6)), max_lateral_m=float(d.get("max_lateral_m", 1.0)),
+                max_heading_rad=float(d.get("max_heading_rad", math.pi / 10)),
+                env_kwargs=dict(d.get("env_kwargs") or {}),
+                imports=[imports] if isinstance(imports, str) else list(imports), where=where)
+        if m.order not in ("rgb", "bgr") or m.layout not in ("hwc", "chw"):
+            raise ValueError(f"{where}: observation.order must be rgb|bgr and layout hwc|chw")
+        for name in ("speed_mps", "max_lateral_m", "max_heading_rad"):
+            if not getattr(m, name) > 0:
+                raise ValueError(f"{where}: {name} must be positive, got {getattr(m, name)}")
+        if m.dt_s is not None and not m.dt_s > 0:
+            raise ValueError(f"{where}: dt_s must be positive, got {m.dt_s}")
+        return m
+
+
+# drive's own env reports everything under these names
+DRIVE_MAPPING = {"info": {"lateral_offset_m": "lateral_offset_m", "heading_error_rad": "heading_error_rad",
+                          "speed_mps": "speed_mps", "distance_m": "distance_m", "intervention": "intervention",
+                          "conditions": "conditions"},
+                 "action": {"type": "curvature"}}
+
+
+def load_mapping(path: Optional[str], env_id: str) -> EnvMapping:
+    """The mapping from a YAML file; for drive's own env, :data:`DRIVE_MAPPING` when none is given."""
+    if path is None:
+        from drive.sim.gym_env import ENV_ID
+
+        if env_id.split(":")[-1] == ENV_ID:
+            return EnvMapping.from_dict(DRIVE_MAPPING, "drive/LaneKeeping-v0 mapping")
+        raise ValueError(f"--env {env_id}: give --env-config YAML mapping the env's action and info keys "
+                         f"(lateral_offset_m, heading_error_rad) to drive's; see docs/world.md")
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--env-config {path}: no such file")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"{p}: not valid YAML ({str(e).splitlines()[0]})") from None
+    return EnvMapping.from_dict(data or {}, str(p))
+
+
+def _frame(obs: Any, m: EnvMapping) -> np.ndarray:
+    """The env's observation as uint8 RGB [H, W, 3]."""
+    if m.observation_key is not None:
+        if not isinstance(obs, dict) or m.observation_key not in obs:
+            have = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+            raise ValueError(f"{m.where}: observation has no key {m.observation_key!r} ({have})")
+        obs = obs[m.observation_key]
+    elif isinstance(obs, dict):
+        raise ValueError(f"{m.where}: the observation is a dict ({sorted(obs)}); set observation.key")
+    img = np.asarray(obs)
+    if img.ndim == 4 and m.layout == "hwc":  # a frame stack [H, W, C, K] (MetaDrive): the newest frame
+        img = img[..., -1]
+    if m.layout == "chw" and img.ndim == 3:
+        img = img.transpose(1, 2, 0)
+    if img.ndim == 2:
+        img = img[:, :, None]
+    if img.ndim != 3 or img.shape[2] not in (1, 3, 4):
+        raise ValueError(f"{m.where}: the observation is {img.dtype} {img.shape}, not an image [H, W, 1|3|4]")
+    if img.dtype != np.uint8:
+        if img.dtype.kind != "f":
+            raise ValueError(f"{m.where}: image dtype {img.dtype} (expected uint8, or float in [0, 1])")
+        img = np.clip(np.nan_to_num(img) * 255.0 + 0.5, 0, 255).astype(np.uint8)
+    if img.shape[2] == 1:
+        img = np.repeat(img, 3, axis=2)
+    img = img[:, :, :3]
+    if m.order == "bgr":
+        img = img[:, :, ::-1]
+    return np.ascontiguousarray(img)
+
+
+def _conditions(info: Dict[str, Any], m: EnvMapping) -> Dict[str, str]:
+    if m.conditions is None:
+        return {}
+    value = m.conditions.raw(info, f"{m.where}: info.conditions")
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {"condition": str(value)}
+
+
+def evaluate_env(env: Any, driver: Any, mapping: EnvMapping, km: float, seed: Optional[int] = None,
+                 perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None, max_steps: int = 2_000_000,
+                 progress: Optional[Callable[[Segment], None]] = None,
+                 episode_m: Optional[float] = None) -> ClosedLoopResult:
+    """Drive ``km`` kilometres in ``env`` (a Gymnasium env) with ``driver`` (see module docstring).
+
+    ``episode_m``: the env's nominal episode length, when known (drive's own env): an episode the
+    env ends by truncation then counts as exactly that much of the ``km`` budget, so the drive
+    splits into the same roads as :func:`~drive.sim.closed_loop.evaluate` with ``segment_km``.
+    """
+    if not km > 0:
+        raise ValueError(f"km must be positive, got {km}")
+    m = mapping
+    dt = m.dt_s
+    if dt is None:
+        fps = (getattr(env, "metadata", None) or {}).get("render_fps")
+        if not fps:
+            raise ValueError(f"{m.where}: the env's metadata has no render_fps; set dt_s in the mapping")
+        dt = 1.0 / float(fps)
+    segments: List[Segment] = []
+    total_m, budget_m, steps, episode = 0.0, 0.0, 0, 0
+    obs, info = env.reset(seed=seed)
+    while budget_m < 1000.0 * km:
+        driver.reset()
+        conds = _conditions(info, m)
+        lats, heads, cmds, xs, ys, takeovers, resets = [], [], [], [], [], [], []
+        ep_m, t_s, last_dist = 0.0, 0.0, (m.distance.get(info, f"{m.where}: info.distance_m") if m.distance else 0.0)
+        speed = m.speed.get(info, f"{m.where}: info.speed_mps") if m.speed else m.speed_mps
+        ended = False
+        while not ended and budget_m + ep_m < 1000.0 * km:
+            if steps >= max_steps:
+                raise ValueError(f"{m.where}: {max_steps} steps without driving {km} km "
+                                 f"({(total_m + ep_m) / 1000:.3f} km so far): is the vehicle moving?")
+            image = _frame(obs, m)
+            if perturb is not None:
+                image = perturb(image)
+            view = Observation(image=image, dt_s=dt, speed_mps=speed, timestamp_s=t_s, road=None, s_m=math.nan,
+                               x_m=math.nan, y_m=math.nan, yaw_rad=math.nan, lateral_offset_m=math.nan,
+                               heading_error_rad=math.nan)
+            cmd = float(driver.act(view))
+            if not math.isfinite(cmd):
+                raise ValueError(f"driver returned a non-finite curvature {cmd} at step {steps}")
+            try:
+                action = m.action.action(cmd, speed, env.action_space)
+            except ValueError as e:
+                raise ValueError(f"{m.where}: {e}") from None
+            obs, _, terminated, truncated, info = env.step(action)
+            steps += 1
+            t_s += dt
+            lat = m.lateral_offset.get(info, f"{m.where}: info.lateral_offset_m")
+            head = m.heading_error.get(info, f"{m.where}: info.heading_error_rad")
+            speed = m.speed.get(info, f"{m.where}: info.speed_mps") if m.speed else m.speed_mps
+            if m.distance is not None:
+                d = m.distance.get(info, f"{m.where}: info.distance_m")
+                ep_m += max(0.0, d - last_dist)
+                last_dist = d
+            else:
+                ep_m += abs(speed) * dt
+            lats.append(lat), heads.append(head), cmds.append(cmd)
+            xs.append(float(info.get("x_m", math.nan))), ys.append(float(info.get("y_m", math.nan)))
+            if m.intervention is not None:
+                flagged = bool(m.intervention.raw(info, f"{m.where}: info.intervention"))
+                if flagged:  # the env's safety driver took over; the episode goes on
+                    takeovers.append([xs[-1], ys[-1]])
+                    resets.append(len(cmds))
+                    driver.reset()
+                if terminated:
+                    if not flagged:
+                        takeovers.append([xs[-1], ys[-1]])
+                    ended = True
+            elif terminated or abs(lat) > m.max_lateral_m or abs(head) > m.max_heading_rad:
+                takeovers.append([xs[-1], ys[-1]])  # drive's safety driver: stop, restart the env
+                ended = True
+            if truncated:
+                ended = True
+        seg = Segment(episode, conds, None, np.asarray(xs), np.asarray(ys), np.asarray(lats), np.asarray(heads),
+                      np.asarray(cmds), takeovers, ep_m / 1000.0, len(cmds) * dt, dt, resets)
+        segments.append(seg)
+        if progress is not None:
+            progress(seg)
+        total_m += ep_m
+        budget_m += episode_m if (episode_m is not None and truncated and not terminated) else ep_m
+        episode += 1
+        if budget_m < 1000.0 * km:
+            obs, info = env.reset()
+    metrics: Dict[str, Any] = {"driver": str(getattr(driver, "name", type(driver).__name__)),
+                               "env": str(getattr(getattr(env, "spec", None), "id", type(env).__name__)),
+                               "seed": seed, "segments": len(segments), "dt_s": dt,
+                               "criteria": {"max_lateral_m": m.max_lateral_m, "max_heading_rad": m.max_heading_rad,
+                                            "takeover_s": TAKEOVER_S,
+                                            "intervention": "env flag" if m.intervention else "drive's limits"},
+                               **summarize(segments)}
+    names = sorted({v for s in segments for v in s.conditions.values()})
+    metrics["per_condition"] = {n: summarize([s for s in segments if n in s.conditions.values()]) for n in names}
+    metrics["per_segment"] = [{"index": s.index, **s.conditions, "km": s.km,
+                               "interventions": len(s.intervention_xy)} for s in segments]
+    return ClosedLoopResult(metrics, segments)
+
+
+def make_env(env_id: str, mapping: EnvMapping, overrides: Optional[Dict[str, Any]] = None) -> Any:
+    """``gymnasium.make(env_id, **env_kwargs)`` after importing the mapping's modules."""
+    import gymnasium
+
+    for module in mapping.imports:
+        try:
+            importlib.import_module(module)
+        except ImportError as e:
+            raise ValueError(f"{mapping.where}: cannot import {module!r} ({e})") from None
+    if env_id.split(":")[-1] == "drive/LaneKeeping-v0":
+        importlib.import_module("drive.sim.gym_env")
+    kwargs = {**mapping.env_kwargs, **(overrides or {})}
+    try:
+        return gymnasium.make(env_id, disable_env_checker=False, **kwargs)
+    except gymnasium.error.Error as e:
+        raise ValueError(f"--env {env_id}: {e}") from None
+
+
+# `drive evaluate` options that configure the built-in world, with their defaults
+WORLD_DEFAULTS = {"conditions": None, "fps": 30.0, "speed_kmh": 30.0, "split": "test", "segment_km": 1.0,
+                  "width": 200, "height": 78}
+
+
+def run_cli(args: Any) -> int:
+    """``drive evaluate --env ID [--env-config YAML] --policy P --km K --out DIR`` (see evaluate_cli)."""
+    import json
+    import sys
+
+    from drive.sim.evaluate_cli import make_driver
+
+    env = None
+    try:
+        if args.policy == "expert":
+            raise ValueError("--policy expert needs the built-in world's road (privileged); with --env drive "
+                             "a checkpoint, an exported file or constant:K")
+        for name in ("km", "segment_km", "speed_kmh", "fps"):
+            if getattr(args, name) is not None and not getattr(args, name) > 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+        if not args.noise_std >= 0:
+            raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
+        if getattr(args, "video", False):
+            raise ValueError("--video is not available with --env (record with the env's own render_mode)")
+        mapping = load_mapping(args.env_config, args.env)
+        driver = make_driver(args.policy, args.device, args.threads)
+        overrides: Dict[str, Any] = {}
+        if args.env.split(":")[-1] == "drive/LaneKeeping-v0":  # the world options of `drive evaluate` apply
+            fps = getattr(args, "fps", None)
+            if fps is None:  # no --fps given: the policy's own rate, else the world's default
+                nominal = getattr(driver, "nominal_dt_s", None)
+                fps = 1.0 / nominal if nominal else WORLD_DEFAULTS["fps"]
+            overrides = dict(seed=args.seed, conditions=args.conditions, fps=fps, speed_kmh=args.speed_kmh,
+                             split=args.split, episode_km=args.segment_km, width=args.width, height=args.height)
+        else:  # another simulator: its options go in the mapping's env_kwargs, never silently dropped
+            given = [f"--{k.replace('_', '-')}" for k, default in WORLD_DEFAULTS.items()
+                     if getattr(args, k, default) not in (default, None)]
+            if given:
+                raise ValueError(f"{', '.join(given)} set(s) up drive's own world; for --env {args.env} put the "
+                                 f"env's options in env_kwargs of --env-config")
+        perturb = None
+        if args.noise_std > 0:
+            from drive.perturb import Perturbation
+
+            perturb = Perturbation("gaussian", args.noise_std, seed=args.seed)
+            if hasattr(driver, "view"):
+                driver.perturb, perturb = perturb, None
+        env = make_env(args.env, mapping, overrides)
+
+        def progress(seg: Segment) -> None:
+            print(f"episode {seg.index}: {seg.km:.3f} km, {len(seg.intervention_xy)} interventions"
+                  + (f" ({'/'.join(seg.conditions.values())})" if seg.conditions else ""), flush=True)
+
+        result = evaluate_env(env, driver, mapping, args.km, seed=args.seed, perturb=perturb, progress=progress,
+                              episode_m=1000.0 * args.segment_km if overrides else None)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"drive evaluate: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if env is not None:
+            env.close()
+    result.metrics.update(policy=args.policy, image_noise_std=args.noise_std, env_config=args.env_config)
+    paths = result.save(args.out, plot=False)
+    m = result.metrics
+    print(json.dumps({k: m[k] for k in ("km", "interventions", "interventions_per_km", "autonomy_pct",
+                                        "lateral_rms_m", "lateral_max_abs_m", "steering_rate_rms")}, indent=2))
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    return 0 if not any(isinstance(v, float) and math.isnan(v) for v in m.values()) else 1
