@@ -69,3 +69,32 @@ def test_folder_csv_recordings_are_named_after_their_folders(tmp_path: Path) -> 
     written = convert_logs([str(tmp_path / "logs" / "monday"), str(tmp_path / "logs" / "tuesday")],
                            str(tmp_path / "out"))
     assert sorted(p.name for p in written) == ["monday", "tuesday"]
+
+
+@pytest.mark.parametrize("camera", [{"hfov_deg": 60.0, "height_m": 2.0, "pitch_rad": 0.2}, "approximate"])
+def test_viewpoint_synthesis_on_a_log_without_calibration(tmp_path: Path, camera) -> None:
+    from drive.data.augment import AugmentConfig
+    from drive.data.datamodule import DriveDataModule
+
+    _folder_log(tmp_path / "run", _labels(40))
+    augment = AugmentConfig(viewpoint_p=1.0, photometric_p=0.0, shadow_p=0.0, blur_p=0.0, noise_p=0.0, jpeg_p=0.0)
+    kw = dict(train=[str(tmp_path / "run")], image_size=[24, 32], seq_len=8, stride=8, batch_size=2,
+              num_workers=0, cache_dir=str(tmp_path / "cache"), val_split="none", augment=augment)
+    with pytest.raises(ValueError, match="camera calibration"):
+        DriveDataModule(**kw).setup("fit")
+    dm = DriveDataModule(**kw, reader={"camera": camera})
+    dm.setup("fit")
+    cal = dm.datasets["train"].recordings[0].info["camera"]
+    hfov = 60.0 if isinstance(camera, dict) else 80.0
+    assert cal["fx"] == pytest.approx(0.5 * 32 / np.tan(np.radians(hfov / 2)))  # at the log's 32x24 frames
+    assert cal["cx"] == pytest.approx(15.5) and cal["cy"] == pytest.approx(11.5)
+    item = dm.datasets["train"][0]
+    assert item["frames"].shape == (8, 3, 24, 32)
+    # the synthesized views come with corrected labels: not all equal to the log's
+    assert not np.allclose(item["curvature"].numpy(), _labels(40)[:8], atol=1e-6)
+
+
+def test_bad_camera_option_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _folder_log(tmp_path / "run", _labels(10))
+    assert main(["data", "inspect", str(tmp_path / "run"), "--set", "camera={hfov_deg: 60, focal: 3}"]) == 2
+    assert "unknown keys ['focal']" in capsys.readouterr().err
