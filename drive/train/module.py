@@ -80,7 +80,9 @@ class PolicyModule(pl.LightningModule):
         head_precision: autocast dtype for the conv head on CUDA: ``bf16``, ``fp16`` or ``fp32`` (training
             in ``fp16`` needs ``trainer.precision: 16-mixed`` for its gradient scaler).
         label_scale_km: scale of the readout (1/km per unit of recurrent output); None = the
-            standard deviation of the training labels, measured when fitting starts.
+            standard deviation of the training labels, measured when fitting starts, or for a cell
+            read out directly (the NCP-LTC's motor neuron, bounded to +-1) the largest |label|
+            (single-frame spikes left out) when that is larger.
         init: ``data`` (default): before the first step of a new run, the head is LSUV-initialised and
             the cell's input map (the LTC's ``input_w``, ``input_b``) calibrated from the first
             training frames (:mod:`drive.nn.init`; the architecture is unchanged), so the cell
@@ -176,12 +178,17 @@ class PolicyModule(pl.LightningModule):
         datasets = getattr(datamodule, "datasets", {})
         recordings = [r for ds in datasets.values() for r in ds.recordings]
         if stage == "fit" and "train" in datasets:
+            self._label_limits([r.curvature for r in datasets["train"].recordings])
             scale = self.hparams.label_scale_km
             if scale is None:
                 labels_km = np.concatenate([r.curvature for r in datasets["train"].recordings]) * 1000.0
-                scale = float(f"{max(float(np.std(labels_km)), 1e-3):.2g}")
+                scale = max(float(np.std(labels_km)), 1e-3)
+                if not self.policy.has_readout and self.label_range is not None:
+                    # a cell read out directly (the NCP's motor neuron) is bounded to +-1 by its
+                    # reversal potentials: the scale must reach the largest label, not one std
+                    scale = max(scale, 1000.0 * max(abs(v) for v in self.label_range))
+                scale = float(f"{scale:.2g}")
             self.policy.readout.scale_km.fill_(scale)  # a resumed run restores its own afterwards
-            self._label_limits([r.curvature for r in datasets["train"].recordings])
             for split in ("train", "val"):
                 if split in datasets and datasets[split].recordings:
                     km = np.concatenate([r.curvature for r in datasets[split].recordings]) * 1000.0
