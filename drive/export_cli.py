@@ -39,7 +39,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="device of the saved weights (AOTInductor compiles for it)")
     parser.add_argument("--half", action="store_true", help="conv head in fp16 (CUDA); recurrent cell stays fp32")
     parser.add_argument("--curvature-limit", type=float, default=None, metavar="K",
-                        help="clamp commands to [-K, K] 1/m (default: checkpoint's, else 0.2)")
+                        help="clamp commands to [-K, K] 1/m (default: the checkpoint's, 1.25x its training "
+                             "labels' largest |value|; else 0.2); warns when below the training labels")
     parser.add_argument("--frame-size", type=_frame_size, default=None, metavar="HxW",
                         help="camera frame size if the checkpoint does not record it")
     parser.add_argument("--black-level", type=float, default=4.0,

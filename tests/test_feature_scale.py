@@ -144,3 +144,24 @@ def test_init_option_is_validated() -> None:
         PolicyModule(init="lsuv")
     with pytest.raises(ValueError, match="feature_norm must be"):
         PolicyModule(feature_norm="layer")
+
+
+def test_export_curvature_limit_comes_from_the_training_labels(recwarn) -> None:
+    import warnings
+
+    from drive.export.formats import build_deployed
+
+    module = PolicyModule(family="lstm", input_hw=HW)
+    full_lock = 0.34 * np.sin(np.linspace(0, 6, 300))  # a car whose full lock is 0.34 1/m
+    glitch = full_lock.copy()
+    glitch[100] = 2.0  # one single-frame spike must not widen the limit
+    module._label_limits([glitch])
+    assert module.label_range == pytest.approx([full_lock.min(), full_lock.max()], abs=1e-9)
+    meta = module.drive_meta()
+    assert meta["curvature_limit_per_m"] == pytest.approx(0.43)  # ceil(1.25 x 0.34, 0.01)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: the limit covers the labels
+        deployed = build_deployed(module.policy, meta, frame_size=HW)
+    assert deployed.curvature_limit_per_m == pytest.approx(0.43)
+    with pytest.warns(UserWarning, match=r"curvature limit 0.2 1/m is below the training labels' range"):
+        build_deployed(module.policy, meta, frame_size=HW, curvature_limit_per_m=0.2)

@@ -119,9 +119,14 @@ def fingerprint(rec: Recording, preprocessing: Preprocessing) -> str:
 
 
 def display_name(rec: Recording) -> str:
-    """Short human name: the recording's folder or file stem, plus the camera for side cameras."""
+    """Short human name: the recording's folder or file stem, plus the camera for side cameras.
+
+    Logs whose file name is the same in every recording (a folder + CSV log's ``labels.csv``, the
+    Udacity ``driving_log.csv``) are named after their folder, so per-recording metrics do not collide.
+    """
     p = rec.path if rec.path is not None else Path("recording")
-    base = p.parent.name if p.name in ("driving_log.csv", "interpolated.csv") else p.stem
+    per_folder = p.name in ("driving_log.csv", "interpolated.csv") or rec.meta.source.startswith("folder_csv:")
+    base = p.parent.name if per_folder and p.parent.name else p.stem
     camera = rec.meta.extra.get("camera")
     return f"{base}-{camera}" if camera else base
 

@@ -59,7 +59,8 @@ class SequenceDataset(Dataset):
         missing = [r.info["source"] for r in self.recordings if r.info.get("camera") is None]
         if missing:
             raise ValueError(f"viewpoint augmentation needs camera calibration, missing for {missing[:3]}; "
-                             "set the reader option camera: {fx, fy, cx, cy, height_m, pitch_rad} or viewpoint_p: 0")
+                             "set the reader option camera: {fx, fy, cx, cy, height_m, pitch_rad}, camera: {hfov_deg, "
+                             "height_m, pitch_rad}, camera: approximate (docs/data.md), or viewpoint_p: 0")
 
     def geometry(self, recording: int) -> Tuple[Optional[Dict[str, float]], np.ndarray]:
         """(camera calibration, source->model affine) of a recording, for viewpoint synthesis."""

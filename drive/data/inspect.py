@@ -17,12 +17,68 @@ from drive.data.errors import DataError, Problems
 from drive.data.readers import discover, no_log_message, read_logs
 from drive.recording import Recording, RecordingMeta, RecordingWriter
 
-__all__ = ["inspect_logs", "format_report", "convert_logs", "plot_recordings"]
+__all__ = ["inspect_logs", "format_report", "convert_logs", "plot_recordings", "label_statistics"]
+
+SPIKE_MADS = 8.0  # a single-frame jump this many robust deviations of the label's steps (see below)
+SPIKE_MIN_PER_M = 2e-3  # ... and at least this large (2 1/km), so quantisation noise is no spike
+LIMIT_MIN_FRAMES = 3  # the extreme value held by at least this many frames (and 0.5 %) = a steering limit
 
 
 def _decode_all(rec: Recording, problems: Problems) -> int:
     """Decode every frame, reporting bad ones; returns the number of good frames."""
     return sum(frame is not None for _, frame in iter_decoded(rec, problems))
+
+
+def label_statistics(k: np.ndarray) -> Dict[str, Any]:
+    """Label statistics of one recording's curvature ``k`` (1/m), in time order.
+
+    ``min``/``max``/``mean``/``std``/``p1``/``p99``; ``spikes``: frames whose label jumps away from
+    both neighbours by more than ``max(SPIKE_MADS x 1.4826 x MAD of the label's frame-to-frame steps,
+    SPIKE_MIN_PER_M)`` in the same direction while the neighbours agree with each other within half
+    that (a one-frame glitch, not a steering motion); ``at_limit``: frames exactly at the
+    smallest / largest value when at least ``LIMIT_MIN_FRAMES`` frames (and 0.5 %) sit there (labels
+    clipped at a steering limit, or a saturated sensor).
+    """
+    k = np.asarray(k, dtype=np.float64)
+    out: Dict[str, Any] = {"frames": int(k.size)}
+    if k.size == 0:
+        return out
+    out.update(min=float(k.min()), max=float(k.max()), mean=float(k.mean()), std=float(k.std()),
+               p1=float(np.percentile(k, 1)), p99=float(np.percentile(k, 99)), mean_abs=float(np.abs(k).mean()))
+    spikes: List[int] = []
+    if k.size >= 3:
+        steps = np.diff(k)
+        mad = float(np.median(np.abs(steps - np.median(steps)))) * 1.4826
+        thresh = max(SPIKE_MADS * mad, SPIKE_MIN_PER_M)
+        left, right = k[1:-1] - k[:-2], k[1:-1] - k[2:]
+        glitch = ((np.abs(left) > thresh) & (np.abs(right) > thresh) & (np.sign(left) == np.sign(right))
+                  & (np.abs(k[:-2] - k[2:]) < thresh / 2))
+        spikes = [int(i) + 1 for i in np.flatnonzero(glitch)]
+    out["spikes"] = {"count": len(spikes), "frames": spikes[:20]}
+    need = max(LIMIT_MIN_FRAMES, int(np.ceil(0.005 * k.size)))
+    tol = 1e-9 * max(1.0, float(np.abs(k).max()))
+    limits = {}
+    for side, value in (("min", k.min()), ("max", k.max())):
+        n = int(np.count_nonzero(np.abs(k - value) <= tol))
+        if n >= need and value != 0.0:
+            limits[side] = {"value": float(value), "frames": n}
+    out["at_limit"] = limits
+    return out
+
+
+def _label_line(stats: Dict[str, Any], indent: str = "    ") -> List[str]:
+    """Text lines of :func:`label_statistics` (curvature also in 1/km, as training logs it)."""
+    if not stats.get("frames"):
+        return []
+    lines = [f"{indent}labels: {stats['min']:+.4f}..{stats['max']:+.4f} 1/m (p1 {stats['p1']:+.4f}, p99 "
+             f"{stats['p99']:+.4f}), std {stats['std'] * 1000:.1f} 1/km, "
+             f"{stats['spikes']['count']} single-frame spike(s)"]
+    if stats["spikes"]["count"]:
+        lines[-1] += " at frame(s) " + ", ".join(str(f) for f in stats["spikes"]["frames"][:8])
+    for side, lim in stats["at_limit"].items():
+        lines.append(f"{indent}labels at a steering limit: {lim['frames']} frame(s) at the {side}imum "
+                     f"{lim['value']:+.4f} 1/m (clipped labels?)")
+    return lines
 
 
 def _summary(rec: Recording, gap_factor: float) -> Dict[str, Any]:
@@ -41,6 +97,7 @@ def _summary(rec: Recording, gap_factor: float) -> Dict[str, Any]:
         "dt_s": {"median": med, "min": float(dt.min()) if len(dt) else 0.0, "max": float(dt.max()) if len(dt) else 0.0},
         "gaps": [{"after_frame": int(i), "dt_s": float(dt[i])} for i in gaps],
         "curvature_per_m": {"min": float(k.min()), "max": float(k.max()), "mean_abs": float(np.abs(k).mean())},
+        "labels": label_statistics(k),
         "speed_mps": {"min": float(v.min()), "max": float(v.max())},
         "camera": rec.meta.camera.to_dict() if rec.meta.camera else None,
     }
@@ -100,9 +157,13 @@ def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Op
         summaries.append(s)
     if plot and recs:
         plot_recordings(recs, plot, gap_factor)
+    all_k = np.concatenate([r.log["curvature"] for r in recs]) if recs else np.zeros(0)
     return {
         "logs": [_log_entry(p, f) for p, f in logs],
         "recordings": summaries,
+        "labels": {**{key: value for key, value in label_statistics(all_k).items() if key not in ("spikes", "at_limit")},
+                   "spikes": int(sum(s["labels"]["spikes"]["count"] for s in summaries if "spikes" in s["labels"])),
+                   "at_limit": int(sum(v["frames"] for s in summaries for v in s["labels"].get("at_limit", {}).values()))},
         "totals": {"recordings": len(recs), "frames": int(sum(len(r) for r in recs)),
                    "duration_s": float(sum(s["duration_s"] for s in summaries))},
         "problems": [{"file": p.file, "row": p.row, "kind": p.kind, "message": p.message} for p in problems.items],
@@ -142,8 +203,14 @@ def format_report(report: Dict[str, Any]) -> str:
                      + (f", {s['decodable_frames']} decodable" if "decodable_frames" in s else ""))
         for g in s["gaps"][:5]:
             lines.append(f"    gap after frame {g['after_frame']}: {g['dt_s']:.3f} s")
+        lines += _label_line(s.get("labels", {}))
     tot = report["totals"]
     lines.append(f"total: {tot['recordings']} recording(s), {tot['frames']} frames, {tot['duration_s']:.1f} s")
+    lab = report.get("labels", {})
+    if lab.get("frames"):
+        lines.append(f"labels: {lab['min']:+.4f}..{lab['max']:+.4f} 1/m (p1 {lab['p1']:+.4f}, p99 {lab['p99']:+.4f}), "
+                     f"std {lab['std'] * 1000:.1f} 1/km; best constant predictor MSE {lab['std'] ** 2 * 1e6:.1f} "
+                     f"(1/km)^2; {lab['spikes']} single-frame spike(s), {lab['at_limit']} frame(s) at a steering limit")
     if report["problems"]:
         counts = ", ".join(f"{n} {kind}" for kind, n in sorted(report["problem_counts"].items()))
         lines.append(f"{len(report['problems'])} problem(s): {counts}")
@@ -156,9 +223,7 @@ def format_report(report: Dict[str, Any]) -> str:
 
 
 def _name(rec: Recording, taken: set) -> str:
-    base = (rec.path.stem if rec.path is not None else "recording")
-    camera = rec.meta.extra.get("camera")
-    name = f"{base}-{camera}" if camera else base
+    name = display_name(rec)  # a folder + CSV log is named after its folder, not its CSV
     stem, k = name, 1
     while name in taken:
         k += 1

@@ -112,6 +112,12 @@ def build_deployed(
     if tuple(prep.size) != tuple(policy.input_size):
         raise ValueError(f"preprocessing resizes to {prep.size} but the policy takes {policy.input_size}")
     limit = curvature_limit_per_m or meta.get("curvature_limit_per_m") or DEFAULT_CURVATURE_LIMIT_PER_M
+    labels = meta.get("label_range_per_m")
+    if labels and max(abs(float(v)) for v in labels) > float(limit):
+        warnings.warn(f"the curvature limit {float(limit):g} 1/m is below the training labels' range "
+                      f"{float(labels[0]):+.3f}..{float(labels[1]):+.3f} 1/m: commands the policy was trained to "
+                      "give will be clamped (pass a larger curvature limit, or leave it out to use the "
+                      "checkpoint's, derived from its labels)", stacklevel=2)
     size = _resolve_frame_size(meta, frame_size)
     deployed = DeployedPolicy(policy, size, prep.crop_list, float(meta["fps"]), float(limit), half=half,
                               black_level=black_level, max_gap_s=max_gap_s)

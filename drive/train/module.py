@@ -37,6 +37,9 @@ from drive.train.families import FAMILIES, build_policy
 __all__ = ["PolicyModule", "weighted_mse", "curve_weights", "NotLearningWarning"]
 
 
+CURVATURE_MARGIN = 1.25  # the export's curvature limit: this x the training labels' largest |value|
+
+
 class NotLearningWarning(UserWarning):
     """``drive fit``: the model does not beat the best constant predictor, or its head is unhealthy."""
 
@@ -77,7 +80,9 @@ class PolicyModule(pl.LightningModule):
         head_precision: autocast dtype for the conv head on CUDA: ``bf16``, ``fp16`` or ``fp32`` (training
             in ``fp16`` needs ``trainer.precision: 16-mixed`` for its gradient scaler).
         label_scale_km: scale of the readout (1/km per unit of recurrent output); None = the
-            standard deviation of the training labels, measured when fitting starts.
+            standard deviation of the training labels, measured when fitting starts, or for a cell
+            read out directly (the NCP-LTC's motor neuron, bounded to +-1) the largest |label|
+            (single-frame spikes left out) when that is larger.
         init: ``data`` (default): before the first step of a new run, the head is LSUV-initialised and
             the cell's input map (the LTC's ``input_w``, ``input_b``) calibrated from the first
             training frames (:mod:`drive.nn.init`; the architecture is unchanged), so the cell
@@ -154,6 +159,8 @@ class PolicyModule(pl.LightningModule):
         self._health: Dict[str, float] = {}
         self._recent_sq: List[float] = []  # unweighted training MSE of recent steps
         self._warned: set = set()
+        self.label_range: Optional[List[float]] = None  # training labels' [min, max] 1/m, spikes left out
+        self.curvature_limit: Optional[float] = None  # the export's clamp, from label_range
 
     # -- data description (from the datamodule, stored in checkpoints) ------------------------
     def setup(self, stage: str) -> None:
@@ -171,10 +178,16 @@ class PolicyModule(pl.LightningModule):
         datasets = getattr(datamodule, "datasets", {})
         recordings = [r for ds in datasets.values() for r in ds.recordings]
         if stage == "fit" and "train" in datasets:
+            self._label_limits([r.curvature for r in datasets["train"].recordings])
             scale = self.hparams.label_scale_km
             if scale is None:
                 labels_km = np.concatenate([r.curvature for r in datasets["train"].recordings]) * 1000.0
-                scale = float(f"{max(float(np.std(labels_km)), 1e-3):.2g}")
+                scale = max(float(np.std(labels_km)), 1e-3)
+                if not self.policy.has_readout and self.label_range is not None:
+                    # a cell read out directly (the NCP's motor neuron) is bounded to +-1 by its
+                    # reversal potentials: the scale must reach the largest label, not one std
+                    scale = max(scale, 1000.0 * max(abs(v) for v in self.label_range))
+                scale = float(f"{scale:.2g}")
             self.policy.readout.scale_km.fill_(scale)  # a resumed run restores its own afterwards
             for split in ("train", "val"):
                 if split in datasets and datasets[split].recordings:
@@ -187,10 +200,33 @@ class PolicyModule(pl.LightningModule):
             self.fps = round(1.0 / period_s, 6)  # timestamps are rounded: 10 Hz, not 10.000000000014
             self.policy.frame_period_s = 1.0 / self.fps
 
+    def _label_limits(self, curvatures: List[np.ndarray]) -> None:
+        """The training labels' range (single-frame spikes left out, see
+        :func:`drive.data.inspect.label_statistics`) and the export's curvature limit:
+        ``CURVATURE_MARGIN`` x the largest |label|, rounded up to 0.01 1/m (checkpoint meta)."""
+        from drive.data.inspect import label_statistics
+
+        lo, hi = math.inf, -math.inf
+        for k in curvatures:
+            k = np.asarray(k, dtype=np.float64)
+            if not k.size:
+                continue
+            spikes = label_statistics(k)["spikes"]
+            if spikes["count"] and spikes["count"] <= len(spikes["frames"]):
+                k = np.delete(k, spikes["frames"])
+            lo, hi = min(lo, float(k.min())), max(hi, float(k.max()))
+        if math.isfinite(lo):
+            self.label_range = [lo, hi]
+            self.curvature_limit = math.ceil(CURVATURE_MARGIN * max(abs(lo), abs(hi), 1e-3) * 100.0) / 100.0
+
     def drive_meta(self) -> Dict[str, Any]:
         """Checkpoint metadata (plain types): policy config, preprocessing, fps, units, family, and the
         camera frame size [H, W] of the training logs when they share one (export builds the module for it)."""
-        extra = {"frame_size": self.frame_size} if self.frame_size else {}
+        extra: Dict[str, Any] = {"frame_size": self.frame_size} if self.frame_size else {}
+        if self.label_range is not None:
+            extra["label_range_per_m"] = [float(v) for v in self.label_range]
+        if self.curvature_limit is not None:
+            extra["curvature_limit_per_m"] = float(self.curvature_limit)
         return policy_meta(self.policy, self.preprocessing, self.fps, self.hparams.family, **extra)
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
@@ -215,6 +251,8 @@ class PolicyModule(pl.LightningModule):
         if "preprocessing" in meta:
             self.preprocessing = Preprocessing.from_dict(meta["preprocessing"])
         self.frame_size = meta.get("frame_size")
+        self.label_range = meta.get("label_range_per_m", self.label_range)
+        self.curvature_limit = meta.get("curvature_limit_per_m", self.curvature_limit)
         self._initialised = True
 
     # -- forward -------------------------------------------------------------------------------

@@ -43,8 +43,11 @@ class ReaderOptions:
         speed_mps: speed assumed when the log has none (default 8.33 m/s = 30 km/h; 2 m/s for
             Donkeycar's 1/10-scale cars).
         fps: frame rate when the log has no timestamps (frames at i / fps).
-        camera: camera calibration (``CameraCalibration`` fields) for logs that carry none; needed
-            by viewpoint synthesis.
+        camera: camera calibration for logs that carry none; needed by viewpoint synthesis. Either
+            ``CameraCalibration`` fields (``fx, fy, cx, cy, height_m, pitch_rad``, pixels at the
+            log's image size), or a field of view and mounting, ``{hfov_deg, height_m, pitch_rad}``
+            (optional ``vfov_deg``; square pixels and a centred principal point otherwise), resolved
+            at each recording's image size, or ``approximate``: :data:`APPROXIMATE_CAMERA`.
         side_cameras: also read left/right cameras (Udacity) as extra recordings whose labels
             steer back toward the centre by ``side_offset`` (in the log's own steering unit:
             the left camera's label turns right by it, the right camera's turns left).
@@ -64,7 +67,7 @@ class ReaderOptions:
     speed_unit: Optional[str] = None
     speed_mps: Optional[float] = None
     fps: Optional[float] = None
-    camera: Optional[Dict[str, float]] = None
+    camera: Optional[Any] = None
     side_cameras: bool = False
     side_offset: float = 0.2
     csv: Optional[str] = None
@@ -93,8 +96,62 @@ class ReaderOptions:
     def label_spec(self, **defaults: Any) -> LabelSpec:
         return LabelSpec.from_any(self.label, **defaults)
 
-    def calibration(self) -> Optional[CameraCalibration]:
-        return CameraCalibration.from_dict(self.camera) if self.camera else None
+    def calibration(self) -> Optional[Any]:
+        """A :class:`CameraCalibration`, a :class:`FieldOfViewCamera` (resolved by
+        :func:`build_recording` at the image size) or None, from the ``camera`` option."""
+        camera = self.camera
+        if not camera:
+            return None
+        if isinstance(camera, str):
+            if camera != "approximate":
+                raise ValueError(f"reader option camera: expected calibration fields, "
+                                 f"{{hfov_deg, height_m, pitch_rad}} or 'approximate', got {camera!r}")
+            return FieldOfViewCamera(**APPROXIMATE_CAMERA)
+        if not isinstance(camera, dict):
+            raise ValueError(f"reader option camera: expected a mapping or 'approximate', got {camera!r}")
+        if "hfov_deg" in camera:
+            unknown = set(camera) - {f.name for f in dataclasses.fields(FieldOfViewCamera)}
+            if unknown:
+                raise ValueError(f"reader option camera: unknown keys {sorted(unknown)} beside hfov_deg "
+                                 "(allowed: hfov_deg, vfov_deg, height_m, pitch_rad)")
+            return FieldOfViewCamera(**{k: float(v) for k, v in camera.items()})
+        try:
+            return CameraCalibration.from_dict(camera)
+        except (TypeError, RecordingError) as err:
+            raise ValueError(f"reader option camera: {err} (give fx, fy, cx, cy, height_m, pitch_rad, "
+                             "or hfov_deg, height_m, pitch_rad)") from None
+
+
+# The stated approximation for logs whose camera is unknown (reader option ``camera: approximate``):
+# the built-in world's camera, a forward camera 1.5 m above the road, 80 deg horizontal field of view,
+# pitched 0.15 rad down. Viewpoint synthesis with it is only as right as the guess: shifts warp the
+# road as if seen from there, and the label correction assumes the same geometry.
+APPROXIMATE_CAMERA: Dict[str, float] = {"hfov_deg": 80.0, "height_m": 1.5, "pitch_rad": 0.15}
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldOfViewCamera:
+    """A camera given by its field of view and mounting; :meth:`resolve` gives the calibration at an
+    image size (square pixels unless ``vfov_deg``, principal point at the centre)."""
+
+    hfov_deg: float
+    height_m: float = 1.5
+    pitch_rad: float = 0.0
+    vfov_deg: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if not 1.0 <= self.hfov_deg < 179.0 or (self.vfov_deg is not None and not 1.0 <= self.vfov_deg < 179.0):
+            raise ValueError(f"reader option camera: field of view must be in [1, 179) degrees, got {self.hfov_deg}")
+        if not self.height_m > 0:
+            raise ValueError(f"reader option camera: height_m must be positive, got {self.height_m}")
+
+    def resolve(self, width: int, height: int) -> CameraCalibration:
+        import math
+
+        fx = 0.5 * width / math.tan(math.radians(self.hfov_deg) / 2.0)
+        fy = fx if self.vfov_deg is None else 0.5 * height / math.tan(math.radians(self.vfov_deg) / 2.0)
+        return CameraCalibration(fx=fx, fy=fy, cx=(width - 1) / 2.0, cy=(height - 1) / 2.0,
+                                 height_m=self.height_m, pitch_rad=self.pitch_rad)
 
 
 @dataclasses.dataclass
@@ -239,6 +296,8 @@ def build_recording(*, file: str, rows: np.ndarray, log: Dict[str, np.ndarray], 
     meta.setdefault("fps", estimate_fps(columns["timestamp_s"]))
     if "width" not in meta or "height" not in meta:
         meta["height"], meta["width"] = _first_frame_size(source, file)
+    if isinstance(meta.get("camera"), FieldOfViewCamera):
+        meta["camera"] = meta["camera"].resolve(int(meta["width"]), int(meta["height"]))
     return Recording(RecordingMeta(**meta), columns, source, path if path is not None else Path(file),
                      origin=(file, np.asarray(rows, dtype=np.int64)[index]))
 
