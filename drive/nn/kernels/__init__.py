@@ -11,7 +11,6 @@ Switches: ``DRIVE_TRITON=0`` turns the kernels off; ``DRIVE_TRITON=interpret`` t
 ``TRITON_INTERPRET=1`` also runs them on CPU tensors through Triton's interpreter (how the tests
 check them without a GPU; slow, for tests only).
 """
-from __future__ import annotations
 
 import functools
 import os
