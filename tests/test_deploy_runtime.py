@@ -332,7 +332,14 @@ def test_cpp_runtime_on_cuda_matches_python_on_cuda(runtime, exported, tmp_path,
     # same file, same GPU, same kernels: only cuDNN's algorithm choice may differ between processes
     assert_same_commands(read_commands(tmp_path / "cuda.csv"), want, 1e-3)
     assert "cuda" in done.stderr and ("fp16" if half else "fp32") in done.stderr
-    print(*(line for line in done.stderr.splitlines() if "latency p50" in line))  # shown by `pytest -rP`
+    # the default on CUDA: the step captured in a CUDA graph (at::cuda::CUDAGraph); plain stepping
+    # in another process gives the same commands (up to cuDNN's per-process algorithm choice)
+    assert "# stepping in a CUDA graph" in done.stderr, done.stderr
+    plain = run_runtime(runtime, path, exported["ppm"], tmp_path / "plain.csv", "--no-cuda-graph", device="cuda")
+    assert plain.returncode == 0 and "CUDA graph" not in plain.stderr, plain.stderr
+    assert_same_commands(read_commands(tmp_path / "plain.csv"), read_commands(tmp_path / "cuda.csv"), 1e-3)
+    for run in (done, plain):  # shown by `pytest -rP`
+        print("graph" if run is done else "plain", *(line for line in run.stderr.splitlines() if "latency p50" in line))
 
 
 def _edited_package(src: Path, dst: Path, **changes: str) -> Path:
