@@ -376,15 +376,20 @@ def test_aoti_metadata_is_read_from_the_archive_and_unrunnable_packages_are_refu
     assert strings["AOTI_DEVICE_KEY"] == "cpu" and json.loads(strings["metadata_json"])["format"] == "aoti"
     check_aoti_loadable(cpu_aoti)  # this package runs here
     other_torch = _edited_package(cpu_aoti, tmp_path / "old.pt2", torch_version="2.11.0")
-    with pytest.raises(RuntimeError, match=r"old.pt2: AOTInductor package compiled by torch 2.11.0, this is torch"):
+    with pytest.raises(ValueError, match=r"old.pt2: AOTInductor package compiled by torch 2.11.0, this is torch"):
         load_exported(other_torch)
     other_isa = _edited_package(cpu_aoti, tmp_path / "isa.pt2", AOTI_CPU_ISA="NEON")
-    with pytest.raises(RuntimeError, match=r"isa.pt2: .*compiled for the NEON instruction set, which this CPU lacks"):
+    with pytest.raises(ValueError, match=r"isa.pt2: .*compiled for the NEON instruction set, which this CPU lacks"):
         load_exported(other_isa)
     if not torch.cuda.is_available():
         gpu = _edited_package(cpu_aoti, tmp_path / "gpu.pt2", AOTI_DEVICE_KEY="cuda", device="cuda")
-        with pytest.raises(RuntimeError, match=r"gpu.pt2: AOTInductor package compiled for CUDA, but torch sees no CUDA"):
+        with pytest.raises(ValueError, match=r"gpu.pt2: AOTInductor package compiled for CUDA, but torch sees no CUDA"):
             load_exported(gpu)
+        done = subprocess.run([sys.executable, "-m", "drive.cli", "evaluate", "--policy", str(gpu), "--km", "0.1",
+                               "--out", str(tmp_path / "eval")], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "gpu.pt2: AOTInductor package compiled for CUDA, but torch sees no CUDA device" in done.stderr
     not_zip = tmp_path / "junk.pt2"
     not_zip.write_bytes(b"not a zip")
     with pytest.raises(ValueError, match=r"junk.pt2: not an AOTInductor package"):

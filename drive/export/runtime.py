@@ -270,7 +270,8 @@ def _init_cuda(device: torch.device) -> None:
 
 
 def check_aoti_loadable(path: PathLike, meta: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
-    """Refuse, with the reason, an AOTInductor package this process cannot run, before loading it.
+    """Refuse (``ValueError``, the reason in one line) an AOTInductor package this process cannot
+    run, before loading it.
 
     Read from the archive (:func:`read_aoti_strings`), not by loading: the package's device
     (a CUDA package needs a visible GPU of the compute capability it was compiled for), the torch
@@ -282,18 +283,18 @@ def check_aoti_loadable(path: PathLike, meta: Optional[Dict[str, Any]] = None) -
     built = str(meta.get("torch_version", ""))
     here = torch.__version__.split("+")[0]
     if built and built != here:
-        raise RuntimeError(f"{path}: AOTInductor package compiled by torch {built}, this is torch {here}: "
+        raise ValueError(f"{path}: AOTInductor package compiled by torch {built}, this is torch {here}: "
                            "a package is native code for the torch that built it; export it again here "
                            "(or use the TorchScript file, which is portable)")
     device = strings.get("AOTI_DEVICE_KEY", str(meta.get("device", "cpu")))
     if device == "cuda":
         if not torch.cuda.is_available():
-            raise RuntimeError(f"{path}: AOTInductor package compiled for CUDA, but torch sees no CUDA device in "
+            raise ValueError(f"{path}: AOTInductor package compiled for CUDA, but torch sees no CUDA device in "
                                "this process; export with --device cpu for this machine, or use the TorchScript file")
         built_cc = strings.get("AOTI_COMPUTE_CAPABILITY", "")
         major, minor = torch.cuda.get_device_capability()
         if built_cc and built_cc.isdigit() and built_cc != f"{major}{minor}":
-            raise RuntimeError(f"{path}: AOTInductor package compiled for CUDA compute capability {built_cc}, "
+            raise ValueError(f"{path}: AOTInductor package compiled for CUDA compute capability {built_cc}, "
                                f"this GPU ({torch.cuda.get_device_name()}) is {major}{minor}; export it again on this GPU")
     elif device == "cpu":
         built_isa = strings.get("AOTI_CPU_ISA", "")
@@ -302,11 +303,11 @@ def check_aoti_loadable(path: PathLike, meta: Optional[Dict[str, Any]] = None) -
 
             supported = {str(isa).upper() for isa in cpu_vec_isa.valid_vec_isa_list()}
             if built_isa.upper() not in supported:
-                raise RuntimeError(f"{path}: AOTInductor CPU package compiled for the {built_isa} instruction set, "
+                raise ValueError(f"{path}: AOTInductor CPU package compiled for the {built_isa} instruction set, "
                                    f"which this CPU lacks (it has: {', '.join(sorted(supported)) or 'none'}); "
                                    "export it again on this machine")
     else:
-        raise RuntimeError(f"{path}: AOTInductor package compiled for device {device!r}; drive runs cpu or cuda packages")
+        raise ValueError(f"{path}: AOTInductor package compiled for device {device!r}; drive runs cpu or cuda packages")
     return strings
 
 
@@ -353,7 +354,7 @@ def probe_aoti(path: PathLike, timeout_s: float = 600.0) -> None:
             _PROBED[key] = f"no answer within {timeout_s:.0f} s"
     failure = _PROBED[key]
     if failure is not None:
-        raise RuntimeError(f"{path}: loading and stepping this AOTInductor CUDA package in a probe process failed "
+        raise ValueError(f"{path}: loading and stepping this AOTInductor CUDA package in a probe process failed "
                            f"({failure}); refused rather than risk this process: use the TorchScript export "
                            "(`drive export --format torchscript --device cuda`), which steps in a CUDA graph")
 

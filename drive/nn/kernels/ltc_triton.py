@@ -164,9 +164,11 @@ def ltc_backward(g_states: Tensor, v_in: Tensor, nd0: Tensor, cm_t: Tensor, sig:
     g_nd0 = torch.empty_like(nd0)
     g_cm = torch.empty_like(cm_t)
     parts = torch.zeros((4, programs, n, n), dtype=torch.float32, device=dev)
+    # the backward carries four [NP, NP] gradient accumulators besides the tile: twice the warps
+    # (registers) of the forward
     _ltc_bwd_kernel[(programs,)](g_states, v_in, nd0, cm_t, sig, nsm, qn, qd, g_v, g_nd0, g_cm,
                                  parts[0], parts[1], parts[2], parts[3], batch, length, N=n, NP=np_, U=unfolds,
-                                 BLOCK_B=block_b, num_warps=warps)
+                                 BLOCK_B=block_b, num_warps=min(8, 2 * warps))
     g_sig, g_nsm, g_qn, g_qd = parts.sum(1).unbind(0)
     return g_v, g_nd0, g_cm, g_sig, g_nsm, g_qn, g_qd
 
