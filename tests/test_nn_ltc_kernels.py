@@ -103,3 +103,56 @@ def test_kernel_handles_batches_that_do_not_fill_a_block_and_long_unfolds(kernel
     torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
     for name, g in ref.items():
         assert float((grads[name] - g).abs().max()) <= 1e-5 * float(g.abs().max()) + 1e-12, name
+
+
+COMPILE = r'''
+import json, pathlib, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import drive.nn.kernels.ltc_triton as K
+
+ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+forward = ["v0_ptr", "nd0_ptr", "cm_ptr", "sig_ptr", "nsm_ptr", "qn_ptr", "qd_ptr", "states_ptr", "vin_ptr"]
+backward = ["gs_ptr", "vin_ptr", "nd0_ptr", "cm_ptr", "sig_ptr", "nsm_ptr", "qn_ptr", "qd_ptr", "gv0_ptr", "gnd0_ptr",
+            "gcm_ptr", "gsig_ptr", "gnsm_ptr", "gqn_ptr", "gqd_ptr"]
+report = []
+for batch in (16, 256, 2048):
+    np_, block_b, warps = K._launch_config(batch, 19)
+    for kernel, ptrs, extra, w in ((K._ltc_fwd_kernel, forward, {"SAVE": True}, warps),
+                                   (K._ltc_bwd_kernel, backward, {}, min(8, 2 * warps))):
+        names = kernel.arg_names
+        signature = {n: "*fp32" if n in ptrs else "i32" if n in ("B", "L") else "constexpr" for n in names}
+        consts = {"N": 19, "NP": np_, "U": 6, "BLOCK_B": block_b, **extra}
+        src = ASTSource(fn=kernel, signature=signature, constexprs={(names.index(k),): v for k, v in consts.items()})
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w})
+        with tempfile.TemporaryDirectory() as d:
+            ptx = pathlib.Path(d) / "k.ptx"
+            ptx.write_text(compiled.asm["ptx"])
+            out = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(ptx.with_suffix(".o"))],
+                                 capture_output=True, text=True, check=True).stderr
+        spills = [int(part.split()[0]) for line in out.splitlines() for part in line.split(",") if "spill stores" in part]
+        report.append({"kernel": kernel.__name__, "batch": batch, "warps": w, "spill_stores": sum(spills)})
+print(json.dumps(report))
+'''
+
+
+def test_kernels_compile_for_an_h100_without_register_spills(tmp_path):
+    """The interpreter accepts code the compiler rejects: compile both kernels for sm_90 (Triton's
+    compiler and the ptxas it ships; no GPU needed) at the launch configurations the NCP uses, and
+    require that the state, the synapse tiles and the backward's accumulators fit in registers."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    if not (pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this triton has no bundled ptxas")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DRIVE_TRITON")}
+    env["PYTHONPATH"] = str(pathlib.Path(__file__).parents[1])
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(report) == 6
+    assert all(r["spill_stores"] == 0 for r in report), report
