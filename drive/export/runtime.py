@@ -154,7 +154,6 @@ class ExportedPolicy:
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda" and self.format in ("torchscript", "aoti") \
             and os.environ.get("DRIVE_CUDA_GRAPH", "1") != "0"
         self._graphs: Dict[Tuple[int, torch.dtype], Optional[_CapturedStep]] = {}
-        self._graph_pool: Any = None
         self.graph_failures: Dict[int, str] = {}  # batch -> why its capture failed (stepped without a graph)
 
     def initial_state(self, batch: int = 1) -> torch.Tensor:
@@ -192,9 +191,7 @@ class ExportedPolicy:
         key = (int(frame.size(0)), frame.dtype)
         if key not in self._graphs:
             try:
-                if self._graph_pool is None:
-                    self._graph_pool = torch.cuda.graph_pool_handle()
-                self._graphs[key] = _CapturedStep(self._uncaptured, frame, hidden, self._graph_pool)
+                self._graphs[key] = _CapturedStep(self._uncaptured, frame, hidden)
             except Exception as e:  # noqa: BLE001 - any capture failure falls back to plain stepping
                 torch.cuda.synchronize(self.device)
                 reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
@@ -237,7 +234,7 @@ class _CapturedStep:
     WARMUP = 4
 
     def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, ...]], frame: torch.Tensor,
-                 hidden: torch.Tensor, pool: Any) -> None:
+                 hidden: torch.Tensor) -> None:
         device = hidden.device if hidden.is_cuda else torch.device("cuda", torch.cuda.current_device())
         self.frame = frame.to(device, copy=True)
         self.hidden = hidden.to(device, copy=True)
@@ -249,7 +246,8 @@ class _CapturedStep:
         torch.cuda.current_stream(device).wait_stream(side)
         torch.cuda.synchronize(device)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=pool):
+        # its own memory pool (a few MB): no graph's replay can touch another's static outputs
+        with torch.cuda.graph(self.graph):
             self.out = fn(self.frame, self.hidden)
 
     def __call__(self, frame: torch.Tensor, hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
