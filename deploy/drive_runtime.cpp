@@ -23,7 +23,13 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/cuda.h>
 #include <ATen/Parallel.h>
+#include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
+#ifdef DRIVE_CUDA_GRAPH  // set by CMake when CUDA's runtime headers were found (deploy/CMakeLists.txt)
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -133,10 +139,37 @@ class TorchScriptRunner : public Runner {
   torch::jit::Module module_;
 };
 
+// The device an AOTInductor package was compiled for, read from its archive (the compiler's
+// AOTI_DEVICE_KEY in data/aotinductor/<model>/*_metadata.json) without loading the package.
+static std::string aoti_package_device(const std::string& path) {
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  for (const std::string& name : reader.getAllRecords()) {
+    if (name.find("aotinductor/") == std::string::npos || name.size() < 14 ||
+        name.compare(name.size() - 14, 14, "_metadata.json") != 0)
+      continue;
+    auto [data, size] = reader.getRecord(name);
+    const std::string json(static_cast<const char*>(data.get()), size);
+    const auto key = json.find("\"AOTI_DEVICE_KEY\"");
+    if (key == std::string::npos) continue;
+    const auto open = json.find('"', json.find(':', key) + 1);
+    const auto close = json.find('"', open + 1);
+    if (open != std::string::npos && close != std::string::npos) return json.substr(open + 1, close - open - 1);
+  }
+  throw std::runtime_error(path + ": no AOTInductor metadata in the package: not a drive export?");
+}
+
 class AOTIRunner : public Runner {
  public:
-  explicit AOTIRunner(const std::string& path) : loader_(path) {
-    auto m = loader_.get_metadata();
+  explicit AOTIRunner(const std::string& path) {
+    // Refuse a CUDA package without a GPU, and create the CUDA context before the package's native
+    // loader touches CUDA (Python's loader crashed on a CUDA package opened first thing in a process).
+    if (aoti_package_device(path) == "cuda") {
+      if (!torch::cuda::is_available())
+        throw std::runtime_error(path + ": AOTInductor package compiled for CUDA, but there is no CUDA device here");
+      (void)torch::zeros({1}, torch::Device("cuda:0")).sum().item<float>();
+    }
+    loader_ = std::make_unique<torch::inductor::AOTIModelPackageLoader>(path);
+    auto m = loader_->get_metadata();
     auto need = [&](const std::string& k) {
       auto it = m.find(k);
       if (it == m.end()) throw std::runtime_error("package metadata lacks '" + k + "': not a drive export?");
@@ -156,13 +189,69 @@ class AOTIRunner : public Runner {
   }
   StepOut step(const at::Tensor& frame, const at::Tensor& hidden) override {
     validate(frame, hidden);
-    auto out = loader_.run({frame, hidden});
+    auto out = loader_->run({frame, hidden});
     if (out.size() != 3) throw std::runtime_error("package returned " + std::to_string(out.size()) + " outputs, want 3");
     return {out[0], out[1], out[2]};
   }
 
  private:
-  torch::inductor::AOTIModelPackageLoader loader_;
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
+};
+
+// ---------------------------------------------------------------- CUDA graph
+// The step captured once in a CUDA graph over static frame and hidden buffers (on CUDA, unless
+// --no-cuda-graph): each step copies the frame and hidden in, replays, and returns copies of the
+// outputs. The same kernels as plain stepping, without launching each of them from the host.
+class GraphStep {
+ public:
+#ifdef DRIVE_CUDA_GRAPH
+  GraphStep(Runner& runner, const at::Tensor& frame, const at::Tensor& hidden) : runner_(runner) {
+    frame_ = frame.to(runner.device, /*non_blocking=*/false, /*copy=*/true);
+    hidden_ = hidden.to(runner.device, /*non_blocking=*/false, /*copy=*/true);
+    const auto index = runner.device.has_index() ? runner.device.index() : 0;
+    auto side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+    torch::cuda::synchronize(index);
+    {
+      c10::cuda::CUDAStreamGuard guard(side);
+      for (int i = 0; i < 4; ++i) (void)runner_.step(frame_, hidden_);  // settle the executor's plan
+    }
+    torch::cuda::synchronize(index);
+    {
+      c10::cuda::CUDAStreamGuard guard(side);  // capture needs a stream other than the legacy default
+      graph_.capture_begin();
+      try {
+        out_ = runner_.step(frame_, hidden_);
+      } catch (...) {
+        try { graph_.capture_end(); } catch (...) {}
+        throw;
+      }
+      graph_.capture_end();
+    }
+    torch::cuda::synchronize(index);
+  }
+  StepOut step(const at::Tensor& frame, const at::Tensor& hidden) {
+    runner_.validate(frame, hidden);
+    frame_.copy_(frame);
+    hidden_.copy_(hidden);
+    graph_.replay();
+    return {out_.curvature.clone(), out_.hidden.clone(), out_.status.clone()};
+  }
+  static constexpr bool supported = true;
+
+ private:
+  at::cuda::CUDAGraph graph_;
+#else
+  GraphStep(Runner& runner, const at::Tensor&, const at::Tensor&) : runner_(runner) {
+    throw std::runtime_error("this drive_runtime was built without CUDA's runtime headers (no CUDA-graph support)");
+  }
+  StepOut step(const at::Tensor& frame, const at::Tensor& hidden) { return runner_.step(frame, hidden); }
+  static constexpr bool supported = false;
+
+ private:
+#endif
+  Runner& runner_;
+  at::Tensor frame_, hidden_;
+  StepOut out_;
 };
 
 // ---------------------------------------------------------------- frame sources
@@ -357,14 +446,14 @@ struct Options {
   std::string model, frames, video, ffmpeg = "ffmpeg", device = "auto", out;
   int warmup = 20, threads = 1;
   double fps = 0.0;
-  bool pace = true, quiet = false;
+  bool pace = true, quiet = false, cuda_graph = true;
 };
 
 static void usage() {
   std::cerr << "usage: drive_runtime MODEL(.ts|.pt2) FRAMES(dir of .ppm | raw .rgb file or pipe)\n"
                "       drive_runtime MODEL(.ts|.pt2) --video PATH [--ffmpeg PATH]\n"
                "       [--device auto|cpu|cuda] [--warmup N] [--threads N] [--fps F] [--no-pace]\n"
-               "       [--out commands.csv] [--quiet]\n";
+               "       [--out commands.csv] [--quiet] [--no-cuda-graph]\n";
 }
 
 static Options parse(int argc, char** argv) {
@@ -385,6 +474,7 @@ static Options parse(int argc, char** argv) {
     else if (a == "--out") o.out = value();
     else if (a == "--no-pace") o.pace = false;
     else if (a == "--quiet") o.quiet = true;
+    else if (a == "--no-cuda-graph") o.cuda_graph = false;
     else if (a == "-h" || a == "--help") throw std::invalid_argument("");
     else if (!a.empty() && a[0] == '-') throw std::invalid_argument("unknown option " + a);
     else pos.push_back(a);
@@ -459,6 +549,20 @@ static int run(const Options& o) {
     (void)hidden.sum().item<float>();
   }
 
+  // On CUDA the step runs as a captured CUDA graph unless --no-cuda-graph; a capture that fails is
+  // reported and the run steps without one.
+  std::unique_ptr<GraphStep> graph;
+  if (runner->device.is_cuda() && o.cuda_graph) {
+    try {
+      graph = std::make_unique<GraphStep>(*runner, host, runner->initial_state());
+      std::fprintf(stderr, "# stepping in a CUDA graph (--no-cuda-graph to turn it off)\n");
+    } catch (const c10::Error& e) {
+      std::fprintf(stderr, "# CUDA-graph capture failed (%s); stepping without a graph\n", e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "# CUDA-graph capture failed (%s); stepping without a graph\n", e.what());
+    }
+  }
+
   const char* header = "frame,curvature_per_m,status,latency_ms\n";
   if (!o.quiet) std::fputs(header, stdout);
   if (out) std::fputs(header, out.get());
@@ -472,7 +576,7 @@ static int run(const Options& o) {
   do {  // reading the next frame (disk, ffmpeg) is the camera's job: not timed
     if (o.pace) std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(period * static_cast<double>(i)));
     const auto start = Clock::now();
-    StepOut s = runner->step(host.to(runner->device, /*non_blocking=*/false), hidden);
+    StepOut s = graph ? graph->step(host, hidden) : runner->step(host.to(runner->device, /*non_blocking=*/false), hidden);
     const float curvature = s.curvature.to(torch::kCPU).item<float>();
     const auto stop = Clock::now();
     const int64_t status = s.status.to(torch::kCPU).item<int64_t>();

@@ -30,13 +30,18 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp")
 
 
 def read_metadata(model: Path) -> Dict:
-    """The drive export metadata of a .ts (zip entry) or .pt2 (package metadata) file."""
+    """The drive export metadata of a .ts (zip entry) or .pt2 (package metadata) file, read from
+    the archive without loading the model (a package's loader is native code: reading its
+    metadata must not run it)."""
     if not model.is_file():
         raise SystemExit(f"{model}: no such file")
-    if model.suffix == ".pt2":
-        from torch._inductor.package import load_package
-
-        return json.loads(load_package(str(model)).get_metadata()["metadata_json"])
+    if model.suffix == ".pt2" and zipfile.is_zipfile(model):
+        with zipfile.ZipFile(model) as zf:
+            for name in sorted(n for n in zf.namelist() if n.endswith("_metadata.json") and "/aotinductor/" in n):
+                strings = json.loads(zf.read(name))
+                if isinstance(strings, dict) and "metadata_json" in strings:
+                    return json.loads(strings["metadata_json"])
+        raise SystemExit(f"{model}: no drive metadata in the package; export it with `drive export`")
     if not zipfile.is_zipfile(model):
         raise SystemExit(f"{model}: not a TorchScript file (.ts, a zip archive) or an AOTInductor package (.pt2)")
     with zipfile.ZipFile(model) as zf:

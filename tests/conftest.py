@@ -1,6 +1,15 @@
 """Shared test fixtures."""
+import os
+
 import pytest
 import torch
+
+# Without a GPU, Triton kernels (drive/nn/kernels/) are tested through Triton's interpreter on CPU
+# tensors. Triton reads TRITON_INTERPRET when its language module and each kernel are defined,
+# i.e. before anything imports triton (lightning does): so here, first. Nothing else in the
+# suite runs Triton on CPU.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -24,7 +25,7 @@ import numpy as np
 import pytest
 import torch
 
-from drive.export import export_policy, load_exported
+from drive.export import export_policy, load_exported, read_metadata
 from drive.policy_io import policy_meta, save_policy
 from drive.preprocess import Preprocessing
 from drive.train.families import build_policy
@@ -331,4 +332,65 @@ def test_cpp_runtime_on_cuda_matches_python_on_cuda(runtime, exported, tmp_path,
     # same file, same GPU, same kernels: only cuDNN's algorithm choice may differ between processes
     assert_same_commands(read_commands(tmp_path / "cuda.csv"), want, 1e-3)
     assert "cuda" in done.stderr and ("fp16" if half else "fp32") in done.stderr
-    print(*(line for line in done.stderr.splitlines() if "latency p50" in line))  # shown by `pytest -rP`
+    # the default on CUDA: the step captured in a CUDA graph (at::cuda::CUDAGraph); plain stepping
+    # in another process gives the same commands (up to cuDNN's per-process algorithm choice)
+    assert "# stepping in a CUDA graph" in done.stderr, done.stderr
+    plain = run_runtime(runtime, path, exported["ppm"], tmp_path / "plain.csv", "--no-cuda-graph", device="cuda")
+    assert plain.returncode == 0 and "CUDA graph" not in plain.stderr, plain.stderr
+    assert_same_commands(read_commands(tmp_path / "plain.csv"), read_commands(tmp_path / "cuda.csv"), 1e-3)
+    for run in (done, plain):  # shown by `pytest -rP`
+        print("graph" if run is done else "plain", *(line for line in run.stderr.splitlines() if "latency p50" in line))
+
+
+def _edited_package(src: Path, dst: Path, **changes: str) -> Path:
+    """A copy of a real package with entries of its compiled-in string map changed (what a package
+    built by another torch, for another device or CPU would carry)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if item.filename.endswith("_metadata.json") and "/aotinductor/" in item.filename:
+                strings = json.loads(data)
+                meta = json.loads(strings["metadata_json"])
+                for key, value in changes.items():
+                    if key in strings and key.startswith("AOTI_"):
+                        strings[key] = value
+                    elif key in meta:
+                        meta[key] = value
+                strings["metadata_json"] = json.dumps(meta, sort_keys=True)
+                data = json.dumps(strings).encode()
+            zout.writestr(item, data)
+    return dst
+
+
+def test_aoti_metadata_is_read_from_the_archive_and_unrunnable_packages_are_refused(cpu_aoti, tmp_path):
+    # metadata in a fresh process: the package's loader (native code) is never imported or run
+    script = (f"import sys; from drive.export import read_metadata; m = read_metadata({str(cpu_aoti)!r}); "
+              "assert m['format'] == 'aoti' and m['device'] == 'cpu', m; "
+              "assert 'torch._inductor.package' not in sys.modules, 'the package loader was imported'; print('ok')")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+    from drive.export.runtime import check_aoti_loadable, read_aoti_strings
+
+    strings = read_aoti_strings(cpu_aoti)
+    assert strings["AOTI_DEVICE_KEY"] == "cpu" and json.loads(strings["metadata_json"])["format"] == "aoti"
+    check_aoti_loadable(cpu_aoti)  # this package runs here
+    other_torch = _edited_package(cpu_aoti, tmp_path / "old.pt2", torch_version="2.11.0")
+    with pytest.raises(ValueError, match=r"old.pt2: AOTInductor package compiled by torch 2.11.0, this is torch"):
+        load_exported(other_torch)
+    other_isa = _edited_package(cpu_aoti, tmp_path / "isa.pt2", AOTI_CPU_ISA="NEON")
+    with pytest.raises(ValueError, match=r"isa.pt2: .*compiled for the NEON instruction set, which this CPU lacks"):
+        load_exported(other_isa)
+    if not torch.cuda.is_available():
+        gpu = _edited_package(cpu_aoti, tmp_path / "gpu.pt2", AOTI_DEVICE_KEY="cuda", device="cuda")
+        with pytest.raises(ValueError, match=r"gpu.pt2: AOTInductor package compiled for CUDA, but torch sees no CUDA"):
+            load_exported(gpu)
+        done = subprocess.run([sys.executable, "-m", "drive.cli", "evaluate", "--policy", str(gpu), "--km", "0.1",
+                               "--out", str(tmp_path / "eval")], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "gpu.pt2: AOTInductor package compiled for CUDA, but torch sees no CUDA device" in done.stderr
+    not_zip = tmp_path / "junk.pt2"
+    not_zip.write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match=r"junk.pt2: not an AOTInductor package"):
+        read_metadata(not_zip)

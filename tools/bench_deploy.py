@@ -3,7 +3,7 @@
 
     python tools/bench_deploy.py                      # NCP-LTC, 1 CPU thread, all four paths
     python tools/bench_deploy.py --ckpt last.ckpt --steps 500
-    python tools/bench_deploy.py --device cuda        # p50/p99, fp32 and fp16 conv head
+    python tools/bench_deploy.py --device cuda        # p50/p99 with and without the CUDA graph, fp32/fp16 head
     python tools/bench_deploy.py --soak               # 108,000 steps (an hour at 30 Hz)
     python tools/bench_deploy.py --runtime build/deploy/drive_runtime   # also the C++ vehicle runtime
 
@@ -89,10 +89,11 @@ def time_block(step: Callable, frames: torch.Tensor, hidden: torch.Tensor, steps
     return wall, cpu, hidden
 
 
-def time_runtime(binary: Path, model: Path, raw: Path, out: Path, threads: int, warmup: int) -> List[float]:
+def time_runtime(binary: Path, model: Path, raw: Path, out: Path, threads: int, warmup: int, device: str = "cpu",
+                 extra: Optional[List[str]] = None) -> List[float]:
     """The C++ runtime stepping every frame of ``raw`` (no pacing): its per-step wall latencies (ms)."""
-    done = subprocess.run([str(binary), str(model), str(raw), "--no-pace", "--quiet", "--device", "cpu",
-                           "--threads", str(threads), "--warmup", str(warmup), "--out", str(out)],
+    done = subprocess.run([str(binary), str(model), str(raw), "--no-pace", "--quiet", "--device", device,
+                           "--threads", str(threads), "--warmup", str(warmup), "--out", str(out), *(extra or [])],
                           capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         raise SystemExit(f"{binary} {model.name} failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -219,19 +220,59 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
 
 
 def bench_cuda(args, ckpt: Path, work: Path) -> Dict:
+    """p50/p99 of the batch-1 step on the GPU, each file stepped with its CUDA graph (the default)
+    and without (``cuda_graph=False``), in alternating blocks of the same run; the ratio plain /
+    graph per file. The AOTInductor row comes last: its CUDA compile takes minutes, and a package
+    that cannot load is reported with the reason, not a crash."""
     if not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device")
-    rows = {}
+    rows: Dict[str, Dict] = {}
     variants = [("torchscript fp32", "torchscript", False, "p32.ts"), ("torchscript fp16", "torchscript", True, "p16.ts")]
     if "aoti" not in args.skip:
         variants.append(("aoti fp32", "aoti", False, "p32.pt2"))
-    print(f"\nbatch-1 step latency on {torch.cuda.get_device_name()}, {args.steps} steps (frame already on the GPU)")
+    print(f"\nbatch-1 step latency on {torch.cuda.get_device_name()}, {args.steps} steps per path "
+          "(frame already on the GPU, command read back each step)", flush=True)
+    ts32 = None
     for name, fmt, half, file in variants:
-        model = load_exported(export_policy(ckpt, work / file, format=fmt, device="cuda", half=half), device="cuda")
-        h, w = model.frame_size
+        try:
+            path = export_policy(ckpt, work / file, format=fmt, device="cuda", half=half)
+            graphed = load_exported(path, device="cuda")
+            plain = load_exported(path, device="cuda", cuda_graph=False)
+        except Exception as e:  # noqa: BLE001 - report and go on with the other rows
+            print(f"{name:<18} not measured: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+            rows[name] = {"error": str(e)}
+            continue
+        ts32 = path if name == "torchscript fp32" else ts32
+        h, w = graphed.frame_size
         frames = torch.randint(0, 256, (32, h, w, 3), dtype=torch.uint8).cuda()
-        r = rows[name] = summary(time_block(model.step, frames, model.initial_state(), args.steps, args.warmup)[0])
-        print(f"{name:<18} p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms", flush=True)
+        lat: Dict[str, List[float]] = {"graph": [], "plain": []}
+        hidden = {"graph": graphed.initial_state(), "plain": plain.initial_state()}
+        blocks = 5
+        for b in range(blocks):  # alternating blocks: drift on the machine hits both alike
+            for key, model in (("graph", graphed), ("plain", plain)):
+                wall, _, hidden[key] = time_block(model.step, frames, hidden[key], max(1, args.steps // blocks),
+                                                  args.warmup if b == 0 else 5, offset=b * 7)
+                lat[key] += wall
+        g, p = summary(lat["graph"]), summary(lat["plain"])
+        rows[name] = {"graph": g, "plain": p, "graph_failures": graphed.graph_failures,
+                      "plain_over_graph_p50": p["p50_ms"] / g["p50_ms"], "plain_over_graph_p99": p["p99_ms"] / g["p99_ms"]}
+        fell_back = f"  (capture failed: {graphed.graph_failures})" if graphed.graph_failures else ""
+        print(f"{name:<18} CUDA graph p50 {g['p50_ms']:.3f} ms  p99 {g['p99_ms']:.3f} ms | without p50 {p['p50_ms']:.3f} "
+              f"ms  p99 {p['p99_ms']:.3f} ms | without / with: p50 {rows[name]['plain_over_graph_p50']:.2f}x, "
+              f"p99 {rows[name]['plain_over_graph_p99']:.2f}x (p99 target <= 0.3 ms){fell_back}", flush=True)
+    if args.runtime and ts32 is not None:
+        raw = work / "frames.rgb"
+        model = load_exported(ts32)
+        h, w = model.frame_size
+        raw.write_bytes(torch.randint(0, 256, (args.steps, h, w, 3), dtype=torch.uint8).numpy().tobytes())
+        for label, extra in (("graph", []), ("plain", ["--no-cuda-graph"])):
+            lat = time_runtime(args.runtime, ts32, raw, work / f"cpp_{label}.csv", args.threads, args.warmup,
+                               device="cuda", extra=extra)
+            r = rows[f"torchscript fp32 C++ {label}"] = summary(lat)
+            print(f"C++ runtime, torchscript fp32, {'CUDA graph' if label == 'graph' else 'no graph  '}: "
+                  f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms (host-to-device frame copy included)", flush=True)
+        g, p = rows["torchscript fp32 C++ graph"], rows["torchscript fp32 C++ plain"]
+        print(f"C++ runtime without / with the graph: p50 {p['p50_ms'] / g['p50_ms']:.2f}x, p99 {p['p99_ms'] / g['p99_ms']:.2f}x")
     return {"device": torch.cuda.get_device_name(), "paths": rows}
 
 

@@ -7,8 +7,10 @@ wired CfC on AutoNCP(19, 1) vs ncps, both with ncps's semantics and with the who
 trains it; dense CfC 64 vs ncps; drive LSTM-64 vs torch nn.LSTM) it
 prints the median time of a forward pass (no grad), a forward+backward pass (B x L x F inputs) and
 a B=1 single step (eager, and scripted for drive), with the ratio ncps / drive (> 1: drive faster).
-With ``--device cuda`` it also reports the LTC sequence cost on the GPU (forward and
-forward+backward, at the given batch and at batch 256).
+With ``--device cuda`` it first reports the LTC's sequence cost on the GPU against cuDNN:
+forward+backward with the fused Triton kernels and with the TorchScript solver, vs
+``torch.nn.LSTM(F, 64)``, at the given batch and at 256 (default rounds 5 there, so the whole run
+fits a 10-minute device call).
 """
 from __future__ import annotations
 
@@ -124,23 +126,41 @@ def bench_pair(name: str, ours: nn.Module, ref: nn.Module, ref_step: Callable, a
 
 
 def gpu_ltc(args: argparse.Namespace, device: torch.device) -> List[Dict[str, object]]:
-    """LTC sequence cost on the GPU: forward and forward+backward at the given batch and at 256."""
+    """The LTC's sequence cost on the GPU against cuDNN: drive's LTC (NCP 19) forward+backward with
+    the fused Triton kernels (the default on CUDA) and with the TorchScript solver (``DRIVE_TRITON=0``),
+    against ``torch.nn.LSTM(F, 64)`` (cuDNN), at the given batch and at 256, in the same run."""
+    import os
+
+    from drive.nn.kernels import triton_available
+
     ncp = NcpsLTC(args.features, wirings.NCP(12, 6, 1, 6, 4, 6, 6))
     ours = from_ncps(ncp).to(device)
-    ncp = ncp.to(device)
+    lstm = nn.LSTM(args.features, 64, batch_first=True).to(device)
     out = []
     for batch in (args.batch, 256):
         x = torch.randn(batch, args.length, args.features, device=device)
-        res: Dict[str, object] = {"batch": batch}
-        for label, m in (("drive", ours), ("ncps", ncp)):
-            def fb(m: nn.Module = m) -> None:
-                m(x)[0].sum().backward()
 
-            def f(m: nn.Module = m) -> None:
-                with torch.no_grad():
-                    m(x)
-            res[label] = paired_median_ms([f, fb], args.rounds, device)
-        out.append(res)
+        def ltc_fb(kernels: bool) -> Callable[[], None]:
+            def run() -> None:
+                os.environ["DRIVE_TRITON"] = "1" if kernels else "0"
+                try:
+                    ours(x)[0].sum().backward()
+                finally:
+                    os.environ.pop("DRIVE_TRITON", None)
+            return run
+
+        def ltc_f() -> None:
+            with torch.no_grad():
+                ours(x)
+
+        def lstm_fb() -> None:
+            lstm(x)[0].sum().backward()
+
+        fns = [ltc_fb(True), ltc_fb(False), lstm_fb, ltc_f]
+        kern, script_ms, lstm_ms, fwd = paired_median_ms(fns, args.rounds, device)
+        out.append({"batch": batch, "ltc_fwd_bwd_kernels_ms": kern, "ltc_fwd_bwd_torchscript_ms": script_ms,
+                    "lstm64_cudnn_fwd_bwd_ms": lstm_ms, "ltc_fwd_kernels_ms": fwd, "triton": triton_available(),
+                    "ltc_over_lstm": kern / lstm_ms, "torchscript_over_kernels": script_ms / kern})
     return out
 
 
@@ -151,16 +171,28 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--features", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=15,
-                        help="interleaved rounds per measurement (median over rounds of the per-call time)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds per measurement (median over rounds of the per-call time; "
+                             "default 15 on CPU, 5 on CUDA, where ncps's LTC alone takes ~0.2 s per call)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.rounds is None:
+        args.rounds = 5 if device.type == "cuda" else 15
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but CUDA is not available")
-    rows = [bench_pair(*p, args, device) for p in pairs(args.features)]
+    # on CUDA the ratios the GPU goals name come first (each row is printed as soon as it is measured)
     gpu = gpu_ltc(args, device) if device.type == "cuda" else []
+    if not args.json:
+        for g in gpu:
+            print(f"GPU LTC (NCP 19) B={g['batch']} L={args.length}: forward+backward {g['ltc_fwd_bwd_kernels_ms']:.2f} ms "
+                  f"with the fused kernels (triton {'yes' if g['triton'] else 'MISSING'}), "
+                  f"{g['ltc_fwd_bwd_torchscript_ms']:.2f} ms TorchScript solver "
+                  f"({g['torchscript_over_kernels']:.1f}x); cuDNN LSTM(64) {g['lstm64_cudnn_fwd_bwd_ms']:.2f} ms: "
+                  f"LTC / LSTM = {g['ltc_over_lstm']:.2f}x (goal <= 2x); LTC forward {g['ltc_fwd_kernels_ms']:.2f} ms",
+                  flush=True)
+    rows = [bench_pair(*p, args, device) for p in pairs(args.features)]
     if args.json:
         print(json.dumps({"device": str(device), "threads": args.threads, "rows": rows, "gpu_ltc": gpu}, indent=2))
         return
@@ -176,10 +208,6 @@ def main(argv: Optional[List[str]] = None) -> None:
         print(f"| {r['model']} | " + " | ".join(cells) + f" | {r['step_scripted_ms']:.3f} |")
     print("references: ncps LTC (same wiring and weights), ncps CfC AutoNCP(19,1) (for the 'whole wiring' row drive also "
           "runs the command->command synapses and polarity ncps drops), ncps CfC dense 64, torch nn.LSTM")
-    for g in gpu:
-        d, n = g["drive"], g["ncps"]
-        print(f"GPU LTC B={g['batch']}: forward {d[0]:.2f} ms (ncps {n[0]:.2f}), "
-              f"forward+backward {d[1]:.2f} ms (ncps {n[1]:.2f})")
 
 
 if __name__ == "__main__":

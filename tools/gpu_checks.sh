@@ -20,15 +20,21 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDON
 
 bench() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
-  python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"
-  # per-command limits sum to ~9 minutes, inside one 10-minute call of the device tool (an H100 took
-  # ~150 s for the last four together; bench_deploy compiles an AOTInductor package for CUDA)
+  python3 -c "import torch, importlib.util as u; print('torch', torch.__version__, torch.cuda.get_device_name(), 'triton', bool(u.find_spec('triton')))"
+  # with a built C++ runtime (cmake -S deploy -B build/deploy ...; carried or built beforehand) the
+  # deploy benchmark also times it on CUDA with and without its CUDA graph
+  runtime=""
+  [ -x build/deploy/drive_runtime ] && runtime="--runtime build/deploy/drive_runtime"
+  # per-command limits sum to 9 minutes, inside one 10-minute call of the device tool. Each
+  # benchmark prints a row as soon as it is measured: the GPU ratios first (bench_rnn: LTC vs cuDNN
+  # LSTM; bench_deploy: with vs without the CUDA graph, the AOTInductor row last since its CUDA
+  # compile takes ~2 minutes)
   for spec in \
-      "280 tools/bench_deploy.py --device cuda" \
-      "90 tools/bench_rnn.py --device cuda" \
+      "260 tools/bench_deploy.py --device cuda $runtime" \
+      "110 tools/bench_rnn.py --device cuda" \
       "80 tools/bench_train.py --device cuda --batch 64" \
-      "60 tools/bench_closed_form.py --device cuda --rounds 11" \
-      "40 tools/bench_saliency.py --device cuda"; do
+      "55 tools/bench_closed_form.py --device cuda --rounds 11" \
+      "35 tools/bench_saliency.py --device cuda"; do
     limit=${spec%% *} cmd=${spec#* }
     echo; echo "### python $cmd"
     timeout "$limit" python3 $cmd 2>&1 | grep -v -E "Warning|warn\(|^\s*$" | tail -40
@@ -38,13 +44,18 @@ bench() {
 
 tests() {
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-  # the CUDA checks first (export parity fp32/fp16, the C++ runtime on the GPU; -rP shows its
-  # latency line), then everything else on 12 workers
-  timeout 120 python3 -m pytest -q -p no:cacheprovider -rsP tests/test_export_cuda.py \
-      tests/test_deploy_runtime.py -k cuda 2>&1 | tail -40
+  # the CUDA checks first, on 4 workers (export parity fp32/fp16, CUDA-graph parity over 1,000
+  # steps, the AOTInductor CUDA package, the C++ runtime on the GPU with and without its graph
+  # (-rP shows its latency lines), the fused LTC kernels, mixed-precision training), then
+  # everything else on 14 workers
+  timeout -s INT 230 python3 -m pytest -q -p no:cacheprovider -n 4 -rsP tests/test_export_cuda.py \
+      tests/test_nn_ltc_kernels.py tests/test_train_mixed_precision_cuda.py \
+      "tests/test_deploy_runtime.py::test_cpp_runtime_on_cuda_matches_python_on_cuda" 2>&1 | tail -40
   # SIGINT at the limit: pytest still prints its summary of what failed so far (an H100 machine ran
   # 426 tests in 230 s on 14 workers)
-  timeout -s INT 420 python3 -m pytest -q -p no:cacheprovider -n 14 --tb=short -rfE --durations=10 \
+  timeout -s INT 330 python3 -m pytest -q -p no:cacheprovider -n 14 --tb=short -rfE --durations=10 \
+      --ignore=tests/test_export_cuda.py --ignore=tests/test_train_mixed_precision_cuda.py \
+      --deselect "tests/test_deploy_runtime.py::test_cpp_runtime_on_cuda_matches_python_on_cuda" \
       2>&1 | grep -v "PytestBenchmarkWarning\|warner(" | tail -80
 }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import warnings
 import zipfile
 from pathlib import Path
@@ -22,7 +23,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 import numpy as np
 import torch
 
-__all__ = ["ExportedPolicy", "ExportedDriver", "load_exported", "read_metadata", "optimize_loaded", "PRESERVED"]
+__all__ = ["ExportedPolicy", "ExportedDriver", "load_exported", "read_metadata", "read_aoti_strings",
+           "check_aoti_loadable", "probe_aoti", "optimize_loaded", "PRESERVED"]
 
 META_FILE = "drive_meta.json"
 PathLike = Union[str, os.PathLike]
@@ -39,9 +41,7 @@ def read_metadata(path: PathLike) -> Dict[str, Any]:
                 raise ValueError(f"{path}: no {META_FILE} inside: not exported by drive")
             return json.loads(zf.read(names[0]))
     if suffix == ".pt2":
-        from torch._inductor.package import load_package
-
-        return json.loads(load_package(str(path)).get_metadata()["metadata_json"])
+        return json.loads(read_aoti_strings(path)["metadata_json"])
     if suffix == ".onnx":
         import onnx
 
@@ -51,6 +51,32 @@ def read_metadata(path: PathLike) -> Dict[str, Any]:
             raise ValueError(f"{path}: no {META_FILE} metadata: not exported by drive")
         return json.loads(props[META_FILE])
     raise ValueError(f"{path}: unknown export suffix {suffix!r} (.ts, .pt2, .onnx)")
+
+
+def read_aoti_strings(path: PathLike) -> Dict[str, str]:
+    """The string map an AOTInductor package was compiled with (``aot_inductor.metadata``), read
+    from the ``.pt2`` zip archive itself: nothing is loaded, so a package built for a device this
+    process cannot run (or whose loader would crash) can still be inspected.
+
+    AOTInductor stores the map as JSON beside the compiled model,
+    ``<archive>/data/aotinductor/<model>/*_metadata.json``: the map
+    ``AOTIModelPackageLoader::get_metadata()`` returns, with the compiler's ``AOTI_DEVICE_KEY``
+    (``cpu`` / ``cuda``), ``AOTI_COMPUTE_CAPABILITY`` and ``AOTI_CPU_ISA`` added."""
+    path = Path(path)
+    try:
+        zf = zipfile.ZipFile(path)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise ValueError(f"{path}: not an AOTInductor package (not a zip archive: {e})") from None
+    with zf:
+        names = [n for n in zf.namelist() if n.endswith("_metadata.json") and "/aotinductor/" in n]
+        for name in sorted(names):
+            try:
+                strings = json.loads(zf.read(name))
+            except ValueError:
+                continue
+            if isinstance(strings, dict) and "metadata_json" in strings:
+                return {str(k): str(v) for k, v in strings.items()}
+    raise ValueError(f"{path}: no drive metadata in the package's archive: not exported by drive")
 
 
 # What a frozen module keeps: the methods and the attributes drive_runtime and run_policy.py read.
@@ -86,13 +112,15 @@ class ExportedPolicy:
     TorchScript files also take batches ``[B, H, W, 3]``.
     """
 
-    def __init__(self, path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True) -> None:
+    def __init__(self, path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True,
+                 cuda_graph: bool = True, probe: bool = True) -> None:
         self.path = Path(path)
         self.meta = read_metadata(self.path)
         self.format = self.meta["format"]
         self.device = torch.device(device)
         self.frame_size: Tuple[int, int] = (int(self.meta["frame_size"][0]), int(self.meta["frame_size"][1]))
         self.hidden_size = int(self.meta["hidden_size"])
+        self._run: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None
         if self.format == "torchscript":
             with warnings.catch_warnings():  # TorchScript's deprecation notice
                 warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
@@ -103,6 +131,11 @@ class ExportedPolicy:
             from torch._inductor import aoti_load_package
 
             self.device = torch.device(self.meta["device"])
+            check_aoti_loadable(self.path, self.meta)
+            if self.device.type == "cuda":
+                _init_cuda(self.device)
+                if probe:
+                    probe_aoti(self.path)
             self._module = aoti_load_package(str(self.path))
             self._run = _flat_runner(self._module)
         elif self.format == "onnx":
@@ -117,6 +150,11 @@ class ExportedPolicy:
             self.device = torch.device("cpu")
         else:
             raise ValueError(f"{self.path}: unknown export format {self.format!r}")
+        # CUDA graphs: on by default on CUDA (TorchScript and AOTInductor), one per (batch, frame dtype)
+        self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda" and self.format in ("torchscript", "aoti") \
+            and os.environ.get("DRIVE_CUDA_GRAPH", "1") != "0"
+        self._graphs: Dict[Tuple[int, torch.dtype], Optional[_CapturedStep]] = {}
+        self.graph_failures: Dict[int, str] = {}  # batch -> why its capture failed (stepped without a graph)
 
     def initial_state(self, batch: int = 1) -> torch.Tensor:
         """Fresh hidden ``[batch, hidden_size]`` fp32 (zeros: no state, last command 0, no flags)."""
@@ -139,18 +177,184 @@ class ExportedPolicy:
             raise ValueError(f"hidden must be float32; got {hidden.dtype}")
         return frame
 
-    @torch.inference_mode()
-    def step(self, frame: Union[np.ndarray, torch.Tensor], hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One frame -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``, status int64 ``[B]``)."""
-        frame = self._check(torch.as_tensor(frame), hidden)
-        if self.format == "onnx":
-            outs = self._session.run(None, {"frame": frame.cpu().numpy(), "hidden": hidden.cpu().numpy()})
-            return tuple(torch.from_numpy(np.asarray(o)) for o in outs)  # type: ignore[return-value]
-        frame, hidden = frame.to(self.device), hidden.to(self.device)
+    def _uncaptured(self, frame: torch.Tensor, hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.format == "torchscript":
             return self._module.step_with_status(frame, hidden)
         curvature, hidden, status = self._run([frame, hidden]) if self._run else self._module(frame, hidden)
         return curvature, hidden, status
+
+    def graph_batches(self) -> List[int]:
+        """Batch sizes whose step runs as a captured CUDA graph so far."""
+        return sorted({b for (b, _), g in self._graphs.items() if g is not None})
+
+    def _graph_for(self, frame: torch.Tensor, hidden: torch.Tensor) -> Optional["_CapturedStep"]:
+        key = (int(frame.size(0)), frame.dtype)
+        if key not in self._graphs:
+            try:
+                self._graphs[key] = _CapturedStep(self._uncaptured, frame, hidden)
+            except Exception as e:  # noqa: BLE001 - any capture failure falls back to plain stepping
+                torch.cuda.synchronize(self.device)
+                reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+                self.graph_failures[key[0]] = reason
+                self._graphs[key] = None
+                message = (f"{self.path}: CUDA-graph capture of the step at batch {key[0]} failed ({reason}); "
+                           "stepping without a graph (load with cuda_graph=False, or set DRIVE_CUDA_GRAPH=0, "
+                           "to skip the attempt)")
+                warnings.warn(message, RuntimeWarning, stacklevel=3)
+        return self._graphs[key]
+
+    @torch.inference_mode()
+    def step(self, frame: Union[np.ndarray, torch.Tensor], hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One frame -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``, status int64 ``[B]``).
+
+        On CUDA (TorchScript and AOTInductor files, unless ``cuda_graph=False``) the first step at
+        each batch size captures the step in a CUDA graph over static frame and hidden buffers;
+        every later step copies its inputs in, replays the graph and returns copies of the outputs
+        (the same kernels as plain stepping: bitwise the same results). A capture that fails
+        warns once, is recorded in ``graph_failures`` and that batch size steps without a graph."""
+        frame = self._check(torch.as_tensor(frame), hidden)
+        if self.format == "onnx":
+            outs = self._session.run(None, {"frame": frame.cpu().numpy(), "hidden": hidden.cpu().numpy()})
+            return tuple(torch.from_numpy(np.asarray(o)) for o in outs)  # type: ignore[return-value]
+        if self.cuda_graph:
+            graph = self._graph_for(frame, hidden)
+            if graph is not None:
+                return graph(frame, hidden)
+        frame, hidden = frame.to(self.device), hidden.to(self.device)
+        return self._uncaptured(frame, hidden)
+
+
+class _CapturedStep:
+    """One step captured in a CUDA graph: static input buffers, replay, outputs copied out.
+
+    The step runs ``WARMUP`` times on a side stream first (TorchScript's profiling executor
+    specialises its plan over the first calls; cuDNN and cuBLAS pick and cache their algorithms),
+    so the captured kernels are the ones plain stepping runs from then on."""
+
+    WARMUP = 4
+
+    def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, ...]], frame: torch.Tensor,
+                 hidden: torch.Tensor) -> None:
+        device = hidden.device if hidden.is_cuda else torch.device("cuda", torch.cuda.current_device())
+        self.frame = frame.to(device, copy=True)
+        self.hidden = hidden.to(device, copy=True)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(self.WARMUP):
+                fn(self.frame, self.hidden)
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        self.graph = torch.cuda.CUDAGraph()
+        # its own memory pool (a few MB): no graph's replay can touch another's static outputs
+        with torch.cuda.graph(self.graph):
+            self.out = fn(self.frame, self.hidden)
+
+    def __call__(self, frame: torch.Tensor, hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        self.frame.copy_(frame)
+        self.hidden.copy_(hidden)
+        self.graph.replay()
+        return tuple(o.clone() for o in self.out)  # type: ignore[return-value]
+
+
+def _init_cuda(device: torch.device) -> None:
+    """Create the CUDA context (and make ``device`` current) before a native loader touches CUDA:
+    an AOTInductor CUDA package opened first thing in a fresh process meets no context."""
+    torch.cuda.init()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    torch.cuda.set_device(index)
+    torch.zeros(1, device=torch.device("cuda", index))
+    torch.cuda.synchronize(index)
+
+
+def check_aoti_loadable(path: PathLike, meta: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
+    """Refuse (``ValueError``, the reason in one line) an AOTInductor package this process cannot
+    run, before loading it.
+
+    Read from the archive (:func:`read_aoti_strings`), not by loading: the package's device
+    (a CUDA package needs a visible GPU of the compute capability it was compiled for), the torch
+    that compiled it (a package is native code against that libtorch's ABI) and, for CPU
+    packages, the vector instruction set its kernels use. Returns the package's string map."""
+    path = Path(path)
+    strings = read_aoti_strings(path)
+    meta = meta if meta is not None else json.loads(strings["metadata_json"])
+    built = str(meta.get("torch_version", ""))
+    here = torch.__version__.split("+")[0]
+    if built and built != here:
+        raise ValueError(f"{path}: AOTInductor package compiled by torch {built}, this is torch {here}: "
+                           "a package is native code for the torch that built it; export it again here "
+                           "(or use the TorchScript file, which is portable)")
+    device = strings.get("AOTI_DEVICE_KEY", str(meta.get("device", "cpu")))
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{path}: AOTInductor package compiled for CUDA, but torch sees no CUDA device in "
+                               "this process; export with --device cpu for this machine, or use the TorchScript file")
+        built_cc = strings.get("AOTI_COMPUTE_CAPABILITY", "")
+        major, minor = torch.cuda.get_device_capability()
+        if built_cc and built_cc.isdigit() and built_cc != f"{major}{minor}":
+            raise ValueError(f"{path}: AOTInductor package compiled for CUDA compute capability {built_cc}, "
+                               f"this GPU ({torch.cuda.get_device_name()}) is {major}{minor}; export it again on this GPU")
+    elif device == "cpu":
+        built_isa = strings.get("AOTI_CPU_ISA", "")
+        if built_isa and built_isa not in ("", "INVALIDVECISA", "NONE"):
+            from torch._inductor import cpu_vec_isa
+
+            supported = {str(isa).upper() for isa in cpu_vec_isa.valid_vec_isa_list()}
+            if built_isa.upper() not in supported:
+                raise ValueError(f"{path}: AOTInductor CPU package compiled for the {built_isa} instruction set, "
+                                   f"which this CPU lacks (it has: {', '.join(sorted(supported)) or 'none'}); "
+                                   "export it again on this machine")
+    else:
+        raise ValueError(f"{path}: AOTInductor package compiled for device {device!r}; drive runs cpu or cuda packages")
+    return strings
+
+
+_PROBED: Dict[Tuple[str, int, int], Optional[str]] = {}
+_PROBE = """
+import sys, torch
+from drive.export.runtime import load_exported
+p = load_exported(sys.argv[1], probe=False, cuda_graph=False)
+h, w = p.frame_size
+out = p.step(torch.full((1, h, w, 3), 128, dtype=torch.uint8, device=p.device), p.initial_state(1))
+torch.cuda.synchronize()
+assert all(torch.isfinite(o.float()).all() for o in out), "non-finite output on a grey frame"
+print("ok")
+"""
+
+
+def probe_aoti(path: PathLike, timeout_s: float = 600.0) -> None:
+    """Load a CUDA AOTInductor package and step it once in a child process first: a native loader
+    that crashes (a segfault kills the process, no exception reaches Python) then costs a clear
+    error here instead of this process. Remembered per file (path, size, mtime) in this process."""
+    import signal
+    import subprocess
+
+    path = Path(path).resolve()
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _PROBED:
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            proc = subprocess.run([sys.executable, "-c", _PROBE, str(path)], env=env, capture_output=True,
+                                  text=True, timeout=timeout_s)
+            if proc.returncode == 0:
+                _PROBED[key] = None
+            else:
+                tail = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if line.strip()]
+                if proc.returncode < 0:
+                    how = f"killed by {signal.Signals(-proc.returncode).name}"
+                else:
+                    how = f"exit {proc.returncode}: {tail[-1] if tail else 'no message'}"
+                _PROBED[key] = how
+        except subprocess.TimeoutExpired:
+            _PROBED[key] = f"no answer within {timeout_s:.0f} s"
+    failure = _PROBED[key]
+    if failure is not None:
+        raise ValueError(f"{path}: loading and stepping this AOTInductor CUDA package in a probe process failed "
+                           f"({failure}); refused rather than risk this process: use the TorchScript export "
+                           "(`drive export --format torchscript --device cuda`), which steps in a CUDA graph")
 
 
 def _flat_runner(package: Any) -> Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]]:
@@ -170,10 +374,15 @@ def _flat_runner(package: Any) -> Optional[Callable[[List[torch.Tensor]], List[t
     return loader.boxed_run if in_spec == expected_in and out_spec == expected_out else None
 
 
-def load_exported(path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True) -> ExportedPolicy:
+def load_exported(path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True,
+                  cuda_graph: bool = True, probe: bool = True) -> ExportedPolicy:
     """Open an exported policy file (``.ts``, ``.pt2``, ``.onnx``); TorchScript files are
-    specialised to this process with :func:`optimize_loaded` unless ``optimize=False``."""
-    return ExportedPolicy(path, device=device, threads=threads, optimize=optimize)
+    specialised to this process with :func:`optimize_loaded` unless ``optimize=False``. On CUDA
+    the step is captured in a CUDA graph per batch size unless ``cuda_graph=False`` (or the
+    environment has ``DRIVE_CUDA_GRAPH=0``). An AOTInductor package is checked against this
+    process before loading (:func:`check_aoti_loadable`); a CUDA one is also loaded and stepped
+    once in a child process first unless ``probe=False`` (:func:`probe_aoti`)."""
+    return ExportedPolicy(path, device=device, threads=threads, optimize=optimize, cuda_graph=cuda_graph, probe=probe)
 
 
 class ExportedDriver:

@@ -332,7 +332,7 @@ class LTC(nn.Module):
         nd_s = torch.addmm(base, torch.sigmoid(torch.addmm(s_neg_sm, u, s_pre_sigma)), s_q).view(length, batch, 2 * n)
         cm_t = cm * (float(self.ode_unfolds) / timespans.transpose(0, 1).unsqueeze(2))
         nd0 = torch.cat([nd_s[:, :, :n], nd_s[:, :, n:] + cm_t], 2)
-        if not torch.jit.is_scripting() and torch.is_grad_enabled():
+        if not torch.jit.is_scripting():  # eager: Triton kernels on CUDA, else the hand-written backward
             states = self._solve_with_manual_backward(hidden, nd0, cm_t, pre_sigma, neg_sm, q)
         else:
             states = fused_solver(hidden, nd0, cm_t, pre_sigma, neg_sm, q, self.ode_unfolds, False)[0]
@@ -342,4 +342,12 @@ class LTC(nn.Module):
     @torch.jit.unused
     def _solve_with_manual_backward(self, hidden: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor,
                                     neg_sm: Tensor, q: Tensor) -> Tensor:
+        from drive.nn import kernels  # fused Triton kernels where they apply (CUDA): drive/nn/kernels/
+
+        if kernels.use_kernels(nd0, self.state_size):
+            return kernels.ltc_fused_solve(hidden, nd0, cm_t, self.sigma, self.mu, self._positive(self.w), self.erev,
+                                           self.mask, self.ode_unfolds)
+        if not torch.is_grad_enabled():
+            return fused_solver(hidden, nd0, cm_t, pre_sigma, neg_sm, q, self.ode_unfolds, False)[0]
         return _FusedSolver.apply(hidden, nd0, cm_t, pre_sigma, neg_sm, q, self.ode_unfolds)
+

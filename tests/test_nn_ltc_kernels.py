@@ -1,0 +1,158 @@
+"""The LTC's fused Triton kernels (drive/nn/kernels/) against the TorchScript solver.
+
+On a machine without CUDA the kernels run on CPU tensors through Triton's interpreter
+(``TRITON_INTERPRET=1`` before the kernels are defined, ``DRIVE_TRITON=interpret`` to let the LTC
+dispatch to them); with CUDA they run compiled on the GPU. Sizes are small: the interpreter
+executes every block operation in numpy."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from drive.nn import LTC
+from drive.nn.wiring import lane_keeping_ncp
+
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+triton = pytest.importorskip("triton")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernels():
+    """The kernel module; without a GPU, tests/conftest.py has set TRITON_INTERPRET=1 before
+    triton was first imported (Triton reads it when it defines its language and each kernel)."""
+    if not CUDA and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("no GPU and TRITON_INTERPRET is not 1: the kernels cannot run here")
+    import drive.nn.kernels.ltc_triton as module
+
+    return module
+
+
+@pytest.fixture
+def kernels_on(monkeypatch):
+    monkeypatch.setenv("DRIVE_TRITON", "1" if CUDA else "interpret")
+
+
+def run(m: LTC, x, h0, ts):
+    m.zero_grad()
+    y, h = m(x, h0, ts)
+    (y.sin().sum() + h.square().sum()).backward()
+    grads = {k: p.grad.clone() for k, p in m.named_parameters() if p.grad is not None}
+    return y.detach(), h.detach(), grads
+
+
+@pytest.mark.parametrize("positivity", ["softplus", "clip"])
+def test_kernels_match_the_torchscript_solver_forward_and_gradients(kernels_on, monkeypatch, positivity):
+    torch.manual_seed(0)
+    m = LTC(lane_keeping_ncp(), positivity=positivity).to(DEVICE)
+    x = torch.randn(3, 4, m.input_size, device=DEVICE)
+    ts = torch.rand(3, 4, device=DEVICE) + 0.5  # irregular elapsed time per row and step
+    h0 = (torch.randn(3, m.state_size, device=DEVICE) * 0.1).requires_grad_()
+    y, h, grads = run(m, x, h0, ts)
+    g_h0 = h0.grad.clone()
+    monkeypatch.setenv("DRIVE_TRITON", "0")  # the TorchScript solver with its hand-written backward
+    h0.grad = None
+    y_ref, h_ref, ref = run(m, x, h0, ts)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(h, h_ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(g_h0, h0.grad, rtol=1e-5, atol=1e-7)
+    assert set(grads) == set(ref) and len(ref) >= 13
+    for name, g in ref.items():
+        scale = float(g.abs().max())
+        assert float((grads[name] - g).abs().max()) <= 1e-5 * scale + 1e-12, name
+
+
+def test_ltc_dispatches_to_the_kernels_only_where_they_apply(kernels_on, monkeypatch):
+    from drive.nn.kernels import use_kernels
+
+    torch.manual_seed(1)
+    m = LTC(lane_keeping_ncp()).to(DEVICE)
+    x = torch.randn(2, 3, m.input_size, device=DEVICE)
+    import drive.nn.kernels as kernel_api
+
+    seen = []
+    original = kernel_api.ltc_fused_solve
+    monkeypatch.setattr(kernel_api, "ltc_fused_solve", lambda *a: seen.append(1) or original(*a))
+    y, _ = m(x)
+    assert seen == [1] and y.shape == (2, 3, 1)
+    with torch.no_grad():  # inference uses them too (no per-unfold states kept)
+        y2, _ = m(x)
+    assert len(seen) == 2
+    torch.testing.assert_close(y, y2)
+    assert not use_kernels(x.double(), m.state_size)  # fp64 (gradcheck) keeps the TorchScript path
+    assert not use_kernels(x, 65)  # the [N, N] tile must fit in registers
+    monkeypatch.setenv("DRIVE_TRITON", "0")
+    assert not use_kernels(x, m.state_size)
+    # a scripted LTC never sees the kernels and still runs (CPU and deployed modules)
+    scripted = torch.jit.script(m.cpu())
+    out, _ = scripted(x.cpu())
+    torch.testing.assert_close(out, y.cpu(), rtol=1e-5, atol=1e-6)
+
+
+def test_kernel_handles_batches_that_do_not_fill_a_block_and_long_unfolds(kernels_on, kernels, monkeypatch):
+    """Blocks of rows (BLOCK_B > 1) with a ragged last block, and a single-unfold solver."""
+    torch.manual_seed(2)
+    m = LTC(lane_keeping_ncp(), ode_unfolds=1).to(DEVICE)
+    x = torch.randn(5, 2, m.input_size, device=DEVICE)
+    monkeypatch.setattr(kernels, "_launch_config", lambda batch, n: (32, 2, 2))
+    y, h, grads = run(m, x, None, None)
+    monkeypatch.setenv("DRIVE_TRITON", "0")
+    y_ref, h_ref, ref = run(m, x, None, None)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-6)
+    for name, g in ref.items():
+        assert float((grads[name] - g).abs().max()) <= 1e-5 * float(g.abs().max()) + 1e-12, name
+
+
+COMPILE = r'''
+import json, pathlib, subprocess, sys, tempfile
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import drive.nn.kernels.ltc_triton as K
+
+ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+forward = ["v0_ptr", "nd0_ptr", "cm_ptr", "sig_ptr", "nsm_ptr", "qn_ptr", "qd_ptr", "states_ptr", "vin_ptr"]
+backward = ["gs_ptr", "vin_ptr", "nd0_ptr", "cm_ptr", "sig_ptr", "nsm_ptr", "qn_ptr", "qd_ptr", "gv0_ptr", "gnd0_ptr",
+            "gcm_ptr", "gsig_ptr", "gnsm_ptr", "gqn_ptr", "gqd_ptr"]
+report = []
+for batch in (16, 256, 2048):
+    np_, block_b, warps = K._launch_config(batch, 19)
+    for kernel, ptrs, extra, w in ((K._ltc_fwd_kernel, forward, {"SAVE": True}, warps),
+                                   (K._ltc_bwd_kernel, backward, {}, min(8, 2 * warps))):
+        names = kernel.arg_names
+        signature = {n: "*fp32" if n in ptrs else "i32" if n in ("B", "L") else "constexpr" for n in names}
+        consts = {"N": 19, "NP": np_, "U": 6, "BLOCK_B": block_b, **extra}
+        src = ASTSource(fn=kernel, signature=signature, constexprs={(names.index(k),): v for k, v in consts.items()})
+        compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w})
+        with tempfile.TemporaryDirectory() as d:
+            ptx = pathlib.Path(d) / "k.ptx"
+            ptx.write_text(compiled.asm["ptx"])
+            out = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(ptx.with_suffix(".o"))],
+                                 capture_output=True, text=True, check=True).stderr
+        spills = [int(part.split()[0]) for line in out.splitlines() for part in line.split(",") if "spill stores" in part]
+        report.append({"kernel": kernel.__name__, "batch": batch, "warps": w, "spill_stores": sum(spills)})
+print(json.dumps(report))
+'''
+
+
+def test_kernels_compile_for_an_h100_without_register_spills(tmp_path):
+    """The interpreter accepts code the compiler rejects: compile both kernels for sm_90 (Triton's
+    compiler and the ptxas it ships; no GPU needed) at the launch configurations the NCP uses, and
+    require that the state, the synapse tiles and the backward's accumulators fit in registers."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    if not (pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas").exists():
+        pytest.skip("this triton has no bundled ptxas")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DRIVE_TRITON")}
+    env["PYTHONPATH"] = str(pathlib.Path(__file__).parents[1])
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
+    done = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(report) == 6
+    assert all(r["spill_stores"] == 0 for r in report), report
