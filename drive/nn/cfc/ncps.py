@@ -1,17 +1,15 @@
 """``cfc_from_ncps``: an ``ncps.torch.CfC`` (dense or wired, trained weights) as the equivalent drive
-module (``drive.nn.cfc.CfC`` / ``drive.nn.wired_cfc.WiredCfC``); see ``docs/cfc.md`` for the mapping."""
+module (``drive.nn.cfc.CfC`` / ``drive.nn.cfc.WiredCfC``); see ``docs/cfc.md`` for the mapping."""
 
-from typing import TYPE_CHECKING, Any, List, Union
+from typing import Any, List, Union
 
 import numpy as np
 import torch
 from torch import nn
 
-from drive.nn.wired_cfc import WiredCfC
+from drive.nn.cfc.dense import CfC
+from drive.nn.cfc.wired import WiredCfC
 from drive.nn.wiring import Wiring
-
-if TYPE_CHECKING:
-    from drive.nn.cfc import CfC
 
 __all__ = ["cfc_from_ncps"]
 
@@ -33,7 +31,7 @@ def _heads(cell: Any, pure: bool) -> List[Any]:
 
 
 @torch.no_grad()
-def cfc_from_ncps(module: Any) -> Union["CfC", WiredCfC]:
+def cfc_from_ncps(module: Any) -> Union[CfC, WiredCfC]:
     """Convert an ``ncps.torch.CfC`` (dense or wired, any mode, mixed memory, ``proj_size``) with its
     weights into the drive module computing the same outputs (within float rounding) in eval mode.
 
@@ -45,8 +43,6 @@ def cfc_from_ncps(module: Any) -> Union["CfC", WiredCfC]:
     uses neuron ids (motor first) and one flat ``[h, c]`` tensor. ncps's ``batch_first=False`` and
     ``return_sequences=False`` are wrapper options that drive does not carry (y is [B, L, M]).
     """
-    from drive.nn.cfc import CfC  # here: drive.nn.cfc re-exports this function
-
     cell = module.rnn_cell
     pure = cell._layers[0].mode == "pure" if hasattr(cell, "_layers") else cell.mode == "pure"
     proj = module.fc if isinstance(module.fc, nn.Linear) else None

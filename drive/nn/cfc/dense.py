@@ -12,11 +12,11 @@ One CfC step maps the input I and the previous state x to the new state after an
   flat hidden state packs ``[x, c]``.
 
 The heads ff1, ff2, time_a, time_b read a shared backbone of Linear + activation layers over
-``cat(I, x)`` (``CfC``) or the synapses of a wiring (``WiredCfC``, in ``drive.nn.wired_cfc``). For
+``cat(I, x)`` (``CfC``) or the synapses of a wiring (``WiredCfC``, in ``drive.nn.cfc.wired``). For
 speed the input part of the first layer is computed for all time steps at once, the heads are one
 fused Linear and LeCun-tanh's scales are folded into the weights once per call (cached while no
-gradient is needed); eager training runs the hand-written BPTT of ``drive.nn.cfc_bptt``, TorchScript
-the autograd loop. ``cfc_from_ncps`` (``drive.nn.cfc_ncps``) converts an ``ncps.torch.CfC`` exactly.
+gradient is needed); eager training runs the hand-written BPTT of ``drive.nn.cfc.bptt``, TorchScript
+the autograd loop. ``cfc_from_ncps`` (``drive.nn.cfc.ncps``) converts an ``ncps.torch.CfC`` exactly.
 """
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -25,13 +25,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from drive.nn.cfc_bptt import (DenseBPTT, dense_loop_weights, dense_run, SigmoidForm, sigmoid_form_applies,
-                               uniform_time)
-from drive.nn.cfc_cells import (ACTIVATIONS, MODES, MixedMemory, PreparedCache, activate, cfc_update,
-                                check_config, dropout_mask, lstm_update, needs_grad, register_pure)
+from drive.nn.cfc.bptt import DenseBPTT, DenseSpec, dense_loop_weights, dense_run
+from drive.nn.cfc.cell import ACTIVATIONS, SIGMOID, SIGMOID_FORM, activate, dropout_mask, lstm_update, update
+from drive.nn.cfc.parts import MixedMemory, PreparedCache, check_config, needs_grad, register_pure
+from drive.nn.cfc.sigmoid_form import SigmoidForm, sigmoid_form_applies, uniform_time
 from drive.nn.checks import check_hidden, check_sequence
 
-__all__ = ["CfC", "WiredCfC", "cfc_from_ncps", "MODES", "ACTIVATIONS"]
+__all__ = ["CfC"]
 
 
 class CfC(nn.Module):
@@ -52,7 +52,7 @@ class CfC(nn.Module):
                  backbone_activation: str = "lecun_tanh", backbone_dropout: float = 0.0) -> None:
         super().__init__()
         self.check_values: bool = True  # value checks on inputs (drive.nn.checks.skip_value_checks)
-        self.mode_id = check_config(mode, input_size)
+        self.mode: str = check_config(mode, input_size)
         if units < 1 or backbone_layers < 0 or (backbone_layers > 0 and backbone_units < 1):
             raise ValueError("units >= 1, backbone_layers >= 0 and backbone_units >= 1 are required")
         if backbone_activation not in ACTIVATIONS:
@@ -67,7 +67,7 @@ class CfC(nn.Module):
         self.state_size = self.units * (2 if mixed_memory else 1)
         self.output_size = self.units if output_size is None else int(output_size)
         self.mixed_memory = bool(mixed_memory)
-        self.activation_id = ACTIVATIONS.index(backbone_activation)
+        self.activation: str = backbone_activation
         self.dropout = float(backbone_dropout)
         self.backbone_layers = int(backbone_layers)
         heads = (1 if mode == "pure" else 4) * self.units
@@ -98,7 +98,7 @@ class CfC(nn.Module):
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             w, b = layer.weight, layer.bias
-            if self.activation_id == 0:  # lecun_tanh(x) = 1.7159 tanh(0.666 x)
+            if self.activation == "lecun_tanh":  # lecun_tanh(x) = 1.7159 tanh(0.666 x)
                 w = w * ((0.666 if i < last else 1.0) * (1.7159 if i > 0 else 1.0))
                 b = b * 0.666 if i < last else b
             out += [w, b]
@@ -107,7 +107,7 @@ class CfC(nn.Module):
     @torch.jit.unused
     def _sigmoid_form(self, t: Tensor) -> List[Tensor]:
         """``_prepare``'s list in the form ``SigmoidForm`` gives (default mode, tanh-like backbone)."""
-        layers = SigmoidForm.apply(self.input_size, self.units, t, self.activation_id == 0,
+        layers = SigmoidForm.apply(self.input_size, self.units, t, self.activation == "lecun_tanh",
                                    *[v for layer in self.layers for v in (layer.weight, layer.bias)])
         return [self.A[:0]] * 5 + list(layers)
 
@@ -126,14 +126,14 @@ class CfC(nn.Module):
         outs: List[Tensor] = []
         for i in range(x.size(1)):
             if self.mixed_memory:
-                h, c = lstm_update(torch.addmm(m_part[i], h, wr.t()), c, n)
+                h, c, _ = lstm_update(torch.addmm(m_part[i], h, wr.t()), c, n)
             z = torch.addmm(x_part[i], h, w_state)
             for k in range(1, last + 1):
-                z = activate(z, self.activation_id)
+                z = activate(z, self.activation)
                 if p > 0.0:
                     z = z * dropout_mask(z, p)
                 z = F.linear(z, ws[k], bs[k])
-            h = cfc_update(z, steps[i], n, self.mode_id, w_tau, a)
+            h = update(z, steps[i], n, self.mode, w_tau, a)[0]
             outs.append(h)
         return torch.stack(outs, 1), h, c
 
@@ -146,20 +146,22 @@ class CfC(nn.Module):
                 return self._eager(x.to(dtype), state.to(dtype), ts.to(dtype))
         n, f = self.units, self.input_size
         h, c = state[:, :n], state[:, n:]
-        spec = (n, self.mode_id, self.activation_id, self.dropout if self.training else 0.0, self.mixed_memory)
+        spec = DenseSpec(n, self.mode, self.activation, self.dropout if self.training else 0.0, self.mixed_memory)
         grad = needs_grad(self, x, state)
         if grad and ts.requires_grad:  # elapsed-time gradients: only autograd has them
             return self._loop(x, state, ts, self._prepare())
         # the sigmoid form; without gradient only at t = 1 (cached) and over several steps (one step
         # gains less than its conversions cost)
-        t = uniform_time(ts) if sigmoid_form_applies(*spec[1:]) and (grad or x.size(1) > 1) else None
+        applies = sigmoid_form_applies(spec.mode, spec.activation, spec.dropout, spec.mixed)
+        t = uniform_time(ts) if applies and (grad or x.size(1) > 1) else None
         if t is not None and (grad or bool(t == 1.0)):
-            spec = (n, 3, 5, 0.0, False)
+            spec = DenseSpec(n, SIGMOID_FORM, SIGMOID, 0.0, False)
+        sigmoid_form = spec.mode == SIGMOID_FORM
         if grad:
-            return DenseBPTT.apply(spec, x, h, c, ts, *(self._sigmoid_form(t) if spec[1] == 3 else self._prepare()))
+            return DenseBPTT.apply(spec, x, h, c, ts, *(self._sigmoid_form(t) if sigmoid_form else self._prepare()))
         with torch.no_grad():
-            weights = self._cache.get(self, "loop" if spec[1] != 3 else "loop_sigmoid", lambda: dense_loop_weights(
-                f, False, self._sigmoid_form(ts.new_ones(()))) if spec[1] == 3 else dense_loop_weights(
+            weights = self._cache.get(self, "loop_sigmoid" if sigmoid_form else "loop", lambda: dense_loop_weights(
+                f, False, self._sigmoid_form(ts.new_ones(()))) if sigmoid_form else dense_loop_weights(
                 f, self.mixed_memory, self._prepare()))
             y, _, out = dense_run(spec, x, h, c, ts, weights)
             return y, out[1], out[2]
@@ -189,6 +191,3 @@ class CfC(nn.Module):
         """Zeros [batch, H] fp32 on the module's device."""
         return torch.zeros(batch, self.state_size, device=self.layers[0].weight.device)
 
-
-from drive.nn.wired_cfc import WiredCfC  # noqa: E402  (re-exported: checkpoints name drive.nn.cfc.*)
-from drive.nn.cfc_ncps import cfc_from_ncps  # noqa: E402

@@ -1,69 +1,23 @@
-"""Shared CfC cell math (CfC, Hasani et al. 2022) used by ``drive.nn.cfc`` and ``drive.nn.wired_cfc``.
+"""What ``CfC`` and ``WiredCfC`` share besides the cell math: configuration checks, Cf-S's
+parameters, the mixed-memory LSTM's parameters and the eager cache of prepared weights."""
 
-Everything here scripts with TorchScript. The hand-written backward of these updates lives in
-``drive.nn.cfc_bptt``; both must change together.
-"""
-
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-MODES = ("default", "no_gate", "pure")
-ACTIVATIONS = ("lecun_tanh", "tanh", "relu", "gelu", "silu")
+from drive.nn.cfc.cell import MODES
+
+__all__ = ["check_config", "register_pure", "needs_grad", "MixedMemory", "PreparedCache"]
 
 
-def activate(x: Tensor, kind: int) -> Tensor:
-    """Backbone activation by code (lecun_tanh arrives pre-scaled, so it is a plain tanh here; code 5
-    is the sigmoid of ``cfc_bptt.SigmoidForm``)."""
-    if kind <= 1:
-        return torch.tanh(x)
-    if kind == 5:
-        return torch.sigmoid(x)
-    if kind == 2:
-        return torch.relu(x)
-    if kind == 3:
-        return F.gelu(x)
-    return F.silu(x)
-
-
-def dropout_mask(like: Tensor, p: float) -> Tensor:
-    """Inverted-dropout mask (0 or 1/(1-p)) shaped like ``like``. The autograd loop and the BPTT
-    fast path draw these in the same order, so one seed gives both the same masks."""
-    return torch.empty_like(like).bernoulli_(1.0 - p).div_(1.0 - p)
-
-
-def cfc_update(z: Tensor, t: Tensor, n: int, mode: int, w_tau: Tensor, a: Tensor) -> Tensor:
-    """New state [B, n] from fused head pre-activations z [B, K n] and elapsed time t [B, 1].
-
-    mode 0 default (Eq. 10), 1 no_gate, 2 pure (Eq. 9; z = ff1, w_tau = |w_tau| already). Slices,
-    not ``split``: fewer, cheaper ops per step (this loop is dispatch-bound)."""
-    if mode == 2:
-        decay = torch.exp(-t * (w_tau + z.abs()))
-        return torch.addcmul(a, a * decay, z, value=-1.0)
-    gh = torch.tanh(z[:, : 2 * n])  # g = tanh(ff1), h = tanh(ff2)
-    gate = torch.sigmoid(torch.addcmul(z[:, 3 * n:], z[:, 2 * n: 3 * n], t))
-    if mode == 0:
-        return torch.lerp(gh[:, :n], gh[:, n:], gate)
-    return torch.addcmul(gh[:, :n], gate, gh[:, n:])
-
-
-def lstm_update(z: Tensor, c: Tensor, n: int) -> Tuple[Tensor, Tensor]:
-    """ncps's LSTMCell given z = W_in I + b + W_rec x (+1 already added to the forget gate);
-    gate order: input activation, input gate, forget gate, output gate."""
-    gates = torch.sigmoid(z[:, n:])
-    c = torch.addcmul(gates[:, n: 2 * n] * c, torch.tanh(z[:, :n]), gates[:, :n])
-    return torch.tanh(c) * gates[:, 2 * n:], c
-
-
-def check_config(mode: str, input_size: int) -> int:
-    """Mode code (index in MODES) after validating mode and input_size."""
+def check_config(mode: str, input_size: int) -> str:
+    """``mode`` after validating it and input_size."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; choose one of {MODES}")
     if input_size < 1:
         raise ValueError(f"input_size must be >= 1, got {input_size}")
-    return MODES.index(mode)
+    return mode
 
 
 def register_pure(module: nn.Module, mode: str, units: int) -> None:

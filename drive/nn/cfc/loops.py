@@ -1,4 +1,4 @@
-"""The per-step loops of ``drive.nn.cfc_bptt`` as TorchScript-able functions.
+"""The per-step loops of the hand-written BPTT (``drive.nn.cfc.bptt``) as TorchScript-able functions.
 
 They are compiled once on first use (``compiled``): at CfC's sizes each step is a dozen tiny ops
 and the interpreter's dispatch is 1.3-1.7x cheaper than Python's. Inputs are time-major
@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from drive.nn.cfc_cells import activate, dropout_mask
+from drive.nn.cfc.cell import activate, dropout_mask, lstm_update, saves_input, update
 from drive.nn.script import script
 
 _COMPILED: Dict[str, Any] = {}
@@ -41,31 +41,6 @@ def _lists(k: int) -> List[List[Tensor]]:
     return out
 
 
-def update_forward(z: Tensor, t: Tensor, n: int, mode: int, w_tau: Tensor, a: Tensor) -> Tuple[Tensor, List[Tensor]]:
-    """``cfc_cells.cfc_update`` that also returns what its derivative needs; mode 3 is the default
-    mode in ``cfc_bptt.SigmoidForm`` (z = [2 ff1 | 2 ff2 | gate pre-activation], state (x + 1) / 2)."""
-    if mode == 3:
-        s = torch.sigmoid(z)
-        s1, s2, s3 = s.view(-1, 3, n).unbind(1)  # two ops for three views (three slices cost three)
-        return torch.lerp(s1, s2, s3), [s]
-    if mode == 2:
-        decay = torch.exp(-t * (w_tau + z.abs()))
-        return torch.addcmul(a, a * decay, z, value=-1.0), [z, decay]
-    ff1, ff2, time_a, time_b = z.split(n, 1)  # one op for four views (slices cost one each)
-    g, h = torch.tanh(ff1), torch.tanh(ff2)
-    s = torch.sigmoid(torch.addcmul(time_b, time_a, t))
-    new = torch.lerp(g, h, s) if mode == 0 else torch.addcmul(g, s, h)
-    return new, [g, h, s]
-
-
-def lstm_forward(z: Tensor, c: Tensor, n: int) -> Tuple[Tensor, Tensor, List[Tensor]]:
-    """``cfc_cells.lstm_update`` that also returns what its derivative needs."""
-    act, sg = torch.tanh(z[:, :n]), torch.sigmoid(z[:, n:])
-    c_new = torch.addcmul(sg[:, n: 2 * n] * c, act, sg[:, :n])
-    tc = torch.tanh(c_new)
-    return tc * sg[:, 2 * n:], c_new, [c, act, sg, tc]
-
-
 def _lstm_step(i: int, dh: Tensor, dc: Tensor, lstm: List[List[Tensor]]) -> Tuple[Tensor, Tensor]:
     """(d loss / d z_i [B, 4n], d loss / d c_{i-1}) from the gradients of step i's new (h, c);
     lstm = per-step (dc/dh, dz[:3n]/dc [B, 3, n], dz[3n:]/dh, forget gate) from ``lstm_jacobian``."""
@@ -75,8 +50,8 @@ def _lstm_step(i: int, dh: Tensor, dc: Tensor, lstm: List[List[Tensor]]) -> Tupl
 
 
 def dense_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tensor, w_h: Tensor,
-                  ws_t: List[Tensor], bs: List[Tensor], wr_t: Tensor, w_tau: Tensor, a: Tensor, n: int, mode: int,
-                  kind: int, p: float, mixed: bool, one: float = 1.0):
+                  ws_t: List[Tensor], bs: List[Tensor], wr_t: Tensor, w_tau: Tensor, a: Tensor, n: int, mode: str,
+                  kind: str, p: float, mixed: bool, one: float = 1.0):
     """Dense CfC steps keeping activations. ws_t/bs: backbone layers 2.. and heads (W^T, b);
     returns (outs, h, c, h_in, mem_in, mem_saved, acts, ins, masks, heads), per-layer lists indexed
     by the layer that consumes them minus one. ``one`` (= 1.0) is an argument, not a constant, so that
@@ -91,20 +66,20 @@ def dense_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
     for i in range(len(xs)):
         if mixed:
             mem_in.append(h)
-            h, c, sv = lstm_forward(torch.addmm(ms[i], h, wr_t, beta=one), c, n)
+            h, c, sv = lstm_update(torch.addmm(ms[i], h, wr_t, beta=one), c, n)
             mem_saved.append(sv)
         h_in.append(h)
         z = torch.addmm(xs[i], h, w_h, beta=one)
         for k in range(len(ws_t)):
             y = activate(z, kind)
-            acts[k].append(z if kind in (3, 4) else y)
+            acts[k].append(z if saves_input(kind) else y)
             if p > 0.0:
                 m = dropout_mask(y, p)
                 masks[k].append(m)
                 y = y * m
             ins[k].append(y)
             z = torch.addmm(bs[k], y, ws_t[k], beta=one)
-        h, sv = update_forward(z, tss[i], n, mode, w_tau, a)
+        h, sv = update(z, tss[i], n, mode, w_tau, a)
         heads.append(sv)
         outs.append(h)
     return outs, h, c, h_in, mem_in, mem_saved, acts, ins, masks, heads
@@ -146,7 +121,7 @@ def dense_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: Tensor,
 
 def wired_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tensor, w_rec: Tensor,
                   blocks: List[Tensor], bounds: List[int], src: List[int], dst: List[int], k: int, wr_t: Tensor,
-                  w_tau: Tensor, a: Tensor, mode: int, mixed: bool, one: float = 1.0):
+                  w_tau: Tensor, a: Tensor, mode: str, mixed: bool, one: float = 1.0):
     """Wired CfC steps (layer order) keeping activations: (outs, h, c, h_in, mem_in, mem_saved,
     saved[layer][step]); ``one`` as in ``dense_forward``."""
     mem_in: List[Tensor] = []
@@ -161,7 +136,7 @@ def wired_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
     for i in range(len(xs)):
         if mixed:
             mem_in.append(h)
-            h, c, sv = lstm_forward(torch.addmm(ms[i], h, wr_t, beta=one), c, n=h.size(1))
+            h, c, sv = lstm_update(torch.addmm(ms[i], h, wr_t, beta=one), c, n=h.size(1))
             mem_saved.append(sv)
         h_in.append(h)
         pre = torch.addmm(xs[i], h, w_rec, beta=one)
@@ -172,10 +147,10 @@ def wired_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
             for j in range(len(blocks)):
                 if dst[j] == l:
                     z = torch.addmm(z, news[src[j]], blocks[j], beta=one)
-            if mode == 2:
-                new, sv = update_forward(z, tss[i], hi - lo, mode, w_tau[lo:hi], a[lo:hi])
+            if mode == "pure":  # per-neuron parameters of this layer
+                new, sv = update(z, tss[i], hi - lo, mode, w_tau[lo:hi], a[lo:hi])
             else:
-                new, sv = update_forward(z, tss[i], hi - lo, mode, w_tau, a)
+                new, sv = update(z, tss[i], hi - lo, mode, w_tau, a)
             news.append(new)
             saved[l].append(sv)
         h = torch.cat(news, 1)
