@@ -125,3 +125,17 @@ def test_every_fixture_drives_the_world(name: str) -> None:
     result = evaluate(driver, km=0.1, seed=0, fps=1.0 / driver.nominal_dt_s)  # the rate it was trained at
     assert result.metrics["km"] == pytest.approx(0.1, abs=0.01)
     assert np.isfinite(result.metrics["lateral_rms_m"])
+
+
+def test_every_class_path_written_before_the_cfc_package_still_loads(tmp_path: Path, one_thread) -> None:
+    """Checkpoints from before ``drive/nn/cfc/`` name ``drive.nn.cfc.CfC``, ``drive.nn.wired_cfc.WiredCfC``
+    (the fixtures) or, older still, ``drive.nn.cfc.WiredCfC``: the last one, rewritten into a fixture."""
+    ckpt = torch.load(FIXTURES / "cfc_wired_mixed.ckpt", map_location="cpu", weights_only=True)
+    assert ckpt["drive"]["policy_config"]["rnn"]["class"] == "drive.nn.wired_cfc.WiredCfC"
+    ckpt["drive"]["policy_config"]["rnn"]["class"] = "drive.nn.cfc.WiredCfC"
+    torch.save(ckpt, tmp_path / "old.ckpt")
+    policy, _ = load_policy(tmp_path / "old.ckpt")
+    views = torch.from_numpy(INPUTS["views"]).permute(0, 3, 1, 2).float() / 255.0
+    with torch.no_grad():
+        curvature, _ = policy(views.unsqueeze(0), None, torch.from_numpy(INPUTS["dt_s"]).unsqueeze(0))
+    _assert_same(curvature.numpy(), REFERENCE["cfc_wired_mixed.ckpt/forward"], "drive.nn.cfc.WiredCfC forward")
