@@ -2,16 +2,16 @@
 
 One package, read top-down:
 
-| module | what |
-|---|---|
-| ``cell`` | the math, once: the update equation (Eq. 9/10) and its derivative, backbone activations, the mixed-memory LSTM cell; modes and activations by name |
-| ``parts`` | what both modules share: config checks, Cf-S parameters, the LSTM's parameters, the weight cache |
-| ``dense`` | ``CfC``: a backbone over ``cat(I, x)`` then the fused heads |
-| ``wired`` | ``WiredCfC``: neurons and synapses of a wiring (NCP, ...) |
-| ``loops`` | the BPTT's per-step loops as TorchScript functions |
-| ``sigmoid_form`` | the default-mode rewrite onto sigmoids (fast path) |
-| ``bptt`` | the hand-written backward (``DenseBPTT``, ``WiredBPTT``) |
-| ``ncps`` | ``cfc_from_ncps``: an ``ncps.torch.CfC`` as the drive module |
+- ``cell``: the math, once -- the update equation (Eq. 9/10) and its derivative, the backbone
+  activations, the mixed-memory LSTM cell; modes and activations by name;
+- ``parts``: what both modules share -- config checks, Cf-S parameters, the LSTM's parameters,
+  the weight cache;
+- ``dense``: ``CfC``, a backbone over ``cat(I, x)`` then the fused heads;
+- ``wired``: ``WiredCfC``, the neurons and synapses of a wiring (NCP, ...);
+- ``loops``: the BPTT's per-step loops as TorchScript functions;
+- ``sigmoid_form``: the default-mode rewrite onto sigmoids (fast path);
+- ``bptt``: the hand-written backward (``DenseBPTT``, ``WiredBPTT``);
+- ``ncps``: ``cfc_from_ncps``, an ``ncps.torch.CfC`` as the drive module.
 
 Checkpoints name their recurrent class by module path: ``drive.nn.cfc.CfC`` and
 ``drive.nn.cfc.WiredCfC`` resolve here, ``drive.nn.wired_cfc.WiredCfC`` through that module.

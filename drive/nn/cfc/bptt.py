@@ -144,7 +144,8 @@ def _loop(fn: Callable, xt: Tensor) -> Callable:
     return fn if xt.size(0) == 1 else compiled(fn)
 
 
-def dense_run(spec: "DenseSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple) -> Tuple[Tensor, Tensor, Tuple]:
+def dense_run(spec: "DenseSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor,
+              lw: Tuple) -> Tuple[Tensor, Tensor, Tuple]:
     """Run the dense loop: (states [B, L, n], time-major x, what ``dense_forward`` returns); lw from
     ``dense_loop_weights``. In the sigmoid form the loop carries L = (x + 1) / 2: h enters
     converted and the states and the last state leave as x (the lists keep L)."""
@@ -168,7 +169,8 @@ def wired_loop_weights(mixed: bool, prep: Sequence[Tensor]) -> Tuple:
     return (*prep[:4], prep[4].t().contiguous() if mixed else prep[4], *prep[5:8], list(prep[8:]))
 
 
-def wired_run(spec: "WiredSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple) -> Tuple[Tensor, Tuple]:
+def wired_run(spec: "WiredSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor,
+              lw: Tuple) -> Tuple[Tensor, Tuple]:
     """Run the wired loop: (time-major x, what ``wired_forward`` returns)."""
     n, mode, k, bounds, src, dst, mixed = spec
     w_tau, a, wi, bi, wr_t, s, b, w_rec, blocks = lw
@@ -263,7 +265,8 @@ class WiredBPTT(torch.autograd.Function):
     @_fp32_backward
     def backward(ctx: Any, g_seq: Optional[Tensor], g_h: Optional[Tensor], g_c: Optional[Tensor]):
         spec: WiredSpec = ctx.spec
-        n, mode, k, bounds, src, dst = spec.units, spec.mode, spec.heads, spec.bounds, spec.block_src, spec.block_dst
+        n, mode, k, bounds = spec.units, spec.mode, spec.heads, spec.bounds
+        src, dst = spec.block_src, spec.block_dst
         xt, mem_in, mem_saved, h_in, saved, outs = ctx.saved
         w_tau, a, wi, wr, s, w_rec, *blocks = ctx.saved_tensors
         layers, steps = len(bounds) - 1, len(h_in)
@@ -285,8 +288,8 @@ class WiredBPTT(torch.autograd.Function):
             for j in range(len(blocks))]
         dx = dz_rows.mm(s) if need["x"] else None
         _shared_tail(need, spec, grads, dx, dzm, dH,
-                     lambda: tuple(torch.cat([torch.stack([sv[j] for sv in saved[l]]) for l in range(layers)], 2)
-                                   for j in range(2)),
+                     lambda: tuple(torch.cat([torch.stack([sv[j] for sv in saved[l]]) for l in range(layers)],
+                                             2) for j in range(2)),
                      x_rows, mem_in, wi, a, t, steps, xt.size(2))
         grads["h"] = dh if need["h"] else None
         grads["c"] = dc if spec.mixed and need["c"] else None

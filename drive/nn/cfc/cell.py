@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["MODES", "ACTIVATIONS", "SIGMOID_FORM", "SIGMOID", "saves_input", "activate", "activation_derivative", "update",
-           "update_jacobian", "lstm_update", "lstm_jacobian", "dropout_mask"]
+__all__ = ["MODES", "ACTIVATIONS", "SIGMOID_FORM", "SIGMOID", "saves_input", "activate", "activation_derivative",
+           "update", "update_jacobian", "lstm_update", "lstm_jacobian", "dropout_mask"]
 
 MODES = ("default", "no_gate", "pure")
 ACTIVATIONS = ("lecun_tanh", "tanh", "relu", "gelu", "silu")

@@ -146,7 +146,8 @@ class CfC(nn.Module):
                 return self._eager(x.to(dtype), state.to(dtype), ts.to(dtype))
         n, f = self.units, self.input_size
         h, c = state[:, :n], state[:, n:]
-        spec = DenseSpec(n, self.mode, self.activation, self.dropout if self.training else 0.0, self.mixed_memory)
+        p = self.dropout if self.training else 0.0
+        spec = DenseSpec(n, self.mode, self.activation, p, self.mixed_memory)
         grad = needs_grad(self, x, state)
         if grad and ts.requires_grad:  # elapsed-time gradients: only autograd has them
             return self._loop(x, state, ts, self._prepare())
@@ -158,11 +159,12 @@ class CfC(nn.Module):
             spec = DenseSpec(n, SIGMOID_FORM, SIGMOID, 0.0, False)
         sigmoid_form = spec.mode == SIGMOID_FORM
         if grad:
-            return DenseBPTT.apply(spec, x, h, c, ts, *(self._sigmoid_form(t) if sigmoid_form else self._prepare()))
+            weights = self._sigmoid_form(t) if sigmoid_form else self._prepare()
+            return DenseBPTT.apply(spec, x, h, c, ts, *weights)
         with torch.no_grad():
-            weights = self._cache.get(self, "loop_sigmoid" if sigmoid_form else "loop", lambda: dense_loop_weights(
-                f, False, self._sigmoid_form(ts.new_ones(()))) if sigmoid_form else dense_loop_weights(
-                f, self.mixed_memory, self._prepare()))
+            weights = self._cache.get(self, "loop_sigmoid" if sigmoid_form else "loop", lambda: (
+                dense_loop_weights(f, False, self._sigmoid_form(ts.new_ones(()))) if sigmoid_form
+                else dense_loop_weights(f, self.mixed_memory, self._prepare())))
             y, _, out = dense_run(spec, x, h, c, ts, weights)
             return y, out[1], out[2]
 
