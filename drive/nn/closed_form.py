@@ -60,7 +60,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from drive.nn.closed_form_kernels import closed_form_sequence, closed_form_step, eq8_state
+from drive.nn.closed_form_kernels import Constants, closed_form_sequence, closed_form_step, eq8_state
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["ClosedFormLTC", "convert", "eq8_state", "METHODS", "PARAMETER_NAMES"]
@@ -190,24 +190,17 @@ class ClosedFormLTC(nn.Module):
         qi = qg * erev.flatten().index_select(0, flat).unsqueeze(1)
         return [pre_onehot * sig, -sig * mu.flatten().index_select(0, flat), torch.cat([qg, qi], 1)]
 
-    def _derive(self, sequence: bool = True) -> List[Tensor]:
-        """[0] sensory pre_sigma scaled by input_w ``[F, Es]``, [1] sigma (input_b - mu) ``[Es]`` (the
-        input map folded in: ``x @ [0] + [1] = sigma (input_w x + input_b - mu)``), [2] sensory q
-        ``[Es, 2N]``, [3..5] recurrent pre_sigma, -sigma mu, q ``[Er, 2N]``, [6] leak [G | I] ``[2N]``,
-        [7] -1/cm twice ``[2N]``, [8] -1/cm ``[N]``, [9] / [10] the two halves of q, contiguous.
+    def _derive(self, sequence: bool = True) -> Constants:
+        """The :class:`~drive.nn.closed_form_kernels.Constants` of the parameters (field by field there).
 
-        [11..13] (exact) [6], [2] and [4] times [7]: [G | I] scaled by -1/cm, whose ratio I / G is
-        unchanged, so that a step's decay is ``exp(G dt)``.
-
-        [14..19] (exact, ``sequence`` only: a single step does not use them) the exact kernel at one
-        shared dt (``closed_form_kernels.exact_shared``), scaled as [11..13], on [G | I] of N+1
-        neurons: neuron N is a constant 1 that carries the recurrent -sigma mu term through the
-        product (no synapse reaches it and its leak G and I are equal, so its closed-form value is
-        exactly 1 at every step). [14] / [15] the sensory affine map on the grid ``[K, F]`` (slot
-        (k, f): input f's k-th synapse, ``sens_slot``; empty slots 0): ``x_f [14] + [15] =
-        sigma (input_w x_f + input_b - mu)``; [16] the grid's q ``[K F, 2(N+1)]`` (empty slots 0);
-        [17] the leak ``[2(N+1)]``; [18] recurrent pre_sigma with -sigma mu as an extra row
-        ``[N+1, Er]``; [19] recurrent q ``[Er, 2(N+1)]``.
+        The exact method adds [G | I] scaled by -1/cm (``leak_s``, ``sens_q_s``, ``rec_q_s``), whose
+        ratio I / G is unchanged, so that a step's decay is ``exp(G dt)``; for a sequence (a single
+        step does not use them) also the exact kernel at one shared dt
+        (``closed_form_kernels.exact_shared``), scaled alike, on [G | I] of N+1 neurons: neuron N is a
+        constant 1 that carries the recurrent -sigma mu term through the product (no synapse reaches
+        it and its leak G and I are equal, so its closed-form value is exactly 1 at every step);
+        ``grid_w`` / ``grid_b`` are the sensory affine map on the grid ``[K, F]`` (slot (k, f):
+        input f's k-th synapse, ``sens_slot``; empty slots 0). Fields not derived hold an empty tensor.
 
         The leak conductance is clamped at 1e-30 (the kernels divide by the total conductance)."""
         sens = self._synapses(self.sensory_sigma, self.sensory_mu, self.sensory_w, self.sensory_erev,
@@ -217,31 +210,38 @@ class ClosedFormLTC(nn.Module):
         gleak = self.gleak.clamp_min(1e-30)
         neg_inv_cm = -1.0 / self.cm
         n = self.units
-        c = [self.input_w.unsqueeze(1) * sens[0], torch.addmv(sens[1], sens[0].t(), self.input_b), sens[2]] + rec + [
-            torch.cat([gleak, gleak * self.vleak]), torch.cat([neg_inv_cm, neg_inv_cm]), neg_inv_cm,
-            rec[2][:, :n].contiguous(), rec[2][:, n:].contiguous()]
-        if not self.exact:
-            return c
-        c = c + [c[6] * c[7], sens[2] * c[7], rec[2] * c[7]]
-        if not sequence:
-            return c
-        slots = self.fanout * self.input_size
-        a = c[0].sum(0)  # one non-zero per column of the [F, Es] one-hot map: sigma input_w of its input
-        grid = [torch.zeros(slots, dtype=a.dtype, device=a.device).index_copy(0, self.sens_slot, t) for t in (a, c[1])]
-        q_sens = torch.zeros(slots, 2 * n + 2, dtype=a.dtype, device=a.device).index_copy(
-            0, self.sens_slot, _with_constant_neuron(c[12]))
-        minus_one = -torch.ones(1, dtype=gleak.dtype, device=gleak.device)  # the constant neuron's G and I
-        leak = torch.cat([c[11][:n], minus_one, c[11][n:], minus_one])
-        return c + [grid[0].view(self.fanout, self.input_size), grid[1].view(self.fanout, self.input_size), q_sens,
-                    leak, torch.cat([rec[0], rec[1].unsqueeze(0)]), _with_constant_neuron(c[13])]
+        sens_pre = self.input_w.unsqueeze(1) * sens[0]
+        sens_bias = torch.addmv(sens[1], sens[0].t(), self.input_b)
+        leak, neg_inv_cm2 = torch.cat([gleak, gleak * self.vleak]), torch.cat([neg_inv_cm, neg_inv_cm])
+        rec_qg, rec_qi = rec[2][:, :n].contiguous(), rec[2][:, n:].contiguous()
+        none = gleak[:0]
+        leak_s = sens_q_s = rec_q_s = none
+        grid_w = grid_b = grid_q = shared_leak = shared_rec_pre = shared_rec_q = none
+        if self.exact:
+            leak_s, sens_q_s, rec_q_s = leak * neg_inv_cm2, sens[2] * neg_inv_cm2, rec[2] * neg_inv_cm2
+            if sequence:
+                slots = self.fanout * self.input_size
+                a = sens_pre.sum(0)  # one non-zero per column of the [F, Es] one-hot map: its input's sigma input_w
+                grid = [torch.zeros(slots, dtype=a.dtype, device=a.device).index_copy(0, self.sens_slot, t)
+                        for t in (a, sens_bias)]
+                grid_w, grid_b = (v.view(self.fanout, self.input_size) for v in grid)
+                grid_q = torch.zeros(slots, 2 * n + 2, dtype=a.dtype, device=a.device).index_copy(
+                    0, self.sens_slot, _with_constant_neuron(sens_q_s))
+                minus_one = -torch.ones(1, dtype=gleak.dtype, device=gleak.device)  # constant neuron's G and I
+                shared_leak = torch.cat([leak_s[:n], minus_one, leak_s[n:], minus_one])
+                shared_rec_pre = torch.cat([rec[0], rec[1].unsqueeze(0)])
+                shared_rec_q = _with_constant_neuron(rec_q_s)
+        return Constants(sens_pre, sens_bias, sens[2], rec[0], rec[1], rec[2], leak, neg_inv_cm2, neg_inv_cm,
+                         rec_qg, rec_qi, leak_s, sens_q_s, rec_q_s, grid_w, grid_b, grid_q, shared_leak,
+                         shared_rec_pre, shared_rec_q)
 
-    def _constants(self, sequence: bool = True) -> List[Tensor]:
+    def _constants(self, sequence: bool = True) -> Constants:
         if torch.jit.is_scripting():
             return self._derive(sequence)
         return self._cached_constants()
 
     @torch.jit.unused
-    def _cached_constants(self) -> List[Tensor]:
+    def _cached_constants(self) -> Constants:
         """``_derive()``, cached in inference until a parameter changes (in place or its storage)."""
         if torch.is_grad_enabled() or torch.compiler.is_compiling() or torch.compiler.is_exporting():
             return self._derive()  # training, or traced by torch.export / torch.compile: no storage to key on

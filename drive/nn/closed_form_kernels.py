@@ -1,7 +1,7 @@
 """Scripted kernels of the closed-form LTC (equations and symbols: drive.nn.closed_form).
 
 Shapes: B batch, L steps, N neurons, F inputs, M motor neurons, E present synapses; all times in
-seconds. ``c`` is the constant list of :meth:`drive.nn.closed_form.ClosedFormLTC._derive`.
+seconds. ``c`` holds the :class:`Constants` of :meth:`drive.nn.closed_form.ClosedFormLTC._derive`.
 
 Matmuls with a small broadcast bias are written ``torch.mm(a, b).add_(bias)``: for these small
 operands that is faster than ``addmm`` (which first copies the broadcast bias into its output). With
@@ -12,15 +12,44 @@ so autograd works.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from drive.nn.script import script
 
-__all__ = ["eq8_state", "exact_update", "approx_update", "exact_sequence", "exact_shared", "approx_sequence",
-           "input_error", "closed_form_sequence", "closed_form_step"]
+__all__ = ["Constants", "eq8_state", "exact_update", "approx_update", "exact_sequence", "exact_shared",
+           "approx_sequence", "input_error", "closed_form_sequence", "closed_form_step"]
+
+
+class Constants(NamedTuple):
+    """What :meth:`drive.nn.closed_form.ClosedFormLTC._derive` computes from the parameters (E_s / E_r
+    sensory / recurrent synapses, K the sensory fan-out). Fields a method does not use hold an
+    empty tensor: ``leak_s`` .. ``rec_q_s`` exist for the exact method, ``grid_w`` ..
+    ``shared_rec_q`` for its sequence at one shared dt (``exact_shared``)."""
+
+    sens_pre: Tensor  # sensory pre_sigma scaled by input_w [F, Es] (input map folded in: ...
+    # ... x @ sens_pre + sens_bias = sigma (input_w x + input_b - mu))
+    sens_bias: Tensor  # sigma (input_b - mu) [Es]
+    sens_q: Tensor  # sensory q [Es, 2N] = (w | w erev) in the post neuron's columns
+    rec_pre: Tensor  # recurrent pre_sigma [N, Er]
+    rec_bias: Tensor  # recurrent -sigma mu [Er]
+    rec_q: Tensor  # recurrent q [Er, 2N]
+    leak: Tensor  # leak [G | I] = [gleak | gleak vleak] [2N]
+    neg_inv_cm2: Tensor  # -1/cm twice [2N]
+    neg_inv_cm: Tensor  # -1/cm [N]
+    rec_qg: Tensor  # rec_q's G half [Er, N], contiguous
+    rec_qi: Tensor  # rec_q's I half [Er, N], contiguous
+    leak_s: Tensor  # exact: leak x neg_inv_cm2 ([G | I] scaled by -1/cm: I / G unchanged, decay exp(G dt))
+    sens_q_s: Tensor  # exact: sens_q x neg_inv_cm2
+    rec_q_s: Tensor  # exact: rec_q x neg_inv_cm2
+    grid_w: Tensor  # shared dt: the sensory affine map on the fan-out grid [K, F] (empty slots 0) ...
+    grid_b: Tensor  # ... x_f grid_w + grid_b = sigma (input_w x_f + input_b - mu) [K, F]
+    grid_q: Tensor  # shared dt: the grid's q, scaled [K F, 2(N+1)] (neuron N: the constant 1)
+    shared_leak: Tensor  # shared dt: the scaled leak of N+1 neurons [2(N+1)]
+    shared_rec_pre: Tensor  # shared dt: recurrent pre_sigma with -sigma mu as an extra row [N+1, Er]
+    shared_rec_q: Tensor  # shared dt: recurrent q, scaled [Er, 2(N+1)]
 
 
 def eq8_state(x0: Tensor, g: Tensor, i: Tensor, gc: Tensor, ic: Tensor, neg_t_over_cm: Tensor) -> Tensor:
@@ -142,7 +171,7 @@ def input_error(x: Tensor, times: Optional[Tensor], hidden: Optional[Tensor] = N
 
 
 @script
-def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor], c: List[Tensor], output_w: Tensor,
+def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor], c: Constants, output_w: Tensor,
                          output_b: Tensor, exact: bool, substeps: int) -> Tuple[Tensor, Tensor, int]:
     """Either method over a sequence: x ``[B, L, F]``, hidden ``[B, H]``, timespans ``[B, L]``
     seconds or None (1.0), c = :meth:`ClosedFormLTC._derive` -> (y ``[B, L, M]``, hidden ``[B, H]``,
@@ -156,62 +185,67 @@ def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor],
     contiguous."""
     error, shared = input_error(x, timespans, hidden)
     batch, length, features = x.size(0), x.size(1), x.size(2)
-    n = c[8].size(0)
+    n = c.neg_inv_cm.size(0)
     if exact and shared >= 1e-6 and substeps == 1:
         x_steps = x.transpose(0, 1).reshape(length * batch, 1, features)  # rows in (step, batch) order
-        s = torch.addcmul(c[15], x_steps, c[14]).sigmoid_().view(length * batch, -1)
-        gi0 = torch.addmm(c[17], s, c[16], beta=shared, alpha=shared).view(length, batch, 2 * n + 2)
+        s = torch.addcmul(c.grid_b, x_steps, c.grid_w).sigmoid_().view(length * batch, -1)
+        gi0 = torch.addmm(c.shared_leak, s, c.grid_q, beta=shared, alpha=shared).view(length, batch, 2 * n + 2)
         v = torch.cat([hidden, torch.ones(batch, 1, dtype=hidden.dtype, device=hidden.device)], 1)
-        states = exact_shared(v, gi0, c[18], c[19], shared)
+        states = exact_shared(v, gi0, c.shared_rec_pre, c.shared_rec_q, shared)
         y = torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1)
         return y, states[-1][:, :n].contiguous(), error
-    s = torch.mm(x.reshape(batch * length, features), c[0]).add_(c[1]).sigmoid_()
+    s = torch.mm(x.reshape(batch * length, features), c.sens_pre).add_(c.sens_bias).sigmoid_()
     if exact and shared >= 1e-6:  # several substeps at one dt: the -1/cm-scaled constants times h
         h = shared / float(substeps)
-        gi0 = torch.addmm(c[11], s, c[12], beta=h, alpha=h).view(batch, length, 2 * n)
-        q = c[13] * h
-        states = exact_sequence(hidden, gi0, None, c[3], c[4], q[:, :n], q[:, n:], substeps)
+        gi0 = torch.addmm(c.leak_s, s, c.sens_q_s, beta=h, alpha=h).view(batch, length, 2 * n)
+        q = c.rec_q_s * h
+        states = exact_sequence(hidden, gi0, None, c.rec_pre, c.rec_bias, q[:, :n], q[:, n:], substeps)
         return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), states[-1], error
-    gi0 = torch.mm(s, c[2]).add_(c[6]).view(batch, length, 2 * n)
+    gi0 = torch.mm(s, c.sens_q).add_(c.leak).view(batch, length, 2 * n)
     if timespans is None:
         dt = torch.ones(length, batch, 1, dtype=x.dtype, device=x.device)
     else:
         dt = timespans.transpose(0, 1).unsqueeze(2).to(x.dtype)
     if exact:
-        states = exact_sequence(hidden, gi0, dt * (c[8] / float(substeps)), c[3], c[4], c[9], c[10], substeps)
+        states = exact_sequence(hidden, gi0, dt * (c.neg_inv_cm / float(substeps)), c.rec_pre, c.rec_bias,
+                                c.rec_qg, c.rec_qi, substeps)
         last = states[-1]
     else:
-        gic0 = gi0 - torch.mm(s * s, c[2]).view(batch, length, 2 * n)
+        gic0 = gi0 - torch.mm(s * s, c.sens_q).view(batch, length, 2 * n)
         x0 = hidden[:, n : 2 * n]
         elapsed = torch.cumsum(dt, 0) + hidden[:, 2 * n :]  # [L, B, 1] seconds since x0
-        states = approx_sequence(hidden[:, :n], x0, gi0, gic0, elapsed * c[8], c[3], c[4], c[5])
+        states = approx_sequence(hidden[:, :n], x0, gi0, gic0, elapsed * c.neg_inv_cm, c.rec_pre, c.rec_bias,
+                                 c.rec_q)
         last = torch.cat([states[-1], x0, elapsed[-1]], dim=1)
     return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), last, error
 
 
 @script
-def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: List[Tensor], output_w: Tensor, output_b: Tensor,
+def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: Constants, output_w: Tensor, output_b: Tensor,
                      exact: bool, substeps: int, check: bool = True) -> Tuple[Tensor, Tensor, int]:
     """One step of either method as a single scripted call (batch-1 latency): x ``[B, F]``, hidden
     ``[B, H]``, dt ``[B]`` seconds, c = :meth:`ClosedFormLTC._derive` -> (y ``[B, M]``, hidden,
     error code of :func:`input_error`, 0 without ``check``)."""
     error = input_error(x, dt, hidden)[0] if check else 0
-    s = torch.mm(x, c[0]).add_(c[1]).sigmoid_()
+    s = torch.mm(x, c.sens_pre).add_(c.sens_bias).sigmoid_()
     if dt.dtype != x.dtype:
         dt = dt.to(x.dtype)
     dt = dt.unsqueeze(1)
-    n = c[8].size(0)
+    n = c.neg_inv_cm.size(0)
     if exact and substeps == 1:  # [G | I] scaled by -1/cm: the sensory, then the recurrent product
-        g, i = torch.addmm(c[11], s, c[12]).addmm_(torch.addmm(c[4], hidden, c[3]).sigmoid_(), c[13]).chunk(2, 1)
+        recurrent = torch.addmm(c.rec_bias, hidden, c.rec_pre).sigmoid_()
+        g, i = torch.addmm(c.leak_s, s, c.sens_q_s).addmm_(recurrent, c.rec_q_s).chunk(2, 1)
         state = torch.lerp(i.div(g), hidden, torch.exp(g * dt))
     else:
-        base = torch.mm(s, c[2]).add_(c[6])
+        base = torch.mm(s, c.sens_q).add_(c.leak)
         if exact:
             g0, i0 = base.chunk(2, 1)
-            state = exact_update(hidden, g0, i0, dt * (c[8] / float(substeps)), c[3], c[4], c[9], c[10], substeps)
+            state = exact_update(hidden, g0, i0, dt * (c.neg_inv_cm / float(substeps)), c.rec_pre, c.rec_bias,
+                                 c.rec_qg, c.rec_qi, substeps)
         else:
             x0 = hidden[:, n : 2 * n]
             elapsed = hidden[:, 2 * n :] + dt
-            v = approx_update(hidden[:, :n], x0, elapsed * c[8], base, base - torch.mm(s * s, c[2]), c[3], c[4], c[5])
+            v = approx_update(hidden[:, :n], x0, elapsed * c.neg_inv_cm, base, base - torch.mm(s * s, c.sens_q),
+                              c.rec_pre, c.rec_bias, c.rec_q)
             state = torch.cat([v, x0, elapsed], dim=1)
     return torch.addcmul(output_b, state[:, : output_w.size(0)], output_w), state, error
