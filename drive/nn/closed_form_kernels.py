@@ -114,8 +114,8 @@ def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_
 
 @script
 def exact_shared(v: Tensor, gi0: Tensor, pre_sigma: Tensor, q: Tensor, dt: float) -> Tensor:
-    """The exact kernel at one dt for all rows and steps, one substep, on the constants of
-    ``ClosedFormLTC._derive`` [18] / [19]: v ``[B, N+1]`` with v[:, N] = 1 (its row of pre_sigma
+    """The exact kernel at one dt for all rows and steps, one substep, on :class:`Constants`
+    ``shared_rec_pre`` / ``shared_rec_q``: v ``[B, N+1]`` with v[:, N] = 1 (its row of pre_sigma
     holds -sigma mu, so one product gives sigma (v - mu)); gi0 ``[L, B, 2(N+1)]`` the per-step
     leak + sensory [-G h/cm | -I h/cm], contiguous -> states ``[L, B, N+1]`` (column N stays 1).
     Per step: one product for the activations, one for [G | I] with its bias and q scaled by dt
