@@ -139,3 +139,19 @@ def test_every_class_path_written_before_the_cfc_package_still_loads(tmp_path: P
     with torch.no_grad():
         curvature, _ = policy(views.unsqueeze(0), None, torch.from_numpy(INPUTS["dt_s"]).unsqueeze(0))
     _assert_same(curvature.numpy(), REFERENCE["cfc_wired_mixed.ckpt/forward"], "drive.nn.cfc.WiredCfC forward")
+
+
+@pytest.mark.parametrize("name", EXPORTS)
+def test_exporting_the_fixture_checkpoint_again_gives_the_recorded_export_outputs(name: str, tmp_path: Path) -> None:
+    """Today's export code on the checkpoint the fixture export was made from: same file behaviour."""
+    from drive.export import export_policy
+
+    source = FIXTURES / (name[: -len(".ts")] + ".ckpt")
+    out = export_policy(source, tmp_path / name, format="torchscript")
+    result = tmp_path / "exports.npz"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    subprocess.run([sys.executable, "-c", _EXPORT_SCRIPT, str(FIXTURES / "inputs.npz"), str(result),
+                    str(INFO["threads"]), str(out)], check=True, env=env, timeout=600)
+    got = dict(np.load(result))
+    for part in ("step", "hidden"):
+        _assert_same(got[f"{name}/{part}"], REFERENCE[f"{name}/{part}"], f"{name} re-exported {part}")
