@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import numpy as np
 
 __all__ = ["atomic_path", "commit", "fsync_path", "write_bytes", "write_text", "write_image", "save_figure",
-           "WriteError"]
+           "WriteError", "no_empty_dir_on_error"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -145,3 +145,25 @@ def save_figure(fig: Any, out: PathLike, **kwargs: Any) -> Path:
     finally:
         plt.close(fig)
     return Path(out)
+
+
+@contextmanager
+def no_empty_dir_on_error(directory: PathLike) -> Iterator[Path]:
+    """A command's output directory: if the block fails, the directories it created for
+    ``directory`` (and its missing parents) are removed again when they are still empty, so a
+    refused run leaves no empty ``--out`` folder behind. Pre-existing folders are never touched."""
+    directory = Path(directory).absolute()
+    missing = []
+    probe = directory
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    try:
+        yield directory
+    except BaseException:
+        for folder in missing:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (something was written) or already gone
+                break
+        raise

@@ -113,6 +113,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     except INPUT_ERRORS as err:
         if debug:
             raise
+        if hasattr(args, "overwrite"):  # the library's advice, in the command's words
+            err = type(err)(error_line(err).replace("pass overwrite=True", "pass --overwrite"))
         return report_input_error(name, err)
 
 

@@ -29,7 +29,27 @@ PathLike = Union[str, os.PathLike]
 
 
 def read_metadata(path: PathLike) -> Dict[str, Any]:
-    """The export metadata of a ``.ts`` / ``.pt2`` / ``.onnx`` file, without running the model."""
+    """The export metadata of a ``.ts`` / ``.pt2`` / ``.onnx`` file, without running the model
+    (a damaged file is a ``ValueError`` naming it: :mod:`drive.export.integrity`)."""
+    from drive.export.integrity import check_aoti_package, load_error
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such exported policy file")
+    if os.path.getsize(path) == 0:
+        raise load_error(path, EOFError())
+    try:
+        if Path(path).suffix.lower() == ".pt2":
+            check_aoti_package(path)
+        return _read_metadata(path)
+    except (ValueError, RuntimeError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
+        raise load_error(path, err) from None
+    except Exception as err:  # noqa: BLE001 (onnx's protobuf DecodeError)
+        if type(err).__name__ != "DecodeError":
+            raise
+        raise load_error(path, err) from None
+
+
+def _read_metadata(path: PathLike) -> Dict[str, Any]:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".ts":
@@ -100,10 +120,10 @@ class ExportedPolicy:
             if optimize:
                 self._module = optimize_loaded(self._module, self.device.type)
         elif self.format == "aoti":
-            from torch._inductor import aoti_load_package
+            from drive.export.integrity import load_aoti_package
 
             self.device = torch.device(self.meta["device"])
-            self._module = aoti_load_package(str(self.path))
+            self._module = load_aoti_package(self.path)
             self._run = _flat_runner(self._module)
         elif self.format == "onnx":
             import onnxruntime as ort
@@ -172,8 +192,20 @@ def _flat_runner(package: Any) -> Optional[Callable[[List[torch.Tensor]], List[t
 
 def load_exported(path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True) -> ExportedPolicy:
     """Open an exported policy file (``.ts``, ``.pt2``, ``.onnx``); TorchScript files are
-    specialised to this process with :func:`optimize_loaded` unless ``optimize=False``."""
-    return ExportedPolicy(path, device=device, threads=threads, optimize=optimize)
+    specialised to this process with :func:`optimize_loaded` unless ``optimize=False``. A damaged
+    file is a ``ValueError`` naming it."""
+    from drive.export.integrity import load_error
+
+    try:
+        return ExportedPolicy(path, device=device, threads=threads, optimize=optimize)
+    except (ValueError, RuntimeError, OSError, EOFError, zipfile.BadZipFile) as err:
+        if isinstance(err, FileNotFoundError) or type(err).__name__ == "OutOfMemoryError":
+            raise
+        raise load_error(path, err) from None
+    except Exception as err:  # noqa: BLE001 (onnxruntime's own exception types)
+        if not type(err).__module__.startswith("onnxruntime"):
+            raise
+        raise load_error(path, err) from None
 
 
 class ExportedDriver:

@@ -164,6 +164,7 @@ def evaluate(driver: Driver, km: float, seed: int, conditions: Optional[Sequence
 
         video = DriveVideo(video_path, renderer.camera, fps)
     segments: List[Segment] = []
+    done = False
     try:
         for i in range(count):
             length_m = 1000.0 * min(segment_km, km - i * segment_km)
@@ -176,9 +177,10 @@ def evaluate(driver: Driver, km: float, seed: int, conditions: Optional[Sequence
             segments.append(seg)
             if progress is not None:
                 progress(seg)
+        done = True
     finally:
         if video is not None:
-            video.close()
+            video.close(keep=done)  # a failed run leaves no video (and no temporary)
     metrics: Dict[str, Any] = {"driver": str(getattr(driver, "name", type(driver).__name__)),
                                "seed": int(seed), "split": split, "segments": count,
                                "criteria": {"max_lateral_m": max_lateral_m, "max_heading_rad": max_heading_rad,
