@@ -110,6 +110,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(rest)
     try:
         return int(module.run(args) or 0)
+    except SystemExit as stop:  # a command refusing an option with SystemExit("drive x: ...")
+        if not isinstance(stop.code, str) or debug:
+            raise
+        message = stop.code.strip()
+        prefix = f"drive {name}: "
+        message = message[len(prefix):] if message.startswith(prefix) else message
+        message = message[len("error: "):] if message.startswith("error: ") else message
+        return report_input_error(name, ValueError(message))
     except INPUT_ERRORS as err:
         if debug:
             raise

@@ -102,6 +102,16 @@ def checked_load(path: PathLike, load: Callable[[], Any]) -> Any:
                          f"({_one_line(err)})") from None
 
 
+def _is_torchscript(path: Path) -> bool:
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return any(n.endswith("/constants.pkl") or "/code/__torch__" in n for n in zf.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
@@ -114,6 +124,9 @@ def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = "cp
         raise ValueError(f"{path}: is a directory, not a checkpoint file")
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint file")
+    if path.suffix.lower() in EXPORT_SUFFIXES or _is_torchscript(path):
+        raise ValueError(f"{path}: an exported policy, not a checkpoint: give the .ckpt / .pt it was exported "
+                         "from (`drive evaluate --policy` runs exported files)")
     ckpt = checked_load(path, lambda: torch.load(path, map_location=map_location, weights_only=True))
     if not isinstance(ckpt, dict) or "drive" not in ckpt or "state_dict" not in ckpt:
         raise ValueError(f"{path}: not a drive policy checkpoint (needs 'drive' metadata and a 'state_dict')")

@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         for name in ("km", "segment_km", "speed_kmh", "fps"):
             value = getattr(args, name)
             if value is not None and not (math.isfinite(value) and value > 0):
-                raise ValueError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
         if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
             raise ValueError(f"--noise-std must be a number >= 0, got {args.noise_std}")
         check_world_settings(speed_kmh=args.speed_kmh, fps=args.fps, width=args.width, height=args.height)
