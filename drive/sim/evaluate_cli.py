@@ -48,7 +48,7 @@ def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
             raise ValueError(f"--policy constant:K needs a number K (curvature in 1/m), got {value!r}") from None
     path = Path(spec)
     if not path.exists():
-        raise ValueError(f"--policy {spec!r} is neither 'expert', 'constant:K' nor an existing file")
+        raise ValueError(f"--policy {spec}: no such file (nor 'expert' or 'constant:K')")
     import torch
 
     from drive.policy_io import load_driver
