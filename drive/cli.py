@@ -65,6 +65,24 @@ def report_input_error(command: str, err: BaseException) -> int:
     return 2
 
 
+def _check_out(out: object) -> None:
+    """Refuse an ``--out`` that cannot be written (read-only file system, no permission) before
+    any work, naming it; the nearest existing folder on its path is what is tested."""
+    if out is None:
+        return
+    from pathlib import Path
+
+    probe = Path(str(out)).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_file():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+        raise PermissionError(f"--out {out}: cannot write in {probe} "
+                              f"({'read-only file system' if read_only else 'permission denied'})")
+
+
 def _debug(argv: List[str]) -> bool:
     return "--debug" in argv or os.environ.get("DRIVE_DEBUG", "") not in ("", "0")
 
@@ -109,6 +127,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     args = parser.parse_args(rest)
     try:
+        _check_out(getattr(args, "out", None))
         return int(module.run(args) or 0)
     except SystemExit as stop:  # a command refusing an option with SystemExit("drive x: ...")
         if not isinstance(stop.code, str) or debug:

@@ -55,6 +55,20 @@ def world(tmp_path_factory) -> Dict[str, Path]:
     return {"dir": d, "logs": d / "logs", "rec": rec, "good": good}
 
 
+@pytest.fixture(autouse=True)
+def quiet_lightning():
+    """Lightning's info notes go through `logging` to a stream pytest has swapped out in-process."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in ("lightning.pytorch", "lightning.fabric", "lightning_utilities")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.WARNING)
+    yield
+    for lg, level in zip(loggers, levels):
+        lg.setLevel(level)
+
+
 BAD_CHECKPOINTS = {  # file -> what the message must say about it
     "missing.ckpt": "no such",
     "empty.ckpt": "empty (0 bytes",

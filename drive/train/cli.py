@@ -48,6 +48,8 @@ def check_ckpt_path(ckpt_path: Optional[str]) -> None:
     path = str(ckpt_path)
     if path in CKPT_KEYWORDS or path.startswith("registry") or "://" in path:
         return
+    if os.path.isdir(path):
+        raise CheckpointNotFound(f"--ckpt_path {path}: is a directory, not a checkpoint file")
     if not os.path.isfile(path):
         raise CheckpointNotFound(f"--ckpt_path {path}: no such checkpoint file")
 
