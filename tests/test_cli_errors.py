@@ -137,12 +137,10 @@ def test_closed_form_refuses_a_non_ltc_checkpoint_in_one_line(world, tmp_path, c
     _check(COMMANDS["closed-form"](world["good"], world, tmp_path), "closed-form", capsys, "LTC")
 
 
-@pytest.mark.parametrize("command", ["saliency", "robustness", "closed-form"])
+@pytest.mark.parametrize("command", ["saliency", "robustness"])
 def test_missing_recording_is_named(command, world, tmp_path, capsys) -> None:
     missing = tmp_path / "no-such-recording"
     argv = [str(missing) if a == str(world["rec"]) else a for a in COMMANDS[command](world["good"], world, tmp_path)]
-    if command == "closed-form":  # a CfC checkpoint is refused first; an LTC one is not needed for this
-        pytest.skip("closed-form refuses the CfC fixture before reading recordings")
     _check(argv, command, capsys, str(missing))
 
 
