@@ -246,3 +246,32 @@ def test_subprocess_stderr_is_exactly_one_line(command, world, tmp_path) -> None
     assert done.returncode == 2
     assert done.stderr.splitlines() == [done.stderr.strip()] and done.stderr.startswith(f"drive {command}: error: ")
     assert str(bad) in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("library", ["cut-short", "foreign"])
+def test_damaged_aoti_package_is_named_before_it_can_crash_and_leaves_no_extraction(library, world, tmp_path,
+                                                                                   capsys, monkeypatch) -> None:
+    """A .pt2 whose library is cut short crashed the process with SIGBUS when loaded; one whose
+    library fails to load left its aotinductor_* folder in TMPDIR. A real ELF library stands in
+    for the compiled model."""
+    import zipfile
+
+    import torch.lib  # noqa: F401
+
+    real = Path(torch.__file__).parent / "lib" / "libshm.so"
+    data = real.read_bytes()
+    package = tmp_path / f"{library}.pt2"
+    with zipfile.ZipFile(package, "w") as z:
+        z.writestr("archive/archive_format", "pt2")
+        z.writestr("archive/data/aotinductor/model/m.wrapper.so", data[: len(data) // 2] if library == "cut-short" else data)
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmpdir))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    line = _check(["evaluate", "--policy", str(package), "--km", "0.01", "--out", str(tmp_path / "e")], "evaluate",
+                  capsys, str(package))
+    if library == "cut-short":
+        assert "cut short" in line
+    assert list(tmpdir.glob("aotinductor_*")) == [] and not (tmp_path / "e").exists()

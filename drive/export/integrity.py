@@ -16,10 +16,11 @@ import shutil
 import struct
 import tempfile
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
-__all__ = ["check_aoti_package", "load_aoti_package", "load_error"]
+__all__ = ["check_aoti_package", "load_aoti_package", "load_error", "removing_failed_extractions"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -67,17 +68,26 @@ def check_aoti_package(path: PathLike) -> None:
         raise load_error(path, err) from None
 
 
+@contextmanager
+def removing_failed_extractions(path: PathLike) -> Iterator[None]:
+    """On a failure inside the block, remove the ``aotinductor_*`` folders it extracted into
+    ``TMPDIR`` and raise a ``ValueError`` naming ``path``."""
+    pattern = os.path.join(tempfile.gettempdir(), "aotinductor_*")
+    before = set(glob.glob(pattern))
+    try:
+        yield
+    except Exception as err:  # noqa: BLE001 (torch raises RuntimeError, OSError, zip errors ...)
+        for folder in set(glob.glob(pattern)) - before:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise load_error(path, err) from None
+
+
 def load_aoti_package(path: PathLike) -> Any:
     """``torch._inductor.aoti_load_package`` after :func:`check_aoti_package`; a failing load
     removes the ``aotinductor_*`` folder it extracted and is a ``ValueError`` naming the file."""
     from torch._inductor import aoti_load_package
 
     check_aoti_package(path)
-    pattern = os.path.join(tempfile.gettempdir(), "aotinductor_*")
-    before = set(glob.glob(pattern))
-    try:
+    with removing_failed_extractions(path):
         return aoti_load_package(str(Path(path)))
-    except Exception as err:  # noqa: BLE001 (torch raises RuntimeError, OSError, zip errors ...)
-        for folder in set(glob.glob(pattern)) - before:
-            shutil.rmtree(folder, ignore_errors=True)
-        raise load_error(path, err) from None
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -31,7 +31,7 @@ PathLike = Union[str, os.PathLike]
 def read_metadata(path: PathLike) -> Dict[str, Any]:
     """The export metadata of a ``.ts`` / ``.pt2`` / ``.onnx`` file, without running the model
     (a damaged file is a ``ValueError`` naming it: :mod:`drive.export.integrity`)."""
-    from drive.export.integrity import check_aoti_package, load_error
+    from drive.export.integrity import check_aoti_package, load_error, removing_failed_extractions
 
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such exported policy file")
@@ -40,6 +40,8 @@ def read_metadata(path: PathLike) -> Dict[str, Any]:
     try:
         if Path(path).suffix.lower() == ".pt2":
             check_aoti_package(path)
+            with removing_failed_extractions(path):
+                return _read_metadata(path)
         return _read_metadata(path)
     except (ValueError, RuntimeError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
         raise load_error(path, err) from None
