@@ -275,3 +275,19 @@ def test_damaged_aoti_package_is_named_before_it_can_crash_and_leaves_no_extract
     if library == "cut-short":
         assert "cut short" in line
     assert list(tmpdir.glob("aotinductor_*")) == [] and not (tmp_path / "e").exists()
+
+
+def test_evaluate_takes_fps_and_camera_size_from_an_exported_files_metadata(world, tmp_path, capsys) -> None:
+    """`drive evaluate --policy policy.ts` refused the file unless --fps repeated its own rate
+    (10 Hz here, the world's default is 30); it now drives at the metadata's rate and frame size,
+    and a contradicting --fps is refused before driving, naming the option."""
+    from drive.export import export_policy, read_metadata
+
+    ts = export_policy(world["good"], tmp_path / "policy.ts")
+    assert read_metadata(ts)["fps"] == 10.0
+    assert main(["evaluate", "--policy", str(ts), "--km", "0.02", "--out", str(tmp_path / "eval")]) == 0
+    assert (tmp_path / "eval" / "metrics.json").is_file()
+    capsys.readouterr()
+    _check(["evaluate", "--policy", str(ts), "--km", "0.02", "--fps", "30", "--out", str(tmp_path / "e2")],
+           "evaluate", capsys, "--fps 30", "10 Hz")
+    assert not (tmp_path / "e2").exists()
