@@ -96,9 +96,13 @@ def test_kill_in_the_middle_of_a_checkpoint_write_keeps_the_previous_checkpoint(
     assert done.returncode == -signal.SIGXFSZ, done.stderr[-3000:]
     assert last.read_bytes() == before
     assert torch.load(last, weights_only=True)["global_step"] == 2
+    # A second name for the step-2 file: a save that rewrites last.ckpt in place (as Lightning's
+    # writer did, truncating it before copying from TMPDIR) changes it; a rename does not.
+    os.link(last, tmp_path / "step2.ckpt")
     resumed = _run(_fit_args(logs, tmp_path / "run", 4, "--ckpt_path", "last"), TMPDIR="/dev/shm")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(last, weights_only=True)["global_step"] == 4
+    assert (tmp_path / "step2.ckpt").read_bytes() == before
 
 
 @pytest.fixture
