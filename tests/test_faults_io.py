@@ -103,6 +103,7 @@ def test_kill_in_the_middle_of_a_checkpoint_write_keeps_the_previous_checkpoint(
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert torch.load(last, weights_only=True)["global_step"] == 4
     assert (tmp_path / "step2.ckpt").read_bytes() == before
+    assert os.listdir(last.parent) == ["last.ckpt"]  # the killed save's temporary was cleared
 
 
 @pytest.fixture

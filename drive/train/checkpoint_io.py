@@ -10,12 +10,14 @@ raises :class:`~drive.atomic.WriteError` naming the file and saying that the pre
 is intact; training stops there rather than running on without checkpoints. Loading names the
 file when it is empty, truncated or not a checkpoint at all (instead of a bare ``EOFError``).
 
-``drive fit`` installs it unless the config names another ``CheckpointIO`` plugin; remote paths
+A kill during a save can leave that hidden temporary (``.last.<hex>.tmp.ckpt``); the next save of
+the same checkpoint removes it. ``drive fit`` installs it unless the config names another ``CheckpointIO`` plugin; remote paths
 (``s3://`` ...) go to Lightning's writer.
 """
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 import torch
@@ -42,7 +44,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise TypeError(f"{type(self).__name__} takes no storage_options")
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
-        write_bytes(path, buffer.getbuffer())
+        target = Path(path)
+        # a run killed during a save left its hidden temporary: this run writes that file now
+        for stale in target.parent.glob(f".{target.stem}.*.tmp{target.suffix}"):
+            stale.unlink(missing_ok=True)
+        write_bytes(target, buffer.getbuffer())
 
     def load_checkpoint(self, path: Any, map_location: Optional[Callable] = lambda storage, loc: storage,
                         weights_only: Optional[bool] = None) -> Dict[str, Any]:
