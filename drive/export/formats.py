@@ -191,8 +191,6 @@ def _cpu_aoti_freezing() -> Iterator[None]:
 
 
 def _write_onnx(deployed: DeployedPolicy, meta_json: str, tmp: io.BytesIO) -> None:
-    import onnx
-
     program = torch.onnx.export(
         _export_program(deployed, torch.device("cpu")), dynamo=True, opset_version=ONNX_OPSET,
         input_names=["frame", "hidden"], output_names=["curvature_per_m", "hidden_out", "status"],
