@@ -291,3 +291,16 @@ def test_evaluate_takes_fps_and_camera_size_from_an_exported_files_metadata(worl
     _check(["evaluate", "--policy", str(ts), "--km", "0.02", "--fps", "30", "--out", str(tmp_path / "e2")],
            "evaluate", capsys, "--fps 30", "10 Hz")
     assert not (tmp_path / "e2").exists()
+
+
+def test_fit_on_missing_logs_prints_only_the_error_line_on_stderr(tmp_path) -> None:
+    """Lightning's progress notes ("Seed set to ...") go to stdout: stderr is the one error line."""
+    missing = tmp_path / "no-logs"
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-m", "drive.cli", "fit", "--data.train", f"[{missing}]",
+                           "--data.num_workers", "0", "--data.cache_dir", str(tmp_path / "cache"),
+                           "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.accelerator", "cpu"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"drive fit: error: {missing}: no such file or directory"], done.stderr
+    assert "Seed set to" in done.stdout

@@ -122,6 +122,27 @@ class DriveCLI(LightningCLI):
             ]
 
 
+def _notes_to_stdout() -> None:
+    """Lightning's progress notes ("Seed set to ...", "GPU available ...") are information, not
+    errors: they go to stdout, so stderr holds warnings and, on bad input, the one error line."""
+    import logging
+
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.__stderr__:
+                handler.setStream(_CurrentStdout())  # type: ignore[arg-type]
+
+
+class _CurrentStdout:
+    """Whatever ``sys.stdout`` is at the time of the write (it may be swapped, e.g. by pytest)."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
 def lightning_main(argv: Optional[List[str]] = None, debug: bool = False) -> int:
     """Run ``fit | validate | test | predict`` with the rest of ``argv`` (as ``drive <subcommand>``).
 
@@ -130,6 +151,8 @@ def lightning_main(argv: Optional[List[str]] = None, debug: bool = False) -> int
     location: :data:`drive.cli.INPUT_ERRORS`); ``debug`` re-raises instead.
     """
     from drive.cli import INPUT_ERRORS, report_input_error
+
+    _notes_to_stdout()
 
     with warnings.catch_warnings():
         # `drive fit ...` hands its own command line over as ``args``; LightningCLI would warn that
