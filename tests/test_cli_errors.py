@@ -299,7 +299,8 @@ def test_fit_on_missing_logs_prints_only_the_error_line_on_stderr(tmp_path) -> N
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-m", "drive.cli", "fit", "--data.train", f"[{missing}]",
                            "--data.num_workers", "0", "--data.cache_dir", str(tmp_path / "cache"),
-                           "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.accelerator", "cpu"],
+                           "--trainer.default_root_dir", str(tmp_path / "run"), "--trainer.accelerator", "cpu",
+                           "--trainer.max_epochs", "1"],
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     assert done.stderr.splitlines() == [f"drive fit: error: {missing}: no such file or directory"], done.stderr
