@@ -2,13 +2,19 @@
 
 Every single-file output of drive (checkpoints, exported policies, reports, predictions, plots,
 images, demo stage stamps) goes to a hidden temporary file beside its destination and is renamed
-onto it (``os.replace``, atomic on one file system) only once it is complete: a crash or an error
-halfway leaves the previous file, or none, never a truncated one, and the temporary file is
-removed. Streamed outputs follow the same rule with their own temporary names (saliency videos,
-recordings, the frame cache).
+onto it (``os.replace``, atomic on one file system) only once it is complete and flushed to the
+disk (``fsync`` of the file, then of the directory after the rename, so a power cut or ``kill -9``
+cannot leave a renamed but empty file either): a crash or an error halfway leaves the previous
+file, or none, never a truncated one, and the temporary file is removed. The temporary lives in
+the destination's directory, never in ``TMPDIR`` (a rename across file systems is a copy that a
+kill can cut short). A write that fails for want of space or permission raises
+:class:`WriteError` (an ``OSError``) naming the file, the reason, and that the previous file is
+intact. Streamed outputs follow the same rule with their own temporary names (saliency videos,
+recordings, the frame cache; :func:`commit` renames and syncs them).
 """
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 from contextlib import contextmanager
@@ -18,32 +24,93 @@ from typing import TYPE_CHECKING, Any, Iterator, Union
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["atomic_path", "write_text", "write_image", "save_figure"]
+__all__ = ["atomic_path", "commit", "fsync_path", "write_bytes", "write_text", "write_image", "save_figure",
+           "WriteError", "no_empty_dir_on_error"]
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+
+class WriteError(OSError):
+    """A file could not be written (no space, read-only, no permission); the previous one is intact."""
+
+    def __str__(self) -> str:  # the message alone, which names the file (not "[Errno 28] ...: 'file'")
+        return str(self.strerror)
+
+
+def fsync_path(path: PathLike) -> None:
+    """Flush a file's (or a directory's) data to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError as e:  # some file systems cannot sync a directory: nothing to flush there
+        if not (os.path.isdir(path) and e.errno in (errno.EINVAL, errno.ENOTSUP, errno.EBADF)):
+            raise
+    finally:
+        os.close(fd)
+
+
+def commit(tmp: PathLike, out: PathLike) -> None:
+    """Sync ``tmp`` and rename it onto ``out`` (same directory), then sync the directory."""
+    fsync_path(tmp)
+    os.replace(tmp, out)
+    fsync_path(os.path.dirname(os.path.abspath(out)))
+
+
+def _write_error(out: Path, err: OSError) -> WriteError:
+    previous = "the previous file is left intact" if out.exists() else "nothing was written"
+    reason = err.strerror or str(err)
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        reason = f"{reason} (free some space or write elsewhere)"
+    e = WriteError(err.errno, f"{out}: could not be written: {reason}; {previous}")
+    e.filename = str(out)
+    return e
 
 
 @contextmanager
 def atomic_path(out: PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``out`` (its parents created) to write to; on a clean exit it
-    replaces ``out``, on an exception it is deleted. The temporary name ends in ``out``'s suffix,
-    so writers that choose a format by extension (matplotlib, OpenCV) still see it, and the file
-    has the mode a plain ``open(out, "w")`` would give (the umask's)."""
+    is synced and replaces ``out``, on an exception it is deleted. The temporary name ends in
+    ``out``'s suffix, so writers that choose a format by extension (matplotlib, OpenCV) still see
+    it, and the file has the mode a plain ``open(out, "w")`` would give (the umask's). An
+    ``OSError`` of the file system (full disk, read-only, no permission) becomes :class:`WriteError`."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    while True:  # not tempfile.mkstemp: its files are private (0600); this one gets the umask's mode, as out would
-        tmp = out.parent / f".{out.stem}.{secrets.token_hex(4)}.tmp{out.suffix}"
-        try:
-            os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-            break
-        except FileExistsError:
-            continue
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        while True:  # not tempfile.mkstemp: its files are private (0600); this one gets the umask's mode, as out would
+            tmp = out.parent / f".{out.stem}.{secrets.token_hex(4)}.tmp{out.suffix}"
+            try:
+                os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+                break
+            except FileExistsError:
+                continue
+    except WriteError:
+        raise
+    except OSError as e:
+        raise _write_error(out, e) from None
     try:
         yield Path(tmp)
-        os.replace(tmp, out)
+        commit(tmp, out)
+    except WriteError:
+        raise
+    except OSError as e:
+        if e.errno in _FS_ERRNOS:
+            raise _write_error(out, e) from None
+        raise
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+# errors of the file system rather than of the data written
+_FS_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+
+
+def write_bytes(out: PathLike, data: bytes) -> Path:
+    """``Path(out).write_bytes(data)``, atomically (a short write on a full disk is an error)."""
+    with atomic_path(out) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    return Path(out)
 
 
 def write_text(out: PathLike, text: str) -> Path:
@@ -78,3 +145,25 @@ def save_figure(fig: Any, out: PathLike, **kwargs: Any) -> Path:
     finally:
         plt.close(fig)
     return Path(out)
+
+
+@contextmanager
+def no_empty_dir_on_error(directory: PathLike) -> Iterator[Path]:
+    """A command's output directory: if the block fails, the directories it created for
+    ``directory`` (and its missing parents) are removed again when they are still empty, so a
+    refused run leaves no empty ``--out`` folder behind. Pre-existing folders are never touched."""
+    directory = Path(directory).absolute()
+    missing = []
+    probe = directory
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    try:
+        yield directory
+    except BaseException:
+        for folder in missing:  # deepest first
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (something was written) or already gone
+                break
+        raise

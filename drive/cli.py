@@ -6,15 +6,23 @@ subcommand runs, so ``drive --help`` stays instant.
 
 The LightningCLI subcommands (fit / validate / test / predict) hand the rest of the command
 line to :mod:`drive.train.cli`, which owns its own ``--help``.
+
+Errors caused by input (a missing or damaged file, a bad option value, a read-only or full
+output location) are answered with one line on stderr, ``drive <command>: error: <what>``, naming
+the file or option, and exit status 2; no traceback. ``--debug`` (anywhere on the command line,
+or ``DRIVE_DEBUG=1``) shows the traceback instead. Anything else (a bug) keeps its traceback.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
+import zipfile
 from typing import Dict, List, Optional, Tuple
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["main", "COMMANDS", "INPUT_ERRORS", "error_line", "report_input_error"]
 
 # name -> (module, one-line help)
 COMMANDS: Dict[str, Tuple[str, str]] = {
@@ -28,6 +36,55 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
     "export": ("drive.export_cli", "export a policy for the vehicle (TorchScript, AOTInductor, ONNX)"),
 }
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+
+
+# what bad input raises: drive's own errors are ValueErrors (DataError, RecordingError, checkpoint
+# errors ...) naming the file or option; OSError covers missing files, permissions, full disks
+INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile)
+_NUMPY_SCALAR = re.compile(r"np\.(?:float|int|uint|bool|complex|str)\w*\(([^()]*)\)")
+
+
+def error_line(err: BaseException) -> str:
+    """``err`` as one line with plain numbers (``np.float64(2.5)`` -> ``2.5``). A DataLoader
+    worker's re-raised error keeps only the original message (its last line)."""
+    text = str(err)
+    if isinstance(err, OSError) and err.strerror and not str(err).startswith(err.strerror):
+        name = err.filename
+        text = err.strerror if name is None or str(name) in err.strerror else f"{name}: {err.strerror}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines and lines[0].startswith("Caught ") and "worker process" in lines[0]:
+        lines = lines[-1:]
+        lines[0] = re.sub(r"^\w+(Error|Exception): ", "", lines[0])
+    line = " ".join(lines) or type(err).__name__
+    return _NUMPY_SCALAR.sub(r"\1", line)
+
+
+def report_input_error(command: str, err: BaseException) -> int:
+    """Print ``drive <command>: error: ...`` (one line) on stderr; the exit status 2."""
+    print(f"drive {command}: error: {error_line(err)}", file=sys.stderr, flush=True)
+    return 2
+
+
+def _check_out(out: object) -> None:
+    """Refuse an ``--out`` that cannot be written (read-only file system, no permission) before
+    any work, naming it; the nearest existing folder on its path is what is tested."""
+    if out is None:
+        return
+    from pathlib import Path
+
+    probe = Path(str(out)).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.is_file():
+        probe = probe.parent
+    if not os.access(probe, os.W_OK):
+        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
+        raise PermissionError(f"--out {out}: cannot write in {probe} "
+                              f"({'read-only file system' if read_only else 'permission denied'})")
+
+
+def _debug(argv: List[str]) -> bool:
+    return "--debug" in argv or os.environ.get("DRIVE_DEBUG", "") not in ("", "0")
 
 
 def _usage() -> str:
@@ -51,19 +108,41 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         print(__version__)
         return 0
+    debug = _debug(argv)
+    argv = [a for a in argv if a != "--debug"]
+    if not argv:
+        print(_usage())
+        return 0
     name, rest = argv[0], argv[1:]
     if name in LIGHTNING_COMMANDS:
         from drive.train.cli import lightning_main
 
-        return lightning_main([name, *rest])
+        return lightning_main([name, *rest], debug=debug)
     if name not in COMMANDS:
         print(f"drive: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     parser = argparse.ArgumentParser(prog=f"drive {name}", description=COMMANDS[name][1])
     module.add_arguments(parser)
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     args = parser.parse_args(rest)
-    return int(module.run(args) or 0)
+    try:
+        _check_out(getattr(args, "out", None))
+        return int(module.run(args) or 0)
+    except SystemExit as stop:  # a command refusing an option with SystemExit("drive x: ...")
+        if not isinstance(stop.code, str) or debug:
+            raise
+        message = stop.code.strip()
+        prefix = f"drive {name}: "
+        message = message[len(prefix):] if message.startswith(prefix) else message
+        message = message[len("error: "):] if message.startswith("error: ") else message
+        return report_input_error(name, ValueError(message))
+    except INPUT_ERRORS as err:
+        if debug:
+            raise
+        if hasattr(args, "overwrite"):  # the library's advice, in the command's words
+            err = type(err)(error_line(err).replace("pass overwrite=True", "pass --overwrite"))
+        return report_input_error(name, err)
 
 
 if __name__ == "__main__":

@@ -76,15 +76,13 @@ def run(args: argparse.Namespace) -> int:
 
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix.lower())
     if fmt is None:
-        raise SystemExit(f"drive export: cannot tell the format from {args.out.name!r}; pass --format")
+        raise ValueError(f"--out {args.out}: cannot tell the format from the suffix {args.out.suffix!r}; "
+                         "use .ts, .pt2 or .onnx, or pass --format")
     build = dict(curvature_limit_per_m=args.curvature_limit, frame_size=args.frame_size,
                  black_level=args.black_level, max_gap_s=args.max_gap)
     start = time.perf_counter()
-    try:
-        path = export_policy(args.ckpt, args.out, format=fmt, device=args.device, half=args.half, **build)
-    except (ValueError, FileNotFoundError, RuntimeError) as err:
-        print(f"drive export: {err}")
-        return 1
+    # errors of input (checkpoint, options, a full or read-only --out) propagate to drive.cli: one line, exit 2
+    path = export_policy(args.ckpt, args.out, format=fmt, device=args.device, half=args.half, **build)
     meta = read_metadata(path)
     h, w = meta["frame_size"]
     print(f"wrote {path} ({fmt}, {path.stat().st_size / 1e6:.2f} MB, {time.perf_counter() - start:.1f} s): "

@@ -22,6 +22,7 @@ tensors and plain types to load (a pickled payload) is rejected before anything 
 """
 from __future__ import annotations
 
+import io
 import os
 import pickle
 from pathlib import Path
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 
 from drive import __version__
-from drive.atomic import atomic_path
+from drive.atomic import write_bytes
 from drive.nn.policy import Policy
 from drive.perturb import perturb_views
 from drive.preprocess import Preprocessing
@@ -71,19 +72,62 @@ def policy_meta(
     }
 
 
-def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = "cpu") -> Dict[str, Any]:
-    """``torch.load(path, weights_only=True)`` with a clear error for unsafe or foreign files."""
+def _refusal(path: Path, err: BaseException) -> ValueError:
+    detail = [line.strip() for line in str(err).splitlines() if "Unsupported global" in line]
+    return ValueError(
+        f"{path}: refusing to load: it holds pickled Python objects beyond tensors and plain "
+        f"types, which could run code; drive checkpoints never do. {' '.join(detail)}".strip())
+
+
+def checked_load(path: PathLike, load: Callable[[], Any]) -> Any:
+    """``load()`` (a ``torch.load(path, weights_only=True)``), its failures turned into one-line
+    ``ValueError``s naming ``path``: an empty file, a truncated or foreign one (torch answers those
+    with a bare ``EOFError``, ``OSError: Invalid argument`` or zip errors), or pickled code."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no checkpoint at {path}")
     try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+        return load()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such checkpoint file") from None
     except pickle.UnpicklingError as err:
-        detail = [line.strip() for line in str(err).splitlines() if "Unsupported global" in line]
-        raise ValueError(
-            f"{path}: refusing to load: it holds pickled Python objects beyond tensors and plain "
-            f"types, which could run code; drive checkpoints never do. {' '.join(detail)}"
-        ) from None
+        if "Weights only load failed" in str(err):
+            raise _refusal(path, err) from None
+        raise ValueError(f"{path}: cannot load: not a checkpoint, or a corrupt one ({_one_line(err)})") from None
+    except MemoryError:
+        raise
+    except Exception as err:  # noqa: BLE001 (torch raises many types for a damaged archive)
+        size = path.stat().st_size if path.is_file() else None
+        if size == 0:
+            raise ValueError(f"{path}: cannot load: the file is empty (0 bytes; an interrupted write?)") from None
+        raise ValueError(f"{path}: cannot load: not a checkpoint, or a truncated or corrupt one "
+                         f"({_one_line(err)})") from None
+
+
+def _is_torchscript(path: Path) -> bool:
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return any(n.endswith("/constants.pkl") or "/code/__torch__" in n for n in zf.namelist())
+    except (zipfile.BadZipFile, OSError):
+        return False
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
+
+
+def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = "cpu") -> Dict[str, Any]:
+    """``torch.load(path, weights_only=True)`` with a clear error for unsafe, damaged or foreign files."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{path}: is a directory, not a checkpoint file")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no such checkpoint file")
+    if path.suffix.lower() in EXPORT_SUFFIXES or _is_torchscript(path):
+        raise ValueError(f"{path}: an exported policy, not a checkpoint: give the .ckpt / .pt it was exported "
+                         "from (`drive evaluate --policy` runs exported files)")
+    ckpt = checked_load(path, lambda: torch.load(path, map_location=map_location, weights_only=True))
     if not isinstance(ckpt, dict) or "drive" not in ckpt or "state_dict" not in ckpt:
         raise ValueError(f"{path}: not a drive policy checkpoint (needs 'drive' metadata and a 'state_dict')")
     missing = [k for k in META_KEYS if k not in ckpt["drive"]]
@@ -118,9 +162,9 @@ def save_policy(path: PathLike, policy: Policy, meta: Mapping[str, Any]) -> Path
         raise ValueError(f"policy metadata lacks {missing}")
     path = Path(path)
     state = {"policy." + k: v.detach().cpu() for k, v in policy.state_dict().items()}
-    with atomic_path(path) as tmp:
-        torch.save({"drive": meta, "state_dict": state}, tmp)
-    return path
+    buffer = io.BytesIO()  # serialised in memory: torch's file writer cannot report a full disk cleanly
+    torch.save({"drive": meta, "state_dict": state}, buffer)
+    return write_bytes(path, buffer.getbuffer())
 
 
 class PolicyDriver:

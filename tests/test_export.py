@@ -312,7 +312,7 @@ def test_pickled_payload_checkpoint_is_rejected_without_running_it(tmp_path):
     torch.save({"drive": {}, "state_dict": {}, "x": Payload()}, bad)
     with pytest.raises(ValueError, match="refusing to load"):
         export_policy(bad, tmp_path / "out.ts")
-    assert drive_main(["export", "--ckpt", str(bad), "--out", str(tmp_path / "out.ts")]) == 1
+    assert drive_main(["export", "--ckpt", str(bad), "--out", str(tmp_path / "out.ts")]) == 2
     assert not marker.exists() and not (tmp_path / "out.ts").exists()
 
 

@@ -29,6 +29,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from drive.atomic import commit
 from drive.data.errors import Problems
 from drive.data.readers.base import SubsetFrames
 from drive.preprocess import Preprocessing
@@ -221,10 +222,10 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    os.replace(tmp, directory / "frames.npy")
+    commit(tmp, directory / "frames.npy")  # fsynced: a power cut leaves no renamed but empty cache
     np.savez(directory / "index.tmp.npz", timestamp_s=rec.log["timestamp_s"], curvature=rec.log["curvature"],
              speed_mps=rec.log["speed_mps"], valid=valid)
-    os.replace(directory / "index.tmp.npz", directory / "index.npz")
+    commit(directory / "index.tmp.npz", directory / "index.npz")
     info = {"fingerprint": key, "name": display_name(rec), "source": rec.meta.source,
             "path": str(rec.path), "drive": rec.meta.extra.get("drive", str(rec.path)),
             "fps": rec.meta.fps, "camera": rec.meta.camera.to_dict() if rec.meta.camera else None,
@@ -232,7 +233,7 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
             "problems": [dict(file=p.file, row=p.row, kind=p.kind, message=p.message) for p in local.items]}
     tmp_json = directory / "index.tmp.json"
     tmp_json.write_text(json.dumps(info, indent=1))
-    os.replace(tmp_json, index_path)
+    commit(tmp_json, index_path)
     problems.extend(local)
     return CachedRecording(directory)
 

@@ -77,5 +77,7 @@ def run(args: argparse.Namespace) -> int:
             print(path)
         return 0
     except (DataError, FileNotFoundError, ValueError) as e:
-        print(f"drive data: error: {e}", file=sys.stderr)
+        from drive.cli import error_line  # one line, plain numbers, the option's spelling
+
+        print(f"drive data: error: {error_line(e).replace('pass overwrite=True', 'pass --overwrite')}", file=sys.stderr)
         return 2

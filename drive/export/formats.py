@@ -21,6 +21,7 @@ with a pickled payload is refused before anything in it runs.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import warnings
@@ -30,7 +31,7 @@ from typing import Any, Dict, Iterator, Optional, Tuple, Union
 import torch
 
 from drive import __version__
-from drive.atomic import atomic_path
+from drive.atomic import write_bytes
 from drive.export.module import STATUS, DeployedPolicy
 from drive.nn.policy import Policy
 from drive.policy_io import load_policy, policy_meta
@@ -147,15 +148,16 @@ def _export_program(deployed: DeployedPolicy, device: torch.device) -> torch.exp
         return torch.export.export(deployed, _example_inputs(deployed, device), strict=False)
 
 
-def _write_torchscript(deployed: DeployedPolicy, meta_json: str, tmp: Path) -> None:
+def _write_torchscript(deployed: DeployedPolicy, meta_json: str, tmp: io.BytesIO) -> None:
     deployed.metadata_json = meta_json
     with warnings.catch_warnings():  # TorchScript's deprecation notice (see docs/deploy.md)
         warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
         scripted = torch.jit.script(deployed)
-        torch.jit.save(scripted, str(tmp), _extra_files={META_FILE: meta_json})
+        torch.jit.save(scripted, tmp, _extra_files={META_FILE: meta_json})
 
 
-def _write_aoti(deployed: DeployedPolicy, meta: Dict[str, Any], meta_json: str, tmp: Path, device: torch.device) -> None:
+def _write_aoti(deployed: DeployedPolicy, meta: Dict[str, Any], meta_json: str, tmp: io.BytesIO,
+                device: torch.device) -> None:
     from torch._inductor import aoti_compile_and_package
 
     deployed.metadata_json = meta_json
@@ -168,7 +170,7 @@ def _write_aoti(deployed: DeployedPolicy, meta: Dict[str, Any], meta_json: str, 
     configs: Dict[str, Any] = {"aot_inductor.metadata": strings, "freezing": cpu}
     # under grad mode Inductor would skip the freezing without a word
     with torch.no_grad(), _cpu_aoti_freezing() if cpu else contextlib.nullcontext():
-        aoti_compile_and_package(program, package_path=str(tmp), inductor_configs=configs)
+        aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
 
 
 @contextlib.contextmanager
@@ -194,9 +196,7 @@ def _cpu_aoti_freezing() -> Iterator[None]:
         torch._C.has_mkl = has_mkl
 
 
-def _write_onnx(deployed: DeployedPolicy, meta_json: str, tmp: Path) -> None:
-    import onnx
-
+def _write_onnx(deployed: DeployedPolicy, meta_json: str, tmp: io.BytesIO) -> None:
     program = torch.onnx.export(
         _export_program(deployed, torch.device("cpu")), dynamo=True, opset_version=ONNX_OPSET,
         input_names=["frame", "hidden"], output_names=["curvature_per_m", "hidden_out", "status"],
@@ -206,7 +206,7 @@ def _write_onnx(deployed: DeployedPolicy, meta_json: str, tmp: Path) -> None:
     del model.metadata_props[:]
     entry = model.metadata_props.add()
     entry.key, entry.value = META_FILE, meta_json
-    onnx.save(model, str(tmp))
+    tmp.write(model.SerializeToString())
 
 
 def export_policy(
@@ -241,7 +241,7 @@ def export_policy(
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda: torch sees no CUDA device here")
+        raise ValueError("--device cuda: torch sees no CUDA device here")
     if format == "onnx" and (half or device != "cpu"):
         raise ValueError("ONNX export is fp32 on CPU; onnxruntime picks the execution provider at load time")
     if isinstance(ckpt_or_policy, (str, os.PathLike)):
@@ -258,12 +258,15 @@ def export_policy(
     info = export_metadata(deployed, meta, format, device)
     meta_json = json.dumps(info, sort_keys=True)
     out = Path(out)
-    with atomic_path(out) as tmp:
-        if format == "torchscript":
-            _write_torchscript(deployed, meta_json, tmp)
-        elif format == "aoti":
-            _write_aoti(deployed, info, meta_json, tmp, dev)
-        else:
-            _write_onnx(deployed, meta_json, tmp)
-    return out
+    # Serialised in memory, then written whole through a synced temporary beside ``out``: torch's
+    # C++ file writers abort the process on a full disk (a c10::Error thrown in a destructor)
+    # and would leave their temporary behind; a Python write fails cleanly with a WriteError.
+    buffer = io.BytesIO()
+    if format == "torchscript":
+        _write_torchscript(deployed, meta_json, buffer)
+    elif format == "aoti":
+        _write_aoti(deployed, info, meta_json, buffer, dev)
+    else:
+        _write_onnx(deployed, meta_json, buffer)
+    return write_bytes(out, buffer.getbuffer())
 

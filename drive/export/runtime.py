@@ -31,7 +31,27 @@ PathLike = Union[str, os.PathLike]
 
 
 def read_metadata(path: PathLike) -> Dict[str, Any]:
-    """The export metadata of a ``.ts`` / ``.pt2`` / ``.onnx`` file, without running the model."""
+    """The export metadata of a ``.ts`` / ``.pt2`` / ``.onnx`` file, without running the model
+    (a damaged file is a ``ValueError`` naming it: :mod:`drive.export.integrity`)."""
+    from drive.export.integrity import check_aoti_package, load_error
+
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such exported policy file")
+    if os.path.getsize(path) == 0:
+        raise load_error(path, EOFError())
+    try:
+        if Path(path).suffix.lower() == ".pt2":
+            check_aoti_package(path)  # the metadata is read from the archive: nothing is extracted or loaded
+        return _read_metadata(path)
+    except (ValueError, RuntimeError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
+        raise load_error(path, err) from None
+    except Exception as err:  # noqa: BLE001 (onnx's protobuf DecodeError)
+        if type(err).__name__ != "DecodeError":
+            raise
+        raise load_error(path, err) from None
+
+
+def _read_metadata(path: PathLike) -> Dict[str, Any]:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".ts":
@@ -128,7 +148,7 @@ class ExportedPolicy:
             if optimize:
                 self._module = optimize_loaded(self._module, self.device.type)
         elif self.format == "aoti":
-            from torch._inductor import aoti_load_package
+            from drive.export.integrity import load_aoti_package
 
             self.device = torch.device(self.meta["device"])
             check_aoti_loadable(self.path, self.meta)
@@ -136,7 +156,7 @@ class ExportedPolicy:
                 _init_cuda(self.device)
                 if probe:
                     probe_aoti(self.path)
-            self._module = aoti_load_package(str(self.path))
+            self._module = load_aoti_package(self.path)
             self._run = _flat_runner(self._module)
         elif self.format == "onnx":
             import onnxruntime as ort
@@ -381,8 +401,21 @@ def load_exported(path: PathLike, device: str = "cpu", threads: int = 0, optimiz
     the step is captured in a CUDA graph per batch size unless ``cuda_graph=False`` (or the
     environment has ``DRIVE_CUDA_GRAPH=0``). An AOTInductor package is checked against this
     process before loading (:func:`check_aoti_loadable`); a CUDA one is also loaded and stepped
-    once in a child process first unless ``probe=False`` (:func:`probe_aoti`)."""
-    return ExportedPolicy(path, device=device, threads=threads, optimize=optimize, cuda_graph=cuda_graph, probe=probe)
+    once in a child process first unless ``probe=False`` (:func:`probe_aoti`). A damaged file is a
+    ``ValueError`` naming it."""
+    from drive.export.integrity import load_error
+
+    try:
+        return ExportedPolicy(path, device=device, threads=threads, optimize=optimize, cuda_graph=cuda_graph,
+                              probe=probe)
+    except (ValueError, RuntimeError, OSError, EOFError, zipfile.BadZipFile) as err:
+        if isinstance(err, FileNotFoundError) or type(err).__name__ == "OutOfMemoryError":
+            raise
+        raise load_error(path, err) from None
+    except Exception as err:  # noqa: BLE001 (onnxruntime's own exception types)
+        if not type(err).__module__.startswith("onnxruntime"):
+            raise
+        raise load_error(path, err) from None
 
 
 class ExportedDriver:

@@ -11,7 +11,8 @@ import argparse
 import sys
 
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
-from drive.sim.record import DEFAULT_NOISE_STD, simulate
+from drive.atomic import no_empty_dir_on_error
+from drive.sim.record import DEFAULT_NOISE_STD, check_world_settings, simulate
 from drive.sim.render import Camera
 from drive.sim.road import SPLITS, TEST_SEED_OFFSET
 
@@ -46,22 +47,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         parse_conditions(args.conditions)
-        for name in ("minutes", "recording_minutes", "speed_kmh", "fps"):
-            if not getattr(args, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-        if args.noise_std < 0:
-            raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
+        check_world_settings(speed_kmh=args.speed_kmh, fps=args.fps, width=args.width, height=args.height,
+                             noise_std=args.noise_std, minutes=args.minutes, recording_minutes=args.recording_minutes)
         camera = Camera.default(args.width, args.height)
 
         def progress(i: int, n: int, path) -> None:
             print(f"[{i + 1}/{n}] {path}", flush=True)
 
-        paths = simulate(args.out, args.minutes, args.seed, args.conditions, split=args.split,
-                         recording_minutes=args.recording_minutes, storage=args.storage,
-                         noise_std=args.noise_std, camera=camera, speed_mps=args.speed_kmh / 3.6,
-                         fps=args.fps, overwrite=args.overwrite, progress=progress)
+        with no_empty_dir_on_error(args.out):  # a refused run leaves no empty --out folder
+            paths = simulate(args.out, args.minutes, args.seed, args.conditions, split=args.split,
+                             recording_minutes=args.recording_minutes, storage=args.storage,
+                             noise_std=args.noise_std, camera=camera, speed_mps=args.speed_kmh / 3.6,
+                             fps=args.fps, overwrite=args.overwrite, progress=progress)
     except (ValueError, TypeError) as e:
-        print(f"drive simulate: error: {e}", file=sys.stderr)
+        message = str(e).replace("pass overwrite=True", "pass --overwrite")
+        print(f"drive simulate: error: {message}", file=sys.stderr)
         return 2
     print(f"wrote {len(paths)} recording(s) to {args.out}")
     return 0

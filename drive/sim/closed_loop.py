@@ -168,6 +168,7 @@ def evaluate(driver: Driver, km: float, seed: Union[int, Sequence[int]], conditi
 
         video = DriveVideo(video_path, renderer.camera, fps)
     segments: List[Segment] = []
+    done = False
     try:
         for i in range(count):
             length_m = 1000.0 * min(segment_km, km - i * segment_km)
@@ -181,9 +182,10 @@ def evaluate(driver: Driver, km: float, seed: Union[int, Sequence[int]], conditi
             segments.append(seg)
             if progress is not None:
                 progress(seg)
+        done = True
     finally:
         if video is not None:
-            video.close()
+            video.close(keep=done)  # a failed run leaves no video (and no temporary)
     metrics: Dict[str, Any] = {"driver": str(getattr(driver, "name", type(driver).__name__)),
                                "seed": seeds[0] if len(seeds) == 1 else seeds, "split": split, "segments": count,
                                "criteria": {"max_lateral_m": max_lateral_m, "max_heading_rad": max_heading_rad,

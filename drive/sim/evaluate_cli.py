@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 
+from drive.atomic import no_empty_dir_on_error
 from drive.perturb import Perturbation
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.expert import PurePursuitExpert
+from drive.sim.record import check_world_settings
 from drive.sim.render import Camera
 from drive.sim.road import SPLITS
 
@@ -46,7 +48,7 @@ def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
             raise ValueError(f"--policy constant:K needs a number K (curvature in 1/m), got {value!r}") from None
     path = Path(spec)
     if not path.exists():
-        raise ValueError(f"--policy {spec!r} is neither 'expert', 'constant:K' nor an existing file")
+        raise ValueError(f"--policy {spec}: no such file (nor 'expert' or 'constant:K')")
     import torch
 
     from drive.policy_io import load_driver
@@ -54,6 +56,19 @@ def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
     if threads > 0:
         torch.set_num_threads(threads)
     return load_driver(path, device=device)
+
+
+def _camera_fps(driver: Any, spec: str, fps: Any) -> float:
+    """The world's camera rate: ``--fps``, else the policy's own (checkpoint or export metadata), else 30.
+    An exported file integrates only its own step length, so another ``--fps`` is refused here."""
+    meta = getattr(driver, "meta", None) or {}
+    own = float(meta["fps"]) if "fps" in meta else None
+    if fps is None:
+        return own if own is not None else 30.0
+    if own is not None and "format" in meta and abs(fps - own) > 0.01 * own:
+        raise ValueError(f"--fps {fps:g}: the exported policy {spec} steps at {own:g} Hz (its metadata); "
+                         f"leave --fps out or pass --fps {own:g}")
+    return float(fps)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,9 +86,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Gaussian noise std on [0,1] pixels of the policy's view: a checkpoint's network input "
                              "(after crop and resize), an exported file's camera frame (default 0)")
     parser.add_argument("--speed-kmh", type=float, default=30.0, help="vehicle speed (default 30 km/h)")
-    parser.add_argument("--fps", type=float, default=30.0, help="camera rate (default 30 Hz)")
-    parser.add_argument("--width", type=int, default=200, help="camera image width (default 200)")
-    parser.add_argument("--height", type=int, default=78, help="camera image height (default 78)")
+    parser.add_argument("--fps", type=float, default=None,
+                        help="camera rate (default: the policy's own, from its checkpoint or exported file's "
+                             "metadata; 30 Hz for expert and constant)")
+    parser.add_argument("--width", type=int, default=None,
+                        help="camera image width (default: the policy's camera frame size from its metadata, else 200)")
+    parser.add_argument("--height", type=int, default=None,
+                        help="camera image height (default: as --width, else 78)")
     parser.add_argument("--device", default="cpu", help="torch device for checkpoint policies (default cpu)")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads for policy files (default 1; 0 = torch's default)")
@@ -93,11 +112,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         parse_conditions(args.conditions)
         for name in ("km", "segment_km", "speed_kmh", "fps"):
-            if not getattr(args, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-        if not args.noise_std >= 0:
-            raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
+            value = getattr(args, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
+        if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
+            raise ValueError(f"--noise-std must be a number >= 0, got {args.noise_std}")
+        check_world_settings(speed_kmh=args.speed_kmh, fps=args.fps, width=args.width, height=args.height)
         driver = make_driver(args.policy, args.device, args.threads)
+        args.fps = _camera_fps(driver, args.policy, args.fps)
+        size = (getattr(driver, "meta", None) or {}).get("frame_size") or (78, 200)
+        args.height = int(size[0]) if args.height is None else args.height
+        args.width = int(size[1]) if args.width is None else args.width
         perturb = Perturbation("gaussian", args.noise_std, seed=args.seed) if args.noise_std > 0 else None
         if hasattr(driver, "view"):  # a checkpoint's PolicyDriver: noise on the network's view
             driver.perturb, perturb = perturb, None
@@ -107,10 +132,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"segment {seg.index}: {seg.km:.2f} km, {len(seg.intervention_xy)} interventions "
                   f"({'/'.join(seg.conditions.values())})", flush=True)
 
-        result = evaluate(driver, args.km, args.seed, conditions=args.conditions, perturb=perturb,
-                          split=args.split, video_path=out / "drive.mp4" if args.video else None,
-                          segment_km=args.segment_km, camera=Camera.default(args.width, args.height),
-                          speed_mps=args.speed_kmh / 3.6, fps=args.fps, progress=progress)
+        with no_empty_dir_on_error(out):  # a failed run leaves no empty --out folder
+            result = evaluate(driver, args.km, args.seed, conditions=args.conditions, perturb=perturb,
+                              split=args.split, video_path=out / "drive.mp4" if args.video else None,
+                              segment_km=args.segment_km, camera=Camera.default(args.width, args.height),
+                              speed_mps=args.speed_kmh / 3.6, fps=args.fps, progress=progress)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"drive evaluate: error: {e}", file=sys.stderr)
         return 2

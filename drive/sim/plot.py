@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any, Sequence, Union
 
 import cv2
 import numpy as np
 
-from drive.atomic import save_figure, write_image
+from drive.atomic import commit, save_figure, write_image
 from drive.sim.render import Camera
 
 __all__ = ["plot_drive", "DriveVideo", "conditions_sheet"]
@@ -55,8 +56,11 @@ class DriveVideo:
         self.path, self.scale = Path(path), scale
         self.path.parent.mkdir(parents=True, exist_ok=True)
         size = (camera.width * scale, camera.height * scale)
-        self.writer = cv2.VideoWriter(str(self.path), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
+        # written beside the destination under a hidden name, renamed on close (drive.atomic's rule)
+        self._tmp = self.path.parent / f".{self.path.stem}.{os.getpid()}.tmp{self.path.suffix}"
+        self.writer = cv2.VideoWriter(str(self._tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
         if not self.writer.isOpened():
+            self._tmp.unlink(missing_ok=True)
             raise ValueError(f"{self.path}: OpenCV cannot write this video")
 
     def __call__(self, obs: Any, interventions: int) -> None:
@@ -66,8 +70,12 @@ class DriveVideo:
         cv2.putText(bgr, text, (6, 16), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
         self.writer.write(bgr)
 
-    def close(self) -> None:
+    def close(self, keep: bool = True) -> None:
+        """Finish the file and rename it into place (``keep``), or delete it (a failed run)."""
         self.writer.release()
+        if keep and self._tmp.exists():
+            commit(self._tmp, self.path)
+        self._tmp.unlink(missing_ok=True)
 
 
 def conditions_sheet(path: Union[str, Path], seed: int = 0, scale: int = 2) -> Path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from drive.recording import CameraCalibration, RecordingMeta, RecordingWriter
 from drive.sim.appearance import Appearance, condition_grid, parse_conditions, sample_appearance
@@ -20,10 +20,43 @@ from drive.sim.render import Camera, Renderer
 from drive.sim.road import generate_road
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 
-__all__ = ["camera_calibration", "record_drive", "simulate"]
+__all__ = ["camera_calibration", "check_world_settings", "record_drive", "simulate", "MAX_SPEED_KMH"]
 
 DEFAULT_NOISE_STD = 0.01  # 1/m: lateral deviations of ~0.2 m RMS, up to ~0.7 m, at 30 km/h
 NOISE_PAUSE_LATERAL_M = 0.7
+# Bounds of settings that describe a car on the world's roads (curvature up to 1/25 m); anything
+# beyond is a typo (1e6 km/h) and is refused rather than recorded.
+MAX_SPEED_KMH = 150.0
+MAX_FPS = 240.0
+MAX_NOISE_STD = 0.2  # 1/m: a 5 m radius, 5x the tightest curve of the world
+IMAGE_SIDES = {"--width": 16, "--height": 8}  # the camera's least size; at most 4096 pixels
+
+
+def check_world_settings(speed_kmh: Optional[float] = None, fps: Optional[float] = None,
+                         width: Optional[int] = None, height: Optional[int] = None,
+                         noise_std: Optional[float] = None, minutes: Optional[float] = None,
+                         recording_minutes: Optional[float] = None) -> None:
+    """Refuse absurd or non-finite settings with a ``ValueError`` naming the option (``--speed-kmh``,
+    the ``drive simulate | evaluate`` spelling); ``None`` means not given."""
+    def bad(option: str, value: Any, want: str) -> ValueError:
+        return ValueError(f"{option} must be {want}, got {float(value):g}" if isinstance(value, (int, float))
+                          else f"{option} must be {want}, got {value!r}")
+
+    def number(value: Any) -> bool:
+        return isinstance(value, (int, float)) and math.isfinite(value)
+
+    if speed_kmh is not None and not (number(speed_kmh) and 0 < speed_kmh <= MAX_SPEED_KMH):
+        raise bad("--speed-kmh", speed_kmh, f"in (0, {MAX_SPEED_KMH:g}] km/h")
+    if fps is not None and not (number(fps) and 0 < fps <= MAX_FPS):
+        raise bad("--fps", fps, f"in (0, {MAX_FPS:g}] Hz")
+    for option, side in (("--width", width), ("--height", height)):
+        if side is not None and not (isinstance(side, int) and IMAGE_SIDES[option] <= side <= 4096):
+            raise bad(option, side, f"a whole number of pixels in [{IMAGE_SIDES[option]}, 4096]")
+    if noise_std is not None and not (number(noise_std) and 0 <= noise_std <= MAX_NOISE_STD):
+        raise bad("--noise-std", noise_std, f"in [0, {MAX_NOISE_STD:g}] 1/m")
+    for option, value in (("--minutes", minutes), ("--recording-minutes", recording_minutes)):
+        if value is not None and not (number(value) and value > 0):
+            raise bad(option, value, "positive (minutes)")
 
 
 def camera_calibration(camera: Camera) -> CameraCalibration:
@@ -85,18 +118,26 @@ def simulate(out_dir: Union[str, Path], minutes: float, seed: int, conditions: O
     Named conditions cycle over all their combinations (``summer,winter`` alternates seasons);
     unnamed axes are random per recording. Recording ``i`` uses road ``i`` of ``(seed, split)``.
     """
-    if not minutes > 0 or not recording_minutes > 0:
-        raise ValueError(f"minutes must be positive, got {minutes} and {recording_minutes}")
+    cam = camera or Camera.default()
+    check_world_settings(speed_kmh=speed_mps * 3.6, fps=fps, width=cam.width, height=cam.height,
+                         noise_std=noise_std, minutes=minutes, recording_minutes=recording_minutes)
     grid = condition_grid(parse_conditions(conditions))
     count = int(math.ceil(minutes / recording_minutes - 1e-9))
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths: List[Path] = []
+    planned = []
     for i in range(count):
-        length = min(recording_minutes, minutes - i * recording_minutes)
         fixed = grid[i % len(grid)]
         app = sample_appearance(seed, split, i, fixed)
-        path = out / f"{split}-s{seed}-{i:03d}-{_slug(app)}"
+        planned.append((i, fixed, out / f"{split}-s{seed}-{i:03d}-{_slug(app)}"))
+    if not overwrite:  # refused before anything is written, not after the first recordings
+        existing = [str(path) for _, _, path in planned if path.exists()]
+        if existing:
+            more = f" and {len(existing) - 1} more" if len(existing) > 1 else ""
+            raise ValueError(f"{existing[0]}{more}: already exists (pass overwrite=True to replace)")
+    out.mkdir(parents=True, exist_ok=True)
+    paths: List[Path] = []
+    for i, fixed, path in planned:
+        length = min(recording_minutes, minutes - i * recording_minutes)
         record_drive(path, seed, i, split, length, fixed, storage, noise_std, camera, speed_mps, fps, overwrite)
         paths.append(path)
         if progress is not None:

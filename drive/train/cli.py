@@ -21,12 +21,13 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from drive.data.datamodule import DriveDataModule
+from drive.train.checkpoint_io import AtomicCheckpointIO
 from drive.train.module import PolicyModule
 from drive.train.predictions import PredictionCSV
 
@@ -47,6 +48,8 @@ def check_ckpt_path(ckpt_path: Optional[str]) -> None:
     path = str(ckpt_path)
     if path in CKPT_KEYWORDS or path.startswith("registry") or "://" in path:
         return
+    if os.path.isdir(path):
+        raise CheckpointNotFound(f"--ckpt_path {path}: is a directory, not a checkpoint file")
     if not os.path.isfile(path):
         raise CheckpointNotFound(f"--ckpt_path {path}: no such checkpoint file")
 
@@ -71,6 +74,33 @@ class DriveCLI(LightningCLI):
             "last_checkpoint.every_n_train_steps": 100,
         })
 
+    def _parse_ckpt_path(self) -> None:
+        """Lightning reads ``--ckpt_path``'s hyperparameters first; a missing, empty, truncated or
+        foreign file is named here (not a bare ``EOFError``), before any data is cached."""
+        sub = self.config.get("subcommand")
+        path = self.config[sub].get("ckpt_path") if sub else None
+        check_ckpt_path(path)
+        try:
+            super()._parse_ckpt_path()
+        except Exception:
+            if path is not None and os.path.isfile(str(path)):
+                import torch
+
+                from drive.policy_io import checked_load
+
+                checked_load(path, lambda: torch.load(str(path), weights_only=True, map_location="cpu"))
+            raise
+
+    def instantiate_trainer(self, **kwargs: Any) -> Any:
+        """The trainer, with :class:`AtomicCheckpointIO` unless the config names a CheckpointIO plugin."""
+        from lightning.fabric.plugins import CheckpointIO
+
+        plugins = self._get(self.config_init, "trainer", default={}).get("plugins")
+        plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        if not any(isinstance(p, CheckpointIO) for p in plugins):
+            kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
+        return super().instantiate_trainer(**kwargs)
+
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         check_ckpt_path(cfg.get("ckpt_path"))
@@ -92,11 +122,38 @@ class DriveCLI(LightningCLI):
             ]
 
 
-def lightning_main(argv: Optional[List[str]] = None) -> int:
+def _notes_to_stdout() -> None:
+    """Lightning's progress notes ("Seed set to ...", "GPU available ...") are information, not
+    errors: they go to stdout, so stderr holds warnings and, on bad input, the one error line."""
+    import logging
+
+    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
+        for handler in logging.getLogger(name).handlers:
+            if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.__stderr__:
+                handler.setStream(_CurrentStdout())  # type: ignore[arg-type]
+
+
+class _CurrentStdout:
+    """Whatever ``sys.stdout`` is at the time of the write (it may be swapped, e.g. by pytest)."""
+
+    def write(self, text: str) -> int:
+        return sys.stdout.write(text)
+
+    def flush(self) -> None:
+        sys.stdout.flush()
+
+
+def lightning_main(argv: Optional[List[str]] = None, debug: bool = False) -> int:
     """Run ``fit | validate | test | predict`` with the rest of ``argv`` (as ``drive <subcommand>``).
 
-    Returns 0, or 2 with ``drive <subcommand>: error: ...`` on stderr when ``--ckpt_path`` is missing.
+    Returns 0, or 2 with one line ``drive <subcommand>: error: ...`` on stderr when input is at
+    fault (a missing ``--ckpt_path``, a damaged checkpoint, bad logs, an unwritable or full output
+    location: :data:`drive.cli.INPUT_ERRORS`); ``debug`` re-raises instead.
     """
+    from drive.cli import INPUT_ERRORS, report_input_error
+
+    _notes_to_stdout()
+
     with warnings.catch_warnings():
         # `drive fit ...` hands its own command line over as ``args``; LightningCLI would warn that
         # sys.argv holds arguments too, which is exactly how it is meant here.
@@ -122,9 +179,10 @@ def lightning_main(argv: Optional[List[str]] = None) -> int:
                 parser_kwargs={"prog": "drive", "default_env": False},
                 auto_configure_optimizers=False,
             )
-        except CheckpointNotFound as e:
-            print(f"drive {command}: error: {e}", file=sys.stderr)
-            return 2
+        except INPUT_ERRORS as e:
+            if debug:
+                raise
+            return report_input_error(command, e)
     return 0
 
 

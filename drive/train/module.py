@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import lightning.pytorch as pl
@@ -375,7 +376,17 @@ class PolicyModule(pl.LightningModule):
             for tensor in list(self.policy.head.parameters()) + list(self.policy.rnn.parameters()):
                 tensor.data.copy_(self.trainer.strategy.broadcast(tensor.data, src=0))
 
-    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> None:
+        # Random draws in a step (dropout of a CfC backbone) follow from (seed, rank, step) alone, so
+        # a run resumed from a checkpoint draws what the uninterrupted run drew at that step.
+        seed = int(os.environ.get("PL_GLOBAL_SEED", 0))
+        state = np.random.SeedSequence([seed, self.global_rank, self.global_step]).generate_state(2)
+        torch.manual_seed(int(state[0]) << 32 | int(state[1]))
+
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        # Inside the step, not in on_train_batch_end: that hook runs after the checkpoint callbacks
+        # save the step, so last.ckpt would hold the weights before the constraints (resume then differs).
         constrain = getattr(self.policy.rnn, "apply_constraints", None)
         if constrain is not None:
             constrain()
