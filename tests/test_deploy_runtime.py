@@ -392,5 +392,5 @@ def test_aoti_metadata_is_read_from_the_archive_and_unrunnable_packages_are_refu
         assert "gpu.pt2: AOTInductor package compiled for CUDA, but torch sees no CUDA device" in done.stderr
     not_zip = tmp_path / "junk.pt2"
     not_zip.write_bytes(b"not a zip")
-    with pytest.raises(ValueError, match=r"junk.pt2: not an AOTInductor package"):
+    with pytest.raises(ValueError, match=r"junk.pt2: cannot load: not a policy exported by drive"):
         read_metadata(not_zip)
