@@ -368,6 +368,9 @@ class PolicyModule(pl.LightningModule):
             return
         frames = frames.to(self.device).float().div_(255.0)
         self.init_health = data_init(self.policy, frames)
+        constrain = getattr(self.policy.rnn, "apply_constraints", None)
+        if constrain is not None:  # an initialisation is a valid model: the cell's constraints hold
+            constrain()
         if self.trainer.world_size > 1:
             for tensor in list(self.policy.head.parameters()) + list(self.policy.rnn.parameters()):
                 tensor.data.copy_(self.trainer.strategy.broadcast(tensor.data, src=0))
