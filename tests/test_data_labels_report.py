@@ -98,3 +98,20 @@ def test_bad_camera_option_is_a_clear_error(tmp_path: Path, capsys: pytest.Captu
     _folder_log(tmp_path / "run", _labels(10))
     assert main(["data", "inspect", str(tmp_path / "run"), "--set", "camera={hfov_deg: 60, focal: 3}"]) == 2
     assert "unknown keys ['focal']" in capsys.readouterr().err
+
+
+def test_a_cache_built_under_the_old_name_is_renamed(tmp_path: Path) -> None:
+    import json as _json
+
+    from drive.data.cache import cache_recordings
+    from drive.preprocess import Preprocessing
+
+    _folder_log(tmp_path / "logs" / "monday", _labels(12))
+    recs = read_logs([str(tmp_path / "logs" / "monday")])
+    (cached,) = cache_recordings(recs, Preprocessing(size=(24, 32)), tmp_path / "cache")
+    index = next((tmp_path / "cache").glob("*/index.json"))
+    info = _json.loads(index.read_text())
+    info["name"] = "labels"  # what the cache held before recordings were named after their folder
+    index.write_text(_json.dumps(info))
+    (again,) = cache_recordings(recs, Preprocessing(size=(24, 32)), tmp_path / "cache")
+    assert again.name == "monday" and _json.loads(index.read_text())["name"] == "monday"

@@ -31,6 +31,12 @@ CROP = (6, 96, 10, 230)
 def make_checkpoint(path: Path, family: str, seed: int = 0, closed_form: bool = False, **opts) -> Path:
     torch.manual_seed(seed)
     policy = build_policy(family, frame_period_s=1.0 / FPS, units=16, **opts)
+    norm = getattr(policy.head, "feature_norm", None)
+    if isinstance(norm, torch.nn.BatchNorm1d):  # trained-like statistics, so the export's folding shows
+        with torch.no_grad():
+            norm.running_mean.uniform_(-0.5, 0.5)
+            norm.running_var.uniform_(0.5, 2.0)
+            norm.weight.uniform_(0.5, 1.5)
     if closed_form:
         policy = Policy(policy.head, convert(policy.rnn, "exact"), frame_period_s=1.0 / FPS)
     meta = policy_meta(policy, Preprocessing(size=(78, 200), crop=CROP), FPS, family, frame_size=list(CAMERA))
@@ -56,7 +62,8 @@ def lstm_file(tmp_path_factory) -> tuple:
 
 
 FAMILIES = [("ncp_ltc", {}), ("cfc", {}), ("cfc", {"cfc_wired": True, "cfc_mode": "pure"}), ("lstm", {}),
-            ("ctrnn", {}), ("cnn", {}), ("ncp_ltc", {"closed_form": True})]
+            ("ctrnn", {}), ("cnn", {}), ("ncp_ltc", {"closed_form": True}), ("ncp_ltc", {"feature_norm": "batch"}),
+            ("ncp_ltc", {"closed_form": True, "feature_norm": "batch"})]
 
 
 @pytest.mark.parametrize("family,opts", FAMILIES, ids=[f + ("_" + "_".join(map(str, o.values())) if o else "")

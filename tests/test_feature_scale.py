@@ -165,3 +165,16 @@ def test_export_curvature_limit_comes_from_the_training_labels(recwarn) -> None:
     assert deployed.curvature_limit_per_m == pytest.approx(0.43)
     with pytest.warns(UserWarning, match=r"curvature limit 0.2 1/m is below the training labels' range"):
         build_deployed(module.policy, meta, frame_size=HW, curvature_limit_per_m=0.2)
+
+
+def test_data_init_of_the_pilotnet_cnn(frames: torch.Tensor) -> None:
+    torch.manual_seed(0)
+    policy = build_policy("cnn", input_hw=(66, 100))
+    x = torch.nn.functional.interpolate(frames[:128], size=(66, 100), mode="bilinear", align_corners=False)
+    data_init(policy, x)
+    head = policy.head.eval()
+    with torch.no_grad():
+        h = head.fc(head.convs(head.standardize(x)).flatten(1))
+        out = head(x)
+    assert float((h.amax(0) > 0).float().mean()) > 0.9  # FC units alive
+    assert 0.5 < float(out.std()) < 2.0  # unit output scale: the readout's label scale reaches the labels

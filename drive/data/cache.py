@@ -199,6 +199,11 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
             if info.get("fingerprint") == key and complete:
                 for p in info.get("problems", []):
                     problems.report(p["file"], p["row"], p["kind"], p["message"])
+                if info.get("name") != display_name(rec):  # a cache from before folder + CSV naming
+                    info["name"] = display_name(rec)
+                    tmp_json = directory / "index.tmp.json"
+                    tmp_json.write_text(json.dumps(info, indent=1))
+                    os.replace(tmp_json, index_path)
                 return CachedRecording(directory)
         except (json.JSONDecodeError, OSError):
             pass

@@ -17,7 +17,7 @@ from drive.data.errors import DataError, Problems
 from drive.data.readers import discover, no_log_message, read_logs
 from drive.recording import Recording, RecordingMeta, RecordingWriter
 
-__all__ = ["inspect_logs", "format_report", "convert_logs", "plot_recordings", "label_statistics"]
+__all__ = ["inspect_logs", "format_report", "convert_logs", "plot_recordings", "label_statistics", "spike_frames"]
 
 SPIKE_MADS = 8.0  # a single-frame jump this many robust deviations of the label's steps (see below)
 SPIKE_MIN_PER_M = 2e-3  # ... and at least this large (2 1/km), so quantisation noise is no spike
@@ -27,6 +27,20 @@ LIMIT_MIN_FRAMES = 3  # the extreme value held by at least this many frames (and
 def _decode_all(rec: Recording, problems: Problems) -> int:
     """Decode every frame, reporting bad ones; returns the number of good frames."""
     return sum(frame is not None for _, frame in iter_decoded(rec, problems))
+
+
+def spike_frames(k: np.ndarray) -> List[int]:
+    """Indices of single-frame label spikes in ``k`` (1/m, time order); see :func:`label_statistics`."""
+    k = np.asarray(k, dtype=np.float64)
+    if k.size < 3:
+        return []
+    steps = np.diff(k)
+    mad = float(np.median(np.abs(steps - np.median(steps)))) * 1.4826
+    thresh = max(SPIKE_MADS * mad, SPIKE_MIN_PER_M)
+    left, right = k[1:-1] - k[:-2], k[1:-1] - k[2:]
+    glitch = ((np.abs(left) > thresh) & (np.abs(right) > thresh) & (np.sign(left) == np.sign(right))
+              & (np.abs(k[:-2] - k[2:]) < thresh / 2))
+    return [int(i) + 1 for i in np.flatnonzero(glitch)]
 
 
 def label_statistics(k: np.ndarray) -> Dict[str, Any]:
@@ -45,15 +59,7 @@ def label_statistics(k: np.ndarray) -> Dict[str, Any]:
         return out
     out.update(min=float(k.min()), max=float(k.max()), mean=float(k.mean()), std=float(k.std()),
                p1=float(np.percentile(k, 1)), p99=float(np.percentile(k, 99)), mean_abs=float(np.abs(k).mean()))
-    spikes: List[int] = []
-    if k.size >= 3:
-        steps = np.diff(k)
-        mad = float(np.median(np.abs(steps - np.median(steps)))) * 1.4826
-        thresh = max(SPIKE_MADS * mad, SPIKE_MIN_PER_M)
-        left, right = k[1:-1] - k[:-2], k[1:-1] - k[2:]
-        glitch = ((np.abs(left) > thresh) & (np.abs(right) > thresh) & (np.sign(left) == np.sign(right))
-                  & (np.abs(k[:-2] - k[2:]) < thresh / 2))
-        spikes = [int(i) + 1 for i in np.flatnonzero(glitch)]
+    spikes = spike_frames(k)
     out["spikes"] = {"count": len(spikes), "frames": spikes[:20]}
     need = max(LIMIT_MIN_FRAMES, int(np.ceil(0.005 * k.size)))
     tol = 1e-9 * max(1.0, float(np.abs(k).max()))
@@ -158,12 +164,13 @@ def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Op
     if plot and recs:
         plot_recordings(recs, plot, gap_factor)
     all_k = np.concatenate([r.log["curvature"] for r in recs]) if recs else np.zeros(0)
+    overall = {key: value for key, value in label_statistics(all_k).items() if key not in ("spikes", "at_limit")}
+    overall["spikes"] = int(sum(s["labels"]["spikes"]["count"] for s in summaries if "spikes" in s["labels"]))
+    overall["at_limit"] = int(sum(v["frames"] for s in summaries for v in s["labels"].get("at_limit", {}).values()))
     return {
         "logs": [_log_entry(p, f) for p, f in logs],
         "recordings": summaries,
-        "labels": {**{key: value for key, value in label_statistics(all_k).items() if key not in ("spikes", "at_limit")},
-                   "spikes": int(sum(s["labels"]["spikes"]["count"] for s in summaries if "spikes" in s["labels"])),
-                   "at_limit": int(sum(v["frames"] for s in summaries for v in s["labels"].get("at_limit", {}).values()))},
+        "labels": overall,
         "totals": {"recordings": len(recs), "frames": int(sum(len(r) for r in recs)),
                    "duration_s": float(sum(s["duration_s"] for s in summaries))},
         "problems": [{"file": p.file, "row": p.row, "kind": p.kind, "message": p.message} for p in problems.items],

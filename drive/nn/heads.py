@@ -118,6 +118,9 @@ class NCPConvHead(nn.Module):
         if norm not in ("none", "batch"):
             raise ValueError(f"norm must be 'none' or 'batch', got {norm!r}")
         self.norm = norm
+        # Under batch normalisation the dense bias is cancelled by the batch mean: its gradient is
+        # rounding noise, which Adam would scale up to lr-sized random steps. It is frozen there.
+        self.dense_bias.requires_grad_(norm != "batch")
         if norm == "batch":
             bn = nn.BatchNorm1d(self.output_size).to(self.dense_weight.device)
             nn.init.constant_(bn.bias, 0.5)  # ~70 % of frames give a non-zero feature

@@ -71,6 +71,12 @@ DATASETS: Dict[str, DatasetSpec] = {s.name: s for s in [
                 _synthetic(width=120, height=60, hfov_deg=50.0, camera_height_m=2.6, pitch_rad=0.3, exposure=0.45,
                            ground_rgb=(0.55, 0.35, 0.15), road_rgb=(0.25, 0.2, 0.15), sky_rgb=(0.95, 0.6, 0.3),
                            max_curvature_per_m=1 / 12.0, spike_p=0.01, spike_scale=1.5)),
+    DatasetSpec("synthetic_low_wide_green", "flat-colour lanes, camera 1.0 m high, 100 deg FOV, pitch 0.08 rad, "
+                "140x56, green tint, exposure 0.8, curves to 1/15 m, 2 % label spikes (1.2x the limit) in training",
+                _synthetic(width=140, height=56, hfov_deg=100.0, camera_height_m=1.0, pitch_rad=0.08, exposure=0.8,
+                           ground_rgb=(0.2, 0.55, 0.25), road_rgb=(0.3, 0.4, 0.3), sky_rgb=(0.6, 0.9, 0.6),
+                           line_rgb=(0.95, 0.95, 0.8), max_curvature_per_m=1 / 15.0, spike_p=0.02,
+                           spike_scale=1.2)),
     DatasetSpec("synthetic_bright_blue", "flat-colour lanes, over-exposed (1.5) and blue-grey, white lines, camera "
                 "1.3 m, 75 deg FOV, 20 Hz, noisy pixels",
                 _synthetic(width=100, height=50, hfov_deg=75.0, camera_height_m=1.3, pitch_rad=0.12, exposure=1.5,

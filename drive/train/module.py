@@ -203,18 +203,15 @@ class PolicyModule(pl.LightningModule):
 
     def _label_limits(self, curvatures: List[np.ndarray]) -> None:
         """The training labels' range (single-frame spikes left out, see
-        :func:`drive.data.inspect.label_statistics`) and the export's curvature limit:
+        :func:`drive.data.inspect.spike_frames`) and the export's curvature limit:
         ``CURVATURE_MARGIN`` x the largest |label|, rounded up to 0.01 1/m (checkpoint meta)."""
-        from drive.data.inspect import label_statistics
+        from drive.data.inspect import spike_frames
 
         lo, hi = math.inf, -math.inf
         for k in curvatures:
-            k = np.asarray(k, dtype=np.float64)
+            k = np.delete(np.asarray(k, dtype=np.float64), spike_frames(k))
             if not k.size:
                 continue
-            spikes = label_statistics(k)["spikes"]
-            if spikes["count"] and spikes["count"] <= len(spikes["frames"]):
-                k = np.delete(k, spikes["frames"])
             lo, hi = min(lo, float(k.min())), max(hi, float(k.max()))
         if math.isfinite(lo):
             self.label_range = [lo, hi]
@@ -372,6 +369,9 @@ class PolicyModule(pl.LightningModule):
             return
         frames = frames.to(self.device).float().div_(255.0)
         self.init_health = data_init(self.policy, frames)
+        constrain = getattr(self.policy.rnn, "apply_constraints", None)
+        if constrain is not None:  # an initialisation is a valid model: the cell's constraints hold
+            constrain()
         if self.trainer.world_size > 1:
             for tensor in list(self.policy.head.parameters()) + list(self.policy.rnn.parameters()):
                 tensor.data.copy_(self.trainer.strategy.broadcast(tensor.data, src=0))
