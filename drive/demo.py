@@ -219,11 +219,13 @@ def _train(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[st
         torch.set_num_threads(s.threads)
     if lightning_main(argv) != 0:
         raise RuntimeError(f"training {family or 'the NCP-LTC'} failed (see the messages above)")
-    best = sorted((root / "checkpoints").glob("best*.ckpt"))
+    # the policy is the final weights (the end of the learning-rate decay); the best-validation
+    # checkpoint stays beside it for comparison
     last = root / "checkpoints" / "last.ckpt"
-    ckpt = best[-1] if best else last
-    return {"checkpoint": str(ckpt), "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
-            "steps": _global_step(last), "checkpoint_step": _global_step(ckpt), "_outputs": [ckpt]}
+    best = sorted((root / "checkpoints").glob("best*.ckpt"))
+    return {"checkpoint": str(last), "best_checkpoint": str(best[-1]) if best else "",
+            "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))), "steps": _global_step(last),
+            "_outputs": [last]}
 
 
 def _global_step(ckpt: Path) -> int:

@@ -117,8 +117,9 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
         "", "## Training", "",
         f"{t['steps']} optimizer steps; last validation (whole recordings, hidden state carried): "
         f"MSE {_fmt(curve['val_mse_km'], 1)} (1/km)^2, MAE {_fmt(curve['val_mae_km'])} 1/km. "
-        f"Policy: the best validation checkpoint, `{_rel(t['checkpoint'], out)}` (step {t['checkpoint_step']}; "
-        "loads alone: policy config with wiring, preprocessing, fps).",
+        f"Policy: the final weights, `{_rel(t['checkpoint'], out)}` (loads alone: policy config with wiring, "
+        "preprocessing, fps); the best-validation checkpoint is kept beside it"
+        + (f" (`{_rel(t['best_checkpoint'], out)}`)." if t.get("best_checkpoint") else "."),
         "", "![training curve](training_curve.png)",
     ]
     lines += _optional_sections(out, results)
@@ -128,7 +129,7 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     report = out / "REPORT.md"
     write_text(report, "\n".join(lines) + "\n")
     summary = {"report": str(report), "acceptance": acceptance, "settings": s,
-               "training": {**curve, "steps": t["steps"], "checkpoint_step": t["checkpoint_step"]},
+               "training": {**curve, "steps": t["steps"]},
                "stage_seconds": stage_seconds,
                "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS}}
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")

@@ -17,7 +17,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional, Tuple
 
 
 from drive.atomic import no_empty_dir_on_error
@@ -56,6 +56,13 @@ def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
     if threads > 0:
         torch.set_num_threads(threads)
     return load_driver(path, device=device)
+
+
+def camera_size(driver: Any, height: Optional[int], width: Optional[int]) -> Tuple[int, int]:
+    """The world's camera (height, width): the options where given, else the policy's own camera frame
+    size (checkpoint or export metadata), else 78 x 200."""
+    size = (getattr(driver, "meta", None) or {}).get("frame_size") or (78, 200)
+    return (int(size[0]) if height is None else height), (int(size[1]) if width is None else width)
 
 
 def _camera_fps(driver: Any, spec: str, fps: Any) -> float:
@@ -120,9 +127,7 @@ def run(args: argparse.Namespace) -> int:
         check_world_settings(speed_kmh=args.speed_kmh, fps=args.fps, width=args.width, height=args.height)
         driver = make_driver(args.policy, args.device, args.threads)
         args.fps = _camera_fps(driver, args.policy, args.fps)
-        size = (getattr(driver, "meta", None) or {}).get("frame_size") or (78, 200)
-        args.height = int(size[0]) if args.height is None else args.height
-        args.width = int(size[1]) if args.width is None else args.width
+        args.height, args.width = camera_size(driver, args.height, args.width)
         perturb = Perturbation("gaussian", args.noise_std, seed=args.seed) if args.noise_std > 0 else None
         if hasattr(driver, "view"):  # a checkpoint's PolicyDriver: noise on the network's view
             driver.perturb, perturb = perturb, None

@@ -403,7 +403,7 @@ def run_cli(args: Any) -> int:
     import json
     import sys
 
-    from drive.sim.evaluate_cli import make_driver
+    from drive.sim.evaluate_cli import camera_size, make_driver
 
     env = None
     try:
@@ -425,8 +425,9 @@ def run_cli(args: Any) -> int:
             if fps is None:  # no --fps given: the policy's own rate, else the world's default
                 nominal = getattr(driver, "nominal_dt_s", None)
                 fps = 1.0 / nominal if nominal else WORLD_DEFAULTS["fps"]
+            height, width = camera_size(driver, args.height, args.width)
             overrides = dict(seed=args.seed, conditions=args.conditions, fps=fps, speed_kmh=args.speed_kmh,
-                             split=args.split, episode_km=args.segment_km, width=args.width, height=args.height)
+                             split=args.split, episode_km=args.segment_km, width=width, height=height)
         else:  # another simulator: its options go in the mapping's env_kwargs, never silently dropped
             given = [f"--{k.replace('_', '-')}" for k, default in WORLD_DEFAULTS.items()
                      if getattr(args, k, default) not in (default, None)]

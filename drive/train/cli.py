@@ -131,6 +131,17 @@ def _notes_to_stdout() -> None:
         for handler in logging.getLogger(name).handlers:
             if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.__stderr__:
                 handler.setStream(_CurrentStdout())  # type: ignore[arg-type]
+    # Lightning's advertisement for its cloud logger on every fit is not a note about the run
+    notes = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    if not any(isinstance(f, _NoTips) for f in notes.filters):
+        notes.addFilter(_NoTips())
+
+
+class _NoTips:
+    """Drops Lightning's "💡 Tip: ..." log records (product tips, nothing about the run)."""
+
+    def filter(self, record: object) -> bool:
+        return not str(getattr(record, "msg", "")).startswith("💡 Tip")
 
 
 class _CurrentStdout:
