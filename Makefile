@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/drive demo
 
+# Two workers, one test file each at a time (module fixtures are built once; files share nothing);
+# each worker runs torch on one thread (tests/conftest.py), so two files use the two cores.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 clean:
 	rm -rf runs lightning_logs .pytest_cache

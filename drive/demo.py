@@ -60,7 +60,7 @@ class DemoSettings:
     threads: int = 2
     baselines: str = "lstm,cnn"
     baseline_steps: int = 300
-    robustness_km: float = 0.5
+    robustness_km: float = 0.3
     robustness_frames: int = 300
     saliency_frames: int = 150
     closed_form_km: float = 1.0
@@ -186,7 +186,7 @@ BASELINE_OVERRIDES: Dict[str, List[str]] = {
     "ctrnn": ["--model.family", "ctrnn"],
     "cfc": ["--model.family", "cfc"],
     "cnn": ["--model.family", "cnn", "--model.input_hw", "[78, 200]", "--data.image_size", "[78, 200]",
-            "--data.seq_len", "1", "--data.stride", "1", "--data.batch_size", "128"],
+            "--data.seq_len", "1", "--data.stride", "1", "--data.batch_size", "32"],
 }
 
 
@@ -361,7 +361,8 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
     trained = stage("train", {"config": config_text, "max_steps": s.max_steps, "threads": s.threads},
                     lambda: _train(s, out, data))
     ckpt = trained["checkpoint"]
-    baselines = stage("baselines", {"families": s.baselines, "steps": s.baseline_steps, "threads": s.threads},
+    baselines = stage("baselines", {"families": s.baselines, "steps": s.baseline_steps, "threads": s.threads,
+                                    "overrides": {f: BASELINE_OVERRIDES.get(f) for f in s.baselines.split(",") if f}},
                       lambda: _baselines(s, out, data))
     results: Dict[str, Any] = {"settings": asdict(s), "simulate": data, "train": trained, "baselines": baselines}
     results["drive"] = stage("drive", {"km": s.km, "conditions": s.conditions}, lambda: _drive(s, out, ckpt))
