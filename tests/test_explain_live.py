@@ -2,7 +2,6 @@
 import re
 
 import cv2
-import numpy as np
 import pytest
 import torch
 

@@ -2,8 +2,6 @@
 head's batch normalisation, and that both survive export, scripting and old checkpoints."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

@@ -1,7 +1,6 @@
 """The canonical recording: round trip, atomic writes, clear errors."""
 import json
 
-import cv2
 import numpy as np
 import pytest
 

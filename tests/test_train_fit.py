@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import warnings
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import List, Tuple
 
 import lightning.pytorch as pl
 import numpy as np

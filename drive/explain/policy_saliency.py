@@ -17,7 +17,7 @@ from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from drive.explain.visual_backprop import visual_backprop
 from drive.perturb import Perturbation, perturb_views

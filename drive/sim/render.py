@@ -161,8 +161,6 @@ class Renderer:
         self.camera = cam = camera or Camera.default()
         c, s = np.cos(cam.pitch_rad), np.sin(cam.pitch_rad)
         v = np.arange(cam.height, dtype=np.float64)
-        yc = (v - cam.cy) / cam.fy
-        down = s + yc * c
         horizon = cam.horizon_row
         # rows whose whole footprint [v - 1/2, v + 1/2] is above ground get pure sky
         self._first_ground = int(np.clip(np.floor(horizon + 0.5) , 0, cam.height))
@@ -225,7 +223,7 @@ class Renderer:
 
     def _ground(self, road: Road, app: Appearance, x: float, y: float, yaw: float, s_car: float) -> np.ndarray:
         s, d, w, srow = self._frenet(road, x, y, yaw, s_car)
-        fl, fs, inv_fl = self._foot_lat, self._foot_s, self._inv_foot_lat
+        fs, inv_fl = self._foot_s, self._inv_foot_lat
         ad = np.abs(d)
         fine = self._tex_fine.take(_cell(s * 12.0) * _TEX + _cell(d * 12.0))
         coarse = self._tex_coarse.take(_cell(s * 2.0) * _TEX + _cell(d * 2.0))
