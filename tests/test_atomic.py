@@ -1,4 +1,4 @@
-"""drive.atomic: outputs are whole or absent, never half-written, and no temporary file is left."""
+"""drive.io.atomic: outputs are whole or absent, never half-written, and no temporary file is left."""
 import os
 import stat
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from drive.atomic import atomic_path, save_figure, write_image, write_text
+from drive.io.atomic import atomic_path, save_figure, write_image, write_text
 
 
 def listing(folder: Path):

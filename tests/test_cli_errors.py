@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from drive.cli import error_line, main
-from drive.policy_io import policy_meta, save_policy
-from drive.preprocess import Preprocessing
+from drive.checkpoint import policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
 from drive.sim.record import simulate
 from drive.sim.render import Camera
-from drive.train.families import build_policy
+from drive.nn.families import build_policy
 
 ROOT = Path(__file__).resolve().parent.parent
 HW = (16, 48)

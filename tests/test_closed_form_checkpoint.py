@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from drive.nn.closed_form import ClosedFormLTC, convert
-from drive.nn.closed_form_cli import convert_checkpoint, convert_policy
-from drive.policy_io import load_driver, load_policy, policy_meta, save_policy
-from drive.preprocess import Preprocessing
-from drive.train.families import build_policy
+from drive.nn.closed_form.ltc import ClosedFormLTC, convert
+from drive.cli.closed_form import convert_checkpoint, convert_policy
+from drive.checkpoint import load_driver, load_policy, policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
+from drive.nn.families import build_policy
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 
-from drive.policy_io import load_driver, load_policy
+from drive.checkpoint import load_driver, load_policy
 from drive.sim.closed_loop import evaluate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compat"

@@ -125,7 +125,7 @@ def test_inspect_of_something_that_is_not_a_log_fails_and_says_what_is_recognise
     import sys
     from pathlib import Path
 
-    from drive.recording import RecordingMeta, RecordingWriter
+    from drive.io.recording import RecordingMeta, RecordingWriter
 
     notes = tmp_path / "notes.txt"
     notes.write_text("not a driving log\n")

@@ -7,7 +7,7 @@ import pytest
 from drive.data.cache import cache_recordings
 from drive.data.errors import DataError, Problems
 from drive.data.readers import read_logs
-from drive.preprocess import Preprocessing
+from drive.data.preprocess import Preprocessing
 
 OPTS = {"label": {"unit": "curvature_per_m"}}
 
@@ -126,7 +126,7 @@ def test_empty_recording(tmp_path):
 
 @pytest.mark.parametrize("storage", ["frames", "video"])
 def test_canonical_recording_with_more_frames_than_log_rows_is_refused(tmp_path, storage):
-    from drive.recording import RecordingMeta, RecordingWriter
+    from drive.io.recording import RecordingMeta, RecordingWriter
     root = tmp_path / "rec"
     meta = RecordingMeta(fps=10.0, width=32, height=24, storage=storage)
     with RecordingWriter(root, meta) as w:
@@ -151,7 +151,7 @@ def test_rows_named_after_dropped_rows_are_the_users_rows(tmp_path):
 
 
 def _canonical(root, storage="frames", n=8):
-    from drive.recording import RecordingMeta, RecordingWriter
+    from drive.io.recording import RecordingMeta, RecordingWriter
     meta = RecordingMeta(fps=10.0, width=32, height=24, storage=storage)
     with RecordingWriter(root, meta) as w:
         for i in range(n):
@@ -193,7 +193,7 @@ def test_one_bad_canonical_row_is_dropped_alone_not_the_whole_recording(tmp_path
     with pytest.raises(DataError, match=r"log.csv, row 4: 2 fields, header has \d+ \[malformed_row\]"):
         read_logs(str(root))
     # the Recording API itself: strict by default, row by row with a report callback
-    from drive.recording import Recording, RecordingError
+    from drive.io.recording import Recording, RecordingError
     with pytest.raises(RecordingError, match=r"log.csv, row 4: 2 fields"):
         Recording.open(root)
     seen = []
@@ -218,7 +218,7 @@ def test_canonical_log_with_a_bom_or_blank_lines_reads_whole(tmp_path, damage):
     (rec,) = read_logs(str(root))
     assert len(rec) == 8
     np.testing.assert_allclose(rec.curvature, [0.001 * i for i in range(8)])
-    from drive.recording import Recording
+    from drive.io.recording import Recording
     assert len(Recording.open(root)) == 8
     if damage == "blank_lines":  # the lines after a blank line keep their own numbers
         assert rec.origin_of(3)[1] == 6
@@ -267,7 +267,7 @@ def test_truncated_mp4_drops_its_half_decoded_last_frame(tmp_path, movflags):
     """A cut-short MP4 used to keep its last, half-decoded frame (OpenCV returns it without an
     error): it is now detected from the container's sample table, reported once as
     truncated_video and dropped with the frames after it; every kept frame is a whole one."""
-    from drive.recording import VideoFrames, complete_video_frames
+    from drive.io.recording import VideoFrames, complete_video_frames
 
     frames = _moving_frames()
     video = tmp_path / "drive.mp4"

@@ -104,7 +104,7 @@ def test_a_cache_built_under_the_old_name_is_renamed(tmp_path: Path) -> None:
     import json as _json
 
     from drive.data.cache import cache_recordings
-    from drive.preprocess import Preprocessing
+    from drive.data.preprocess import Preprocessing
 
     _folder_log(tmp_path / "logs" / "monday", _labels(12))
     recs = read_logs([str(tmp_path / "logs" / "monday")])

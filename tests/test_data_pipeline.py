@@ -13,8 +13,8 @@ from drive.data.datamodule import DriveDataModule
 from drive.data.dataset import sample_weights
 from drive.data.readers import read_logs
 from drive.data.sequences import split_ranges, stateful_windows, train_windows
-from drive.preprocess import Preprocessing
-from drive.recording import CameraCalibration, RecordingMeta, RecordingWriter
+from drive.data.preprocess import Preprocessing
+from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 from drive.sim.appearance import sample_appearance
 from drive.sim.render import render_view
 from drive.sim.road import generate_road

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from drive.data.readers import detect_format, read_logs
-from drive.recording import CameraCalibration, RecordingMeta, RecordingWriter
+from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 
 
 def _img(i, h=48, w=64):

@@ -17,7 +17,7 @@ from drive.cli import main
 from drive.data.errors import DataError, Problems
 from drive.data.readers import detect_format, read_logs
 from drive.data.readers.rosbag import BagFrames
-from drive.recording import Recording
+from drive.io.recording import Recording
 
 ACK = "ackermann_msgs/msg/AckermannDriveStamped"
 TWIST = "geometry_msgs/msg/TwistStamped"
@@ -242,7 +242,7 @@ def test_training_on_bags_learns_the_steering(tmp_path):
     import torch
 
     from drive.data.datamodule import DriveDataModule
-    from drive.policy_io import load_policy
+    from drive.checkpoint import load_policy
     from drive.train.module import PolicyModule
 
     bags = []
@@ -266,7 +266,7 @@ def test_training_on_bags_learns_the_steering(tmp_path):
     trainer.save_checkpoint(tmp_path / "last.ckpt")
     policy, meta = load_policy(tmp_path / "last.ckpt")
     (rec,) = read_logs(val)
-    from drive.policy_io import PolicyDriver
+    from drive.checkpoint import PolicyDriver
     from drive.sim.driver import Observation
 
     driver = PolicyDriver(policy, meta)

@@ -49,7 +49,7 @@ def test_synthesized_view_matches_rendered_view_on_the_road(world, shift, yaw):
 def shipped_augment(tmp_path_factory) -> AugmentConfig:
     """The augmentation of configs/data.yaml, parsed as `drive fit --config configs/data.yaml` parses it."""
     from drive.data.datamodule import DriveDataModule
-    from drive.train.cli import DriveCLI
+    from drive.cli.fit import DriveCLI
     from drive.train.module import PolicyModule
 
     args = ["--config", str(REPO / "configs" / "data.yaml"), "--seed_everything", "false",
@@ -85,7 +85,7 @@ def test_warp_of_cropped_resized_frames_uses_the_source_camera_geometry(world):
     """A 400x156 camera, cropped and resized to 78x200 like a cache: conjugating the homography with
     the crop/resize affine reproduces the preprocessed true view."""
     from drive.data.cache import source_to_model
-    from drive.preprocess import Preprocessing
+    from drive.data.preprocess import Preprocessing
 
     road, app = world
     cam = Camera.default(width=400, height=156)

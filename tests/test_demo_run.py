@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from drive.demo import DEFAULT_CONFIG
+from drive.demo.run import DEFAULT_CONFIG
 from drive.sim.record import simulate
-from drive.train.cli import lightning_main
+from drive.cli.fit import lightning_main
 
 STAGES = ("simulate", "train", "baselines", "drive", "saliency", "robustness", "closed_form", "export")
 

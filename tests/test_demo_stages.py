@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from drive.demo import _Stages
+from drive.demo.run import _Stages
 
 
 def _run(out: Path, calls: list, a: int, b: int) -> None:
@@ -57,7 +57,7 @@ def test_missing_output_reruns_the_stage(tmp_path: Path) -> None:
 def test_unknown_baseline_family_is_named_before_any_training(tmp_path: Path) -> None:
     import pytest
 
-    from drive.demo import DemoSettings, _baselines
+    from drive.demo.run import DemoSettings, _baselines
 
     with pytest.raises(ValueError, match=r"unknown families \['gru'\]"):
         _baselines(DemoSettings(out=str(tmp_path), baselines="lstm,gru"), tmp_path, {"train": [], "val": []})

@@ -26,9 +26,9 @@ import pytest
 import torch
 
 from drive.export import export_policy, load_exported, read_metadata
-from drive.policy_io import policy_meta, save_policy
-from drive.preprocess import Preprocessing
-from drive.train.families import build_policy
+from drive.checkpoint import policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
+from drive.nn.families import build_policy
 
 REPO = Path(__file__).resolve().parents[1]
 RUNNER = REPO / "deploy" / "run_policy.py"

@@ -15,10 +15,10 @@ from drive.evaluate.robustness import RobustnessConfig, evaluate_model, robustne
 from drive.nn import LSTM, LTC, lane_keeping_ncp
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
-from drive.perturb import KINDS, Perturbation
-from drive.policy_io import PolicyDriver, load_policy, policy_meta, save_policy
-from drive.preprocess import Preprocessing
-from drive.recording import CameraCalibration, Recording, RecordingMeta, RecordingWriter
+from drive.data.perturb import KINDS, Perturbation
+from drive.checkpoint import PolicyDriver, load_policy, policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
+from drive.io.recording import CameraCalibration, Recording, RecordingMeta, RecordingWriter
 
 FPS = 30.0
 

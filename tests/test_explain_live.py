@@ -8,8 +8,8 @@ import torch
 from drive.explain.live import SaliencyRecorder
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
-from drive.policy_io import PolicyDriver, policy_meta
-from drive.preprocess import Preprocessing
+from drive.checkpoint import PolicyDriver, policy_meta
+from drive.data.preprocess import Preprocessing
 from drive.sim.appearance import sample_appearance
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.road import generate_road
@@ -76,7 +76,7 @@ def test_saliency_cli_world_mode_writes_a_closed_loop_video_with_metrics(tmp_pat
     import json
 
     from drive.cli import main
-    from drive.policy_io import save_policy
+    from drive.checkpoint import save_policy
 
     torch.manual_seed(0)
     policy = Policy(NCPConvHead(), None, frame_period_s=1 / 30)
@@ -102,7 +102,7 @@ def test_saliency_cli_world_mode_writes_a_closed_loop_video_with_metrics(tmp_pat
         "still-frame-alone"])
 def test_saliency_cli_refuses_options_its_source_would_ignore(tmp_path, extra, message, capsys):
     from drive.cli import main
-    from drive.policy_io import save_policy
+    from drive.checkpoint import save_policy
 
     policy = Policy(NCPConvHead(), None, frame_period_s=1 / FPS)
     ckpt = save_policy(tmp_path / "p.ckpt", policy, _meta(policy))

@@ -12,9 +12,9 @@ from drive.explain.video import contact_sheet_path, saliency_video
 from drive.explain.visual_backprop import visual_backprop
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
-from drive.policy_io import policy_meta, save_policy
-from drive.preprocess import Preprocessing
-from drive.recording import Recording, RecordingMeta, RecordingWriter
+from drive.checkpoint import policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
+from drive.io.recording import Recording, RecordingMeta, RecordingWriter
 
 FPS = 15.0
 PREPROCESSING = Preprocessing(size=(78, 200), crop=(20, 110, 0, 240))
@@ -119,7 +119,7 @@ def test_a_failing_run_leaves_no_video_behind(tmp_path):
 
 
 def test_recurrent_state_and_elapsed_time_are_carried_across_chunks():
-    from drive.train.families import build_policy
+    from drive.nn.families import build_policy
 
     torch.manual_seed(1)
     policy = build_policy("ncp_ltc", frame_period_s=1 / FPS).eval()

@@ -14,11 +14,11 @@ import torch
 from drive.cli import main as drive_main
 from drive.export import STATUS, DeployedPolicy, build_deployed, decode_status, export_policy, load_exported, read_metadata
 from drive.export.formats import _export_program
-from drive.nn.closed_form import convert
+from drive.nn.closed_form.ltc import convert
 from drive.nn.policy import Policy
-from drive.policy_io import PolicyDriver, load_policy, policy_meta, save_policy
-from drive.preprocess import Preprocessing
-from drive.train.families import build_policy
+from drive.checkpoint import PolicyDriver, load_policy, policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
+from drive.nn.families import build_policy
 
 FPS = 30.0
 

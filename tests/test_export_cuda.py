@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from drive.export import build_deployed, export_policy, load_exported
-from drive.policy_io import load_policy, policy_meta, save_policy
-from drive.preprocess import Preprocessing
-from drive.train.families import build_policy
+from drive.checkpoint import load_policy, policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
+from drive.nn.families import build_policy
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -8,10 +8,10 @@ import torch
 
 from drive.export import export_policy, load_exported, read_metadata
 from drive.export.soak import soak
-from drive.policy_io import load_driver, policy_meta, save_policy
-from drive.preprocess import Preprocessing
+from drive.checkpoint import load_driver, policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
 from drive.sim.closed_loop import evaluate
-from drive.train.families import build_policy
+from drive.nn.families import build_policy
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

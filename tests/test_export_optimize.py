@@ -13,9 +13,9 @@ import torch
 from drive.export import PRESERVED, build_deployed, decode_status, export_policy, optimize_loaded
 from drive.export.head import DeployedNCPHead
 from drive.nn.heads import NCPConvHead
-from drive.policy_io import policy_meta, save_policy
-from drive.preprocess import Preprocessing, preprocess_frames
-from drive.train.families import build_policy
+from drive.checkpoint import policy_meta, save_policy
+from drive.data.preprocess import Preprocessing, preprocess_frames
+from drive.nn.families import build_policy
 
 FPS = 30.0
 

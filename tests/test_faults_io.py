@@ -1,5 +1,5 @@
 """Files survive kills and full disks: checkpoints (drive fit), exported policies (drive export)
-and drive.atomic's writers. Real subprocesses, real file-size limits (RLIMIT_FSIZE, any user) and,
+and drive.io.atomic's writers. Real subprocesses, real file-size limits (RLIMIT_FSIZE, any user) and,
 where the tests run as root, a real full tmpfs with TMPDIR on another file system (/dev/shm)."""
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from typing import List, Optional
 import pytest
 import torch
 
-from drive.atomic import WriteError, write_bytes, write_text
-from drive.policy_io import policy_meta, save_policy
-from drive.preprocess import Preprocessing
+from drive.io.atomic import WriteError, write_bytes, write_text
+from drive.checkpoint import policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
 from drive.sim.record import simulate
 from drive.sim.render import Camera
-from drive.train.families import build_policy
+from drive.nn.families import build_policy
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -14,7 +14,7 @@ from drive.nn.heads import NCPConvHead
 from drive.nn.init import data_init, feature_health, sample_frames
 from drive.nn.policy import Policy
 from drive.sim.synthetic import LaneScene, write_synthetic_lanes
-from drive.train.families import build_policy
+from drive.nn.families import build_policy
 from drive.train.module import PolicyModule
 
 HW = (40, 100)

@@ -196,7 +196,7 @@ def _register_toy():
 
 def _record_toy_drives(root: Path, drives: int, seconds: float):
     """Expert drives in the toy env with DART-style steering noise; labels = the expert's command."""
-    from drive.recording import RecordingMeta, RecordingWriter
+    from drive.io.recording import RecordingMeta, RecordingWriter
 
     env = ToyLaneEnv(episode_m=1e9)
     for k in range(drives):

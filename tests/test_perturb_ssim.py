@@ -6,7 +6,7 @@ import pytest
 import torch
 from scipy import ndimage
 
-from drive.perturb import Perturbation, gaussian_noise, perturb_views
+from drive.data.perturb import Perturbation, gaussian_noise, perturb_views
 from drive.evaluate.ssim import gaussian_window, ssim, ssim_map
 
 
@@ -23,8 +23,8 @@ def test_noise_is_added_to_the_network_view_so_its_level_survives_a_large_camera
     from drive.explain.policy_saliency import policy_saliency
     from drive.nn.heads import NCPConvHead
     from drive.nn.policy import Policy
-    from drive.policy_io import PolicyDriver, policy_meta
-    from drive.preprocess import Preprocessing
+    from drive.checkpoint import PolicyDriver, policy_meta
+    from drive.data.preprocess import Preprocessing
 
     camera = np.full((312, 800, 3), 128, np.uint8)
     pre = Preprocessing(size=(78, 200))

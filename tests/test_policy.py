@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from drive.nn.policy import Policy, build_rnn
-from drive.policy_io import PolicyDriver, load_driver, load_policy, policy_meta, save_policy
-from drive.preprocess import Preprocessing
-from drive.train.families import build_policy
+from drive.checkpoint import PolicyDriver, load_driver, load_policy, policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
+from drive.nn.families import build_policy
 
 FAMILIES = ["ncp_ltc", "cfc", "cnn"]
 

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from drive.preprocess import Preprocessing, preprocess_frames
+from drive.data.preprocess import Preprocessing, preprocess_frames
 
 
 def test_ncp_crop_of_a_full_hd_camera_gives_the_model_size():

@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from drive.recording import (CameraCalibration, Recording, RecordingError, RecordingMeta,
+from drive.io.recording import (CameraCalibration, Recording, RecordingError, RecordingMeta,
                              RecordingWriter)
 
 

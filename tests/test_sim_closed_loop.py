@@ -130,8 +130,8 @@ def test_evaluate_cli_runs_expert_and_reports_bad_policy(tmp_path, capsys):
 def test_evaluate_drives_a_saved_policy_checkpoint(tmp_path):
     from drive.nn.heads import NCPConvHead
     from drive.nn.policy import Policy
-    from drive.policy_io import policy_meta, save_policy
-    from drive.preprocess import Preprocessing
+    from drive.checkpoint import policy_meta, save_policy
+    from drive.data.preprocess import Preprocessing
 
     policy = Policy(NCPConvHead())
     path = save_policy(tmp_path / "p.pt", policy, policy_meta(policy, Preprocessing(size=(78, 200)), 30.0, "cnn"))

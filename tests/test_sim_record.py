@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from drive.recording import Recording
+from drive.io.recording import Recording
 from drive.sim import cli
 from drive.sim.record import record_drive, simulate
 

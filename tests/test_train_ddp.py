@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from drive.data.sampling import RecordingShards
-from drive.policy_io import load_policy
+from drive.checkpoint import load_policy
 from drive.sim.record import simulate
 from drive.sim.render import Camera
 
@@ -32,7 +32,7 @@ def test_recording_shards_give_each_rank_whole_recordings_in_order_without_repea
 
 def _cli(tmp_path: Path, command: str, root: Path, devices: int, *extra: str) -> subprocess.CompletedProcess:
     cmd = [
-        sys.executable, "-m", "drive.train.cli", command,
+        sys.executable, "-m", "drive.cli.fit", command,
         "--config", str(REPO / "configs" / "ncp_ltc.yaml"),
         "--config", str(REPO / "configs" / "trainer" / "ddp.yaml"),
         "--trainer.accelerator", "cpu", "--trainer.devices", str(devices),

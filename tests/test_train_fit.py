@@ -17,8 +17,8 @@ from drive.data.augment import AugmentConfig
 from drive.data.cache import display_name
 from drive.data.datamodule import DriveDataModule
 from drive.data.readers import read_logs
-from drive.policy_io import PolicyDriver, load_policy, read_checkpoint
-from drive.preprocess import Preprocessing
+from drive.checkpoint import PolicyDriver, load_policy, read_checkpoint
+from drive.data.preprocess import Preprocessing
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.record import simulate

@@ -25,10 +25,10 @@ from typing import Dict
 import torch
 from torch import Tensor, nn
 
-from drive.nn.closed_form import convert
+from drive.nn.closed_form.ltc import convert
 from drive.nn.ltc import LTC
 from drive.nn.wiring import lane_keeping_ncp
-from drive.timing import interleaved_medians
+from drive.io.timing import interleaved_medians
 
 
 def smooth_inputs(batch: int, length: int, features: int, seed: int, device: torch.device) -> Tensor:
@@ -72,7 +72,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     if args.ckpt:
-        from drive.policy_io import load_policy
+        from drive.checkpoint import load_policy
 
         ltc = load_policy(args.ckpt)[0].rnn
         if not isinstance(ltc, LTC):

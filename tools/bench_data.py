@@ -28,8 +28,8 @@ from drive.data.augment import AugmentConfig
 from drive.data.cache import build_cache
 from drive.data.datamodule import DriveDataModule
 from drive.data.readers import read_logs
-from drive.preprocess import Preprocessing
-from drive.recording import CameraCalibration, RecordingMeta, RecordingWriter
+from drive.data.preprocess import Preprocessing
+from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 
 
 def _write(root: Path, frames: int, storage: str, h: int, w: int) -> Path:

@@ -36,9 +36,9 @@ import torch
 
 from drive.export import build_deployed, export_policy, load_exported
 from drive.export.soak import soak
-from drive.policy_io import load_policy, policy_meta, save_policy
-from drive.preprocess import Preprocessing
-from drive.train.families import build_policy
+from drive.checkpoint import load_policy, policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
+from drive.nn.families import build_policy
 
 
 def conv_flops(head: torch.nn.Module, input_hw) -> float:

@@ -24,7 +24,7 @@ from typing import Callable, Dict, List
 
 import torch
 
-from drive.train.families import FAMILIES
+from drive.nn.families import FAMILIES
 from drive.train.module import PolicyModule, curve_weights, weighted_mse
 
 

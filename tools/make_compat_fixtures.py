@@ -10,13 +10,13 @@ layout is the one being pinned (say which in the commit message).
 
 What it writes (everything small: network input 53x53, a few optimizer steps on tiny logs):
 
-- ``<name>.ckpt``: ``drive fit`` (LightningCLI, :func:`drive.train.cli.lightning_main`) runs of every
+- ``<name>.ckpt``: ``drive fit`` (LightningCLI, :func:`drive.cli.fit.lightning_main`) runs of every
   family for ``STEPS`` optimizer steps -- ``ncp_ltc``, the CfC variants the ``cfc`` family
   configures (dense default / no_gate + mixed memory / pure; NCP-wired default + mixed memory,
   pure), ``lstm``, ``ctrnn``, ``cnn`` -- with the optimizer and scheduler states dropped (the
   loaders never read them; they would triple the size). Every other key is as written.
 - ``ncp_ltc_closed_form.pt``: the ``ncp_ltc`` checkpoint converted by ``drive closed-form``'s
-  :func:`drive.nn.closed_form_cli.convert_checkpoint` (exact method).
+  :func:`drive.cli.closed_form.convert_checkpoint` (exact method).
 - ``<name>.ts``: TorchScript exports (``drive export``'s :func:`drive.export.export_policy`) of
   ``ncp_ltc`` and the wired CfC with mixed memory.
 
@@ -104,7 +104,7 @@ def reference_outputs(files: Dict[str, Path], inputs: Dict[str, np.ndarray]) -> 
     exports: ``load_exported`` then its ``step`` loop over the camera-size frames.
     """
     from drive.export.runtime import load_exported
-    from drive.policy_io import load_policy
+    from drive.checkpoint import load_policy
 
     out: Dict[str, np.ndarray] = {}
     views = torch.from_numpy(inputs["views"]).permute(0, 3, 1, 2).float() / 255.0  # [L, 3, h, w]
@@ -153,7 +153,7 @@ class _FrameGrabber:
 
 def make_inputs(seed: int = 0) -> Dict[str, np.ndarray]:
     """Camera frames of the built-in world (as a driver sees them), their network views, and dts."""
-    from drive.preprocess import Preprocessing
+    from drive.data.preprocess import Preprocessing
     from drive.sim.closed_loop import evaluate
 
     grabber = _FrameGrabber()
@@ -176,7 +176,7 @@ def main(argv: List[str] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if not args.only_references:
         from drive.export import export_policy
-        from drive.nn.closed_form_cli import convert_checkpoint
+        from drive.cli.closed_form import convert_checkpoint
         from drive.sim.record import simulate
 
         with tempfile.TemporaryDirectory() as tmp:

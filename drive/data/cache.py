@@ -6,7 +6,7 @@ Per recording, ``<cache_dir>/<name>/`` holds
     index.npz    timestamp_s, curvature (1/m), speed_mps [N] float64, valid [N] bool
     index.json   fingerprint, preprocessing, camera, source geometry, problems
 
-The crop/resize is :class:`drive.preprocess.Preprocessing` -- the very code exported modules run on
+The crop/resize is :class:`drive.data.preprocess.Preprocessing` -- the very code exported modules run on
 the car -- so training and deployment see byte-identical inputs. The cache is rebuilt when its
 fingerprint changes: the preprocessing, the log's labels and timestamps (hashed), the camera
 calibration and frame rate (viewpoint augmentation reads them from the index), or the size and
@@ -29,11 +29,11 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from drive.atomic import commit
+from drive.io.atomic import commit
 from drive.data.errors import Problems
 from drive.data.readers.base import SubsetFrames
-from drive.preprocess import Preprocessing
-from drive.recording import ImageFiles, Recording, RecordingError
+from drive.data.preprocess import Preprocessing
+from drive.io.recording import ImageFiles, Recording, RecordingError
 
 __all__ = ["CachedRecording", "build_cache", "cache_recordings", "fingerprint", "decode_frame", "frame_files",
            "iter_decoded", "source_to_model", "display_name"]

@@ -43,7 +43,7 @@ from drive.data.errors import Problems
 from drive.data.sampling import EpochSampler, RecordingShards, ResumableLoader
 from drive.data.readers import read_logs
 from drive.data.sequences import split_ranges, stateful_windows, train_windows
-from drive.preprocess import MODEL_SIZE, Preprocessing
+from drive.data.preprocess import MODEL_SIZE, Preprocessing
 
 __all__ = ["DriveDataModule"]
 

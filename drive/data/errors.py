@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import List, Optional
 
-from drive.recording import Problem
+from drive.io.recording import Problem
 
 __all__ = ["DataError", "Problem", "Problems", "ON_ERROR"]
 

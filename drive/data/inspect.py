@@ -11,11 +11,11 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from drive.atomic import save_figure
+from drive.io.atomic import save_figure
 from drive.data.cache import display_name, iter_decoded
 from drive.data.errors import DataError, Problems
 from drive.data.readers import discover, no_log_message, read_logs
-from drive.recording import Recording, RecordingMeta, RecordingWriter
+from drive.io.recording import Recording, RecordingMeta, RecordingWriter
 
 __all__ = ["inspect_logs", "format_report", "convert_logs", "plot_recordings", "label_statistics", "spike_frames"]
 

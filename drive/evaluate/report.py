@@ -16,8 +16,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from drive.atomic import atomic_path, save_figure, write_text
-from drive.perturb import KINDS
+from drive.io.atomic import atomic_path, save_figure, write_text
+from drive.data.perturb import KINDS
 
 __all__ = ["write_report", "METRICS", "COLUMNS", "OUTPUTS"]
 
@@ -33,7 +33,7 @@ METRICS: Dict[str, tuple] = {
 COLUMNS = ["model", "family", "kind", "level", "mse", "mae", "ssim_mean", "ssim_std",
            "interventions_per_km", "lateral_rms_m", "lipschitz_max", "lipschitz_median"]
 PROFILE_PLOT = "sensitivity_profile.png"
-# x axis of each perturbation kind's plot (drive.perturb says what a level is)
+# x axis of each perturbation kind's plot (drive.data.perturb says what a level is)
 LEVEL_AXIS: Dict[str, str] = {
     "salt_pepper": "salt-and-pepper: fraction of pixels",
     "blur": "Gaussian blur sigma (pixels of the network's view)",

@@ -16,7 +16,7 @@
 ``REPORT.md``, ``results.csv`` and plots through :mod:`drive.evaluate.report`.
 
 Perturbations act on the network's view (after the checkpoint's crop and resize), as in the papers,
-so levels compare across cameras (:mod:`drive.perturb`).
+so levels compare across cameras (:mod:`drive.data.perturb`).
 """
 from __future__ import annotations
 
@@ -32,13 +32,13 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Opt
 import numpy as np
 import torch
 
-from drive.perturb import Perturbation, perturb_views
+from drive.data.perturb import Perturbation, perturb_views
 from drive.evaluate.ssim import ssim
 from drive.explain.visual_backprop import visual_backprop
 from drive.nn.policy import Policy
-from drive.policy_io import PolicyDriver, load_policy
-from drive.preprocess import Preprocessing
-from drive.recording import Recording
+from drive.checkpoint import PolicyDriver, load_policy
+from drive.data.preprocess import Preprocessing
+from drive.io.recording import Recording
 
 __all__ = [
     "RobustnessConfig",

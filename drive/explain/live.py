@@ -24,7 +24,7 @@ from torch import nn
 from drive.explain.policy_saliency import SaliencyFrame
 from drive.explain.video import SaliencyVideoWriter
 from drive.explain.visual_backprop import visual_backprop
-from drive.policy_io import PolicyDriver
+from drive.checkpoint import PolicyDriver
 
 __all__ = ["SaliencyRecorder"]
 
@@ -35,7 +35,7 @@ class SaliencyRecorder:
     """A ``Driver`` that drives like ``driver`` and records a saliency video of what it sees.
 
     Args:
-        driver_or_policy: a :class:`drive.policy_io.PolicyDriver`, or a Policy (then ``meta`` is
+        driver_or_policy: a :class:`drive.checkpoint.PolicyDriver`, or a Policy (then ``meta`` is
             required and a PolicyDriver is built from it).
         out_path: the ``.mp4`` to write (contact sheet beside it).
         meta: checkpoint metadata (preprocessing, fps) when a Policy is given.

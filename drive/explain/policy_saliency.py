@@ -1,9 +1,9 @@
 """Saliency of a whole policy along a drive: masks from its head, steering from its full recurrence.
 
 Every camera frame is preprocessed exactly as in training (the checkpoint's
-:class:`~drive.preprocess.Preprocessing`), optionally corrupted with Gaussian noise on that view
+:class:`~drive.data.preprocess.Preprocessing`), optionally corrupted with Gaussian noise on that view
 (the NCP paper's robustness test: zero-mean noise of standard deviation ``noise`` on [0, 1] pixels,
-clipped; the same :class:`drive.perturb.Perturbation` the robustness report uses), and then
+clipped; the same :class:`drive.data.perturb.Perturbation` the robustness report uses), and then
 
 * the policy's perception head gives the VisualBackProp mask (:func:`visual_backprop`), and
 * the whole policy (head -> recurrent cell -> readout) gives the steering, with its hidden state
@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from drive.explain.visual_backprop import visual_backprop
-from drive.perturb import Perturbation, perturb_views
-from drive.preprocess import Preprocessing
+from drive.data.perturb import Perturbation, perturb_views
+from drive.data.preprocess import Preprocessing
 
 __all__ = ["SaliencyFrame", "policy_saliency"]
 

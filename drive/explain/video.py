@@ -20,10 +20,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from drive.atomic import write_image
+from drive.io.atomic import write_image
 from drive.explain.policy_saliency import SaliencyFrame, policy_saliency
-from drive.preprocess import Preprocessing
-from drive.recording import Recording
+from drive.data.preprocess import Preprocessing
+from drive.io.recording import Recording
 
 __all__ = [
     "overlay",
@@ -268,8 +268,8 @@ def saliency_video(
     """Saliency video of ``policy`` driving along a recording (open loop, hidden state carried).
 
     Args:
-        policy, meta: as returned by :func:`drive.policy_io.load_policy`.
-        recording_dir: a canonical recording (:class:`drive.recording.Recording`).
+        policy, meta: as returned by :func:`drive.checkpoint.load_policy`.
+        recording_dir: a canonical recording (:class:`drive.io.recording.Recording`).
         out_path: the ``.mp4`` to write; the contact sheet goes to :func:`contact_sheet_path`.
         noise: Gaussian noise std on [0, 1] input pixels for the noisy row.
         side_by_side: two rows, clean and noisy (``noise`` defaults to 0.2 then); without it a

@@ -15,7 +15,7 @@ metadata (:func:`export_metadata`), each where its loaders find it:
 * ``onnx`` (``.onnx``): ``torch.onnx.export`` (dynamo exporter, opset 18), batch 1, metadata in
   ``metadata_props``.
 
-Checkpoints are read through :func:`drive.policy_io.load_policy` (``weights_only=True``): a file
+Checkpoints are read through :func:`drive.checkpoint.load_policy` (``weights_only=True``): a file
 with a pickled payload is refused before anything in it runs.
 """
 from __future__ import annotations
@@ -31,11 +31,11 @@ from typing import Any, Dict, Iterator, Optional, Tuple, Union
 import torch
 
 from drive import __version__
-from drive.atomic import write_bytes
+from drive.io.atomic import write_bytes
 from drive.export.module import STATUS, DeployedPolicy
 from drive.nn.policy import Policy
-from drive.policy_io import load_policy, policy_meta
-from drive.preprocess import Preprocessing
+from drive.checkpoint import load_policy, policy_meta
+from drive.data.preprocess import Preprocessing
 
 __all__ = ["export_policy", "build_deployed", "export_metadata", "FORMATS", "DEFAULT_CURVATURE_LIMIT_PER_M"]
 

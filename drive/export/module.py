@@ -1,7 +1,7 @@
 """The deployed policy: one scriptable module from raw camera frame to a safe steering command.
 
 :class:`DeployedPolicy` wraps a trained :class:`~drive.nn.policy.Policy` with everything the car
-needs and nothing it must import: crop/resize (:func:`drive.preprocess.preprocess_frames`, the
+needs and nothing it must import: crop/resize (:func:`drive.data.preprocess.preprocess_frames`, the
 same code training used), scaling to [0, 1], the network, and a safety layer. It is stateless:
 the caller keeps one float32 tensor per camera stream,
 
@@ -47,7 +47,7 @@ from torch import Tensor, nn
 from drive.export.head import deployed_head
 from drive.nn.checks import skip_value_checks
 from drive.nn.policy import Policy
-from drive.preprocess import preprocess_frames
+from drive.data.preprocess import preprocess_frames
 
 __all__ = ["DeployedPolicy", "STATUS", "EXTRA_STATE", "decode_status"]
 

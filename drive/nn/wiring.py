@@ -31,7 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from drive.atomic import save_figure
+from drive.io.atomic import save_figure
 
 __all__ = ["Wiring", "NCP", "AutoNCP", "FullyConnected", "Random", "lane_keeping_ncp", "as_wiring",
            "check_wiring_buffers"]

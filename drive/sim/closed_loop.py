@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import numpy as np
 
-from drive.atomic import write_text
+from drive.io.atomic import write_text
 from drive.sim.appearance import condition_grid, parse_conditions, sample_appearance
 from drive.sim.driver import Driver, needs_image
 from drive.sim.render import Camera, Renderer

@@ -403,7 +403,7 @@ def run_cli(args: Any) -> int:
     import json
     import sys
 
-    from drive.sim.evaluate_cli import camera_size, make_driver
+    from drive.cli.evaluate import camera_size, make_driver
 
     env = None
     try:
@@ -436,7 +436,7 @@ def run_cli(args: Any) -> int:
                                  f"env's options in env_kwargs of --env-config")
         perturb = None
         if args.noise_std > 0:
-            from drive.perturb import Perturbation
+            from drive.data.perturb import Perturbation
 
             perturb = Perturbation("gaussian", args.noise_std, seed=args.seed)
             if hasattr(driver, "view"):

@@ -9,7 +9,7 @@ from typing import Any, Sequence, Union
 import cv2
 import numpy as np
 
-from drive.atomic import commit, save_figure, write_image
+from drive.io.atomic import commit, save_figure, write_image
 from drive.sim.render import Camera
 
 __all__ = ["plot_drive", "DriveVideo", "conditions_sheet"]
@@ -56,7 +56,7 @@ class DriveVideo:
         self.path, self.scale = Path(path), scale
         self.path.parent.mkdir(parents=True, exist_ok=True)
         size = (camera.width * scale, camera.height * scale)
-        # written beside the destination under a hidden name, renamed on close (drive.atomic's rule)
+        # written beside the destination under a hidden name, renamed on close (drive.io.atomic's rule)
         self._tmp = self.path.parent / f".{self.path.stem}.{os.getpid()}.tmp{self.path.suffix}"
         self.writer = cv2.VideoWriter(str(self._tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
         if not self.writer.isOpened():

@@ -1,7 +1,7 @@
 """Data collection: the expert drives, DART noise perturbs it, the world writes recordings.
 
 Each recording is one road (``index`` of world ``(seed, split)``) under one appearance,
-written in the canonical format by :class:`drive.recording.RecordingWriter`. The label
+written in the canonical format by :class:`drive.io.recording.RecordingWriter`. The label
 ``curvature`` is the expert's CLEAN command for the state the car is in; the executed
 command adds :class:`~drive.sim.expert.SteeringNoise` (DART), so the logs contain
 recoveries; the noise pauses while the car is more than ``NOISE_PAUSE_LATERAL_M`` off the
@@ -13,7 +13,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
-from drive.recording import CameraCalibration, RecordingMeta, RecordingWriter
+from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 from drive.sim.appearance import Appearance, condition_grid, parse_conditions, sample_appearance
 from drive.sim.expert import PurePursuitExpert, SteeringNoise
 from drive.sim.render import Camera, Renderer

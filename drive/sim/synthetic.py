@@ -21,7 +21,7 @@ from typing import List, Tuple, Union
 
 import numpy as np
 
-from drive.recording import CameraCalibration, RecordingMeta, RecordingWriter
+from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 
 __all__ = ["LaneScene", "write_synthetic_lanes"]
 

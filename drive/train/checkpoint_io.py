@@ -5,8 +5,8 @@ Lightning's own writer serialises to memory and then writes the destination in p
 between left a 0-byte ``last.ckpt``, and a full disk a cut-short one, the previous checkpoint gone.
 Here every checkpoint is serialised to memory, written to a hidden temporary file in the
 checkpoint's own directory, flushed and fsynced, and renamed over the old one
-(:mod:`drive.atomic`), whatever ``TMPDIR`` is. A write that fails (no space, read-only, quota)
-raises :class:`~drive.atomic.WriteError` naming the file and saying that the previous checkpoint
+(:mod:`drive.io.atomic`), whatever ``TMPDIR`` is. A write that fails (no space, read-only, quota)
+raises :class:`~drive.io.atomic.WriteError` naming the file and saying that the previous checkpoint
 is intact; training stops there rather than running on without checkpoints. Loading names the
 file when it is empty, truncated or not a checkpoint at all (instead of a bare ``EOFError``).
 
@@ -23,8 +23,8 @@ from typing import Any, Callable, Dict, Optional
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from drive.atomic import write_bytes
-from drive.policy_io import checked_load
+from drive.io.atomic import write_bytes
+from drive.checkpoint import checked_load
 
 __all__ = ["AtomicCheckpointIO"]
 

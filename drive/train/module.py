@@ -14,8 +14,8 @@ the stream says ``reset`` (a new recording or a time gap) -- the way the policy 
 Metrics are MSE / MAE in 1/km, overall and per recording.
 
 On a GPU the conv head runs under autocast (``head_precision``), the recurrent cell in fp32.
-Checkpoints carry :func:`drive.policy_io.policy_meta` under ``"drive"`` (weights_only-safe), so a
-checkpoint alone rebuilds and runs the policy (:func:`drive.policy_io.load_policy`).
+Checkpoints carry :func:`drive.checkpoint.policy_meta` under ``"drive"`` (weights_only-safe), so a
+checkpoint alone rebuilds and runs the policy (:func:`drive.checkpoint.load_policy`).
 """
 from __future__ import annotations
 
@@ -30,10 +30,10 @@ import torch
 from torch import Tensor
 
 from drive.nn.policy import Policy
-from drive.policy_io import policy_meta
-from drive.preprocess import Preprocessing
+from drive.checkpoint import policy_meta
+from drive.data.preprocess import Preprocessing
 from drive.data.sequences import median_dt
-from drive.train.families import FAMILIES, build_policy
+from drive.nn.families import FAMILIES, build_policy
 
 __all__ = ["PolicyModule", "weighted_mse", "curve_weights", "NotLearningWarning"]
 

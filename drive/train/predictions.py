@@ -24,7 +24,7 @@ import torch
 from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.callbacks import BasePredictionWriter
 
-from drive.atomic import atomic_path
+from drive.io.atomic import atomic_path
 
 __all__ = ["PredictionCSV", "COLUMNS"]
 

@@ -1,4 +1,4 @@
-"""Readers: foreign driving logs -> canonical :class:`~drive.recording.Recording` objects.
+"""Readers: foreign driving logs -> canonical :class:`~drive.io.recording.Recording` objects.
 
 =============  ===========================================================  =====================
 format         what the user points at                                      steering unit default
@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 from drive.data.errors import DataError, Problems
 from drive.data.readers import canonical, comma2k19, dave2, donkeycar, folder_csv, hdf5_ncp, rosbag, udacity_real, udacity_sim, video_csv
 from drive.data.readers.base import ReaderOptions
-from drive.recording import Recording
+from drive.io.recording import Recording
 
 __all__ = ["FORMATS", "LAYOUTS", "detect_format", "discover", "read_logs", "ReaderOptions", "no_log_message"]
 

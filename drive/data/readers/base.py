@@ -3,7 +3,7 @@
 A reader parses a foreign log into full columns plus a frame source, marks rows it already knows
 are bad (missing image files, rows outside the label range), and hands everything to
 :func:`build_recording`, which checks labels and timestamps, drops or raises through
-:class:`~drive.data.errors.Problems`, and returns a canonical :class:`~drive.recording.Recording`.
+:class:`~drive.data.errors.Problems`, and returns a canonical :class:`~drive.io.recording.Recording`.
 
 Row numbers in messages: for text files the 1-based line number in the file (so an editor jumps
 there); for arrays (HDF5, video) the 0-based frame index.
@@ -20,7 +20,7 @@ import numpy as np
 
 from drive.data.errors import DataError, Problems
 from drive.data.labels import LabelSpec
-from drive.recording import CameraCalibration, FrameSource, Recording, RecordingError, RecordingMeta, SubsetFrames
+from drive.io.recording import CameraCalibration, FrameSource, Recording, RecordingError, RecordingMeta, SubsetFrames
 
 __all__ = ["ReaderOptions", "CsvTable", "read_csv_table", "reroot", "build_recording", "SubsetFrames",
            "IMAGE_EXTENSIONS", "estimate_fps", "rows_as_float", "resolve_images"]

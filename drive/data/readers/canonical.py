@@ -1,4 +1,4 @@
-"""Reader for the canonical recording directory (drive.recording): validates rows, drops or raises."""
+"""Reader for the canonical recording directory (drive.io.recording): validates rows, drops or raises."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +9,7 @@ import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.readers.base import ReaderOptions, build_recording
-from drive.recording import Recording, RecordingError, SubsetFrames, VideoFrames
+from drive.io.recording import Recording, RecordingError, SubsetFrames, VideoFrames
 
 __all__ = ["read", "detect"]
 

@@ -20,7 +20,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.labels import to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording
-from drive.recording import Recording, VideoFrames
+from drive.io.recording import Recording, VideoFrames
 
 __all__ = ["read", "detect", "LABEL_DEFAULTS"]
 

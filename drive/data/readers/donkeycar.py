@@ -18,7 +18,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.labels import time_to_s, to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording
-from drive.recording import ImageFiles, Recording
+from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "LABEL_DEFAULTS"]
 

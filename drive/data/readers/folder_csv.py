@@ -16,7 +16,7 @@ from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
 from drive.data.readers.base import (IMAGE_EXTENSIONS, ReaderOptions, build_recording, read_csv_table,
                                      resolve_images, rows_as_float)
-from drive.recording import ImageFiles, Recording
+from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "find_csv"]
 

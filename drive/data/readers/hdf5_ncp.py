@@ -16,7 +16,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording
-from drive.recording import Recording
+from drive.io.recording import Recording
 
 __all__ = ["read", "detect", "HDF5Frames", "HDF5_EXTENSIONS"]
 

@@ -60,7 +60,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.labels import to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording
-from drive.recording import Recording, RecordingError
+from drive.io.recording import Recording, RecordingError
 
 __all__ = ["read", "detect", "list_topics", "BagFrames", "decode_image", "typestore", "BAG_SUFFIXES",
            "IMAGE_TYPES", "STEERING_TYPES", "SPEED_TYPES", "ACKERMANN_MSGS"]

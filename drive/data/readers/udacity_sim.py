@@ -21,7 +21,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording, read_csv_table, resolve_images, rows_as_float
-from drive.recording import ImageFiles, Recording
+from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "timestamp_from_name", "LABEL_DEFAULTS"]
 

@@ -18,7 +18,7 @@ from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording, read_csv_table, rows_as_float
 from drive.data.readers.folder_csv import _STEER_NAMES, _TIME_NAMES, _SPEED_NAMES, _pick
-from drive.recording import Recording, VideoFrames
+from drive.io.recording import Recording, VideoFrames
 
 __all__ = ["read", "detect", "VIDEO_EXTENSIONS"]
 

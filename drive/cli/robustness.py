@@ -9,7 +9,7 @@ import argparse
 import math
 from typing import Dict, List, Tuple
 
-from drive.perturb import KINDS, Perturbation
+from drive.data.perturb import KINDS, Perturbation
 
 DEFAULT_OTHER = "salt_pepper=0.05 blur=2 brightness=-0.3,0.3 occlusion=0.1"
 DEFAULT_KM = 1.0
@@ -42,7 +42,7 @@ def _fail(message: str) -> SystemExit:
 def _parse_other(items: List[str]) -> Dict[str, Tuple[float, ...]]:
     """``["blur=1,2", "brightness=-0.3"]`` -> ``{"blur": (1.0, 2.0), "brightness": (-0.3,)}``.
 
-    Each level is checked by building its :class:`~drive.perturb.Perturbation`, so an out-of-range
+    Each level is checked by building its :class:`~drive.data.perturb.Perturbation`, so an out-of-range
     level is reported against the ``--other`` item that gave it.
     """
     other: Dict[str, Tuple[float, ...]] = {}

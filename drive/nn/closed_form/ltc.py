@@ -60,7 +60,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-from drive.nn.closed_form_kernels import Constants, closed_form_sequence, closed_form_step, eq8_state
+from drive.nn.closed_form.kernels import Constants, closed_form_sequence, closed_form_step, eq8_state
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["ClosedFormLTC", "convert", "eq8_state", "METHODS", "PARAMETER_NAMES"]
@@ -191,7 +191,7 @@ class ClosedFormLTC(nn.Module):
         return [pre_onehot * sig, -sig * mu.flatten().index_select(0, flat), torch.cat([qg, qi], 1)]
 
     def _derive(self, sequence: bool = True) -> Constants:
-        """The :class:`~drive.nn.closed_form_kernels.Constants` of the parameters (field by field there).
+        """The :class:`~drive.nn.closed_form.kernels.Constants` of the parameters (field by field there).
 
         The exact method adds [G | I] scaled by -1/cm (``leak_s``, ``sens_q_s``, ``rec_q_s``), whose
         ratio I / G is unchanged, so that a step's decay is ``exp(G dt)``; for a sequence (a single

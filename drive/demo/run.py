@@ -33,12 +33,12 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from drive.atomic import write_text
-from drive.demo_report import write_report
+from drive.io.atomic import write_text
+from drive.demo.report import write_report
 
 __all__ = ["DemoSettings", "add_arguments", "run", "run_demo", "DEFAULT_CONFIG"]
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
 
 
 @dataclass
@@ -200,7 +200,7 @@ def _accelerator() -> List[str]:
 
 def _train(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None) -> Dict[str, Any]:
     """``drive fit`` on the demo data: the NCP-LTC (``family=None``) or a baseline, each on a step budget."""
-    from drive.train.cli import lightning_main
+    from drive.cli.fit import lightning_main
 
     root = out / "train" if family is None else out / "baselines" / family
     shutil.rmtree(root, ignore_errors=True)
@@ -255,7 +255,7 @@ def _baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[str, An
 
 
 def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
-    from drive.policy_io import load_driver
+    from drive.checkpoint import load_driver
     from drive.sim.closed_loop import evaluate
     from drive.sim.driver import ConstantDriver
     from drive.sim.expert import PurePursuitExpert
@@ -284,7 +284,7 @@ def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
 
 def _saliency(out: Path, ckpt: str, test: List[str], frames: int) -> Dict[str, Any]:
     from drive.explain.video import saliency_video
-    from drive.policy_io import load_policy
+    from drive.checkpoint import load_policy
 
     policy, meta = load_policy(ckpt)
     info = saliency_video(policy, meta, test[0], out / "saliency" / "saliency.mp4", side_by_side=True,
@@ -312,7 +312,7 @@ def _robustness(s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str]
 
 
 def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Dict[str, Any]:
-    from drive.nn.closed_form_cli import convert_checkpoint
+    from drive.cli.closed_form import convert_checkpoint
 
     path = out / "closed_form" / "ncp_ltc_closed_form.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -326,8 +326,8 @@ def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Dict[str,
 
     from drive.export import export_policy
     from drive.sim.closed_loop import evaluate
-    from drive.policy_io import load_driver
-    from drive.recording import Recording
+    from drive.checkpoint import load_driver
+    from drive.io.recording import Recording
     from drive.sim.driver import Observation
 
     rec = Recording.open(test[0])

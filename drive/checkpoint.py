@@ -7,7 +7,7 @@ without running any pickled code:
   attribute; Lightning checkpoints from ``drive fit`` have exactly this layout);
 - ``"drive"``: the metadata (plain JSON types only) -- see :data:`META_KEYS`:
   ``policy_config`` (:meth:`drive.nn.policy.Policy.config`, wiring included), ``preprocessing``
-  (:meth:`drive.preprocess.Preprocessing.to_dict`), ``fps``, ``label_units``, ``family``,
+  (:meth:`drive.data.preprocess.Preprocessing.to_dict`), ``fps``, ``label_units``, ``family``,
   ``drive_version``.
 
 Training writes it through Lightning (``PolicyModule.on_save_checkpoint``); any other producer
@@ -32,10 +32,10 @@ import numpy as np
 import torch
 
 from drive import __version__
-from drive.atomic import write_bytes
+from drive.io.atomic import write_bytes
 from drive.nn.policy import Policy
-from drive.perturb import perturb_views
-from drive.preprocess import Preprocessing
+from drive.data.perturb import perturb_views
+from drive.data.preprocess import Preprocessing
 
 __all__ = [
     "load_policy",
@@ -171,8 +171,8 @@ class PolicyDriver:
     """A policy in the world's ``Driver`` protocol: camera frames in, curvature (1/m) out.
 
     Each ``act(obs)`` turns ``obs.image`` (uint8 RGB ``[H, W, 3]``) into the network's view with
-    the checkpoint's :class:`~drive.preprocess.Preprocessing`, applies ``perturb`` to that view
-    (a :class:`drive.perturb.Perturbation`: noise levels mean what they mean at the network input,
+    the checkpoint's :class:`~drive.data.preprocess.Preprocessing`, applies ``perturb`` to that view
+    (a :class:`drive.data.perturb.Perturbation`: noise levels mean what they mean at the network input,
     whatever the camera's size), scales it to [0, 1] and runs one :meth:`Policy.step` with
     ``dt = obs.dt_s``; the hidden state lives here and ``reset()`` zeroes it (start of an episode,
     or after an intervention; the perturbation's random sequence goes on).

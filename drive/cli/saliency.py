@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from drive.explain.video import saliency_still, saliency_video
-    from drive.policy_io import load_policy
+    from drive.checkpoint import load_policy
 
     if args.noise is not None and not 0.0 <= args.noise <= 1.0:
         raise SystemExit(f"drive saliency: --noise must be in [0, 1], got {args.noise}")
@@ -95,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
 def _world(args: argparse.Namespace, policy, meta) -> int:
     """Closed-loop drive with live saliency (drive.explain.live.SaliencyRecorder)."""
     from drive.explain.live import SaliencyRecorder
-    from drive.perturb import Perturbation
-    from drive.policy_io import PolicyDriver
+    from drive.data.perturb import Perturbation
+    from drive.checkpoint import PolicyDriver
     from drive.sim.closed_loop import evaluate
     from drive.sim.expert import PurePursuitExpert
 

@@ -86,7 +86,7 @@ class DriveCLI(LightningCLI):
             if path is not None and os.path.isfile(str(path)):
                 import torch
 
-                from drive.policy_io import checked_load
+                from drive.checkpoint import checked_load
 
                 checked_load(path, lambda: torch.load(str(path), weights_only=True, map_location="cpu"))
             raise

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List
 
-from drive.atomic import save_figure, write_text
+from drive.io.atomic import save_figure, write_text
 
 __all__ = ["write_report", "training_curve", "ACCEPT_KM", "ACCEPT_INTERVENTIONS_PER_KM", "ACCEPT_MINUTES"]
 

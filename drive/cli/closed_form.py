@@ -6,7 +6,7 @@ Examples::
     drive closed-form --ckpt runs/ncp/last.ckpt --method approx --out runs/ncp/cf_approx.ckpt \\
         --recordings data/test/* --km 2
 
-Writes the converted checkpoint (loads with :func:`drive.policy_io.load_policy`, drives with
+Writes the converted checkpoint (loads with :func:`drive.checkpoint.load_policy`, drives with
 ``drive evaluate``, explains with ``drive saliency``, exports with ``drive export``) and, beside
 it, ``<out>.fidelity.json`` / ``.md``: output MSE of the converted policy against the ODE LTC
 (fused solver, its ``ode_unfolds``) on test recordings in (1/km)^2 (the CfC paper reports 0.006
@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from drive.atomic import write_text
-from drive.nn.closed_form import METHODS, convert
+from drive.io.atomic import write_text
+from drive.nn.closed_form.ltc import METHODS, convert
 from drive.nn.ltc import LTC
 from drive.nn.policy import Policy
-from drive.timing import interleaved_medians
+from drive.io.timing import interleaved_medians
 
 __all__ = ["convert_policy", "open_loop_fidelity", "rnn_speed", "convert_checkpoint",
            "add_arguments", "run"]
@@ -54,7 +54,7 @@ def open_loop_fidelity(reference: Policy, converted: Policy, preprocessing: Call
                        recordings: Sequence[PathLike], chunk: int = 256) -> Dict[str, Any]:
     """Both policies over every recording (one sequence each, hidden carried, timespans from the
     timestamps): MSE between their outputs and of each against the labels, all in (1/km)^2."""
-    from drive.recording import Recording
+    from drive.io.recording import Recording
 
     rows: List[Dict[str, Any]] = []
     diffs: List[np.ndarray] = []
@@ -105,7 +105,7 @@ def rnn_speed(modules: Dict[str, torch.nn.Module], rounds: int = 15, batch: int 
 
 
 def _closed_loop(policy: Policy, meta: Dict[str, Any], km: float, seed: int) -> Dict[str, Any]:
-    from drive.policy_io import PolicyDriver
+    from drive.checkpoint import PolicyDriver
     from drive.sim.closed_loop import evaluate
 
     metrics = evaluate(PolicyDriver(policy, meta), km=km, seed=seed).metrics
@@ -123,8 +123,8 @@ def convert_checkpoint(ckpt: PathLike, method: str, out: PathLike, recordings: O
     the world's test split); ``km`` > 0: drive both policies closed loop (world ``seed``);
     ``threads``: torch CPU threads while timing (0: leave as is; restored afterwards).
     """
-    from drive.policy_io import load_policy, save_policy
-    from drive.preprocess import Preprocessing
+    from drive.checkpoint import load_policy, save_policy
+    from drive.data.preprocess import Preprocessing
 
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequ
 import cv2
 import numpy as np
 
-from drive.video_index import complete_video_frames
+from drive.io.video_index import complete_video_frames
 
 __all__ = [
     "CameraCalibration",

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Optional, Tuple
 
 
-from drive.atomic import no_empty_dir_on_error
-from drive.perturb import Perturbation
+from drive.io.atomic import no_empty_dir_on_error
+from drive.data.perturb import Perturbation
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
@@ -51,7 +51,7 @@ def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
         raise ValueError(f"--policy {spec}: no such file (nor 'expert' or 'constant:K')")
     import torch
 
-    from drive.policy_io import load_driver
+    from drive.checkpoint import load_driver
 
     if threads > 0:
         torch.set_num_threads(threads)

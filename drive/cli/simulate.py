@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
-from drive.atomic import no_empty_dir_on_error
+from drive.io.atomic import no_empty_dir_on_error
 from drive.sim.record import DEFAULT_NOISE_STD, check_world_settings, simulate
 from drive.sim.render import Camera
 from drive.sim.road import SPLITS, TEST_SEED_OFFSET

@@ -5,7 +5,7 @@ Each subcommand lives next to the library code it drives, in a module exposing
 subcommand runs, so ``drive --help`` stays instant.
 
 The LightningCLI subcommands (fit / validate / test / predict) hand the rest of the command
-line to :mod:`drive.train.cli`, which owns its own ``--help``.
+line to :mod:`drive.cli.fit`, which owns its own ``--help``.
 
 Errors caused by input (a missing or damaged file, a bad option value, a read-only or full
 output location) are answered with one line on stderr, ``drive <command>: error: <what>``, naming
@@ -26,14 +26,14 @@ __all__ = ["main", "COMMANDS", "INPUT_ERRORS", "error_line", "report_input_error
 
 # name -> (module, one-line help)
 COMMANDS: Dict[str, Tuple[str, str]] = {
-    "demo": ("drive.demo", "the whole pipeline on built-in data: simulate, train, drive, explain, export"),
-    "simulate": ("drive.sim.cli", "record driving logs in the built-in world"),
-    "evaluate": ("drive.sim.evaluate_cli", "closed-loop driving of a policy (expert, checkpoint, exported file)"),
-    "data": ("drive.data.cli", "inspect or convert driving logs (`drive data inspect|convert`)"),
-    "saliency": ("drive.explain.cli", "VisualBackProp saliency video of a policy on a recording"),
-    "robustness": ("drive.evaluate.cli", "noise-robustness report: open loop, closed loop, saliency stability"),
-    "closed-form": ("drive.nn.closed_form_cli", "convert a trained LTC policy to its closed form (no ODE solver)"),
-    "export": ("drive.export_cli", "export a policy for the vehicle (TorchScript, AOTInductor, ONNX)"),
+    "demo": ("drive.demo.run", "the whole pipeline on built-in data: simulate, train, drive, explain, export"),
+    "simulate": ("drive.cli.simulate", "record driving logs in the built-in world"),
+    "evaluate": ("drive.cli.evaluate", "closed-loop driving of a policy (expert, checkpoint, exported file)"),
+    "data": ("drive.cli.data", "inspect or convert driving logs (`drive data inspect|convert`)"),
+    "saliency": ("drive.cli.saliency", "VisualBackProp saliency video of a policy on a recording"),
+    "robustness": ("drive.cli.robustness", "noise-robustness report: open loop, closed loop, saliency stability"),
+    "closed-form": ("drive.cli.closed_form", "convert a trained LTC policy to its closed form (no ODE solver)"),
+    "export": ("drive.cli.export", "export a policy for the vehicle (TorchScript, AOTInductor, ONNX)"),
 }
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 
@@ -115,7 +115,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name in LIGHTNING_COMMANDS:
-        from drive.train.cli import lightning_main
+        from drive.cli.fit import lightning_main
 
         return lightning_main([name, *rest], debug=debug)
     if name not in COMMANDS:

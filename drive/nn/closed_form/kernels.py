@@ -1,7 +1,7 @@
-"""Scripted kernels of the closed-form LTC (equations and symbols: drive.nn.closed_form).
+"""Scripted kernels of the closed-form LTC (equations and symbols: drive.nn.closed_form.ltc).
 
 Shapes: B batch, L steps, N neurons, F inputs, M motor neurons, E present synapses; all times in
-seconds. ``c`` holds the :class:`Constants` of :meth:`drive.nn.closed_form.ClosedFormLTC._derive`.
+seconds. ``c`` holds the :class:`Constants` of :meth:`drive.nn.closed_form.ltc.ClosedFormLTC._derive`.
 
 Matmuls with a small broadcast bias are written ``torch.mm(a, b).add_(bias)``: for these small
 operands that is faster than ``addmm`` (which first copies the broadcast bias into its output). With
@@ -24,7 +24,7 @@ __all__ = ["Constants", "eq8_state", "exact_update", "approx_update", "exact_seq
 
 
 class Constants(NamedTuple):
-    """What :meth:`drive.nn.closed_form.ClosedFormLTC._derive` computes from the parameters (E_s / E_r
+    """What :meth:`drive.nn.closed_form.ltc.ClosedFormLTC._derive` computes from the parameters (E_s / E_r
     sensory / recurrent synapses, K the sensory fan-out). Fields a method does not use hold an
     empty tensor: ``leak_s`` .. ``rec_q_s`` exist for the exact method, ``grid_w`` ..
     ``shared_rec_q`` for its sequence at one shared dt (``exact_shared``)."""

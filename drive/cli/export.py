@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def verify_export(ckpt: Path, out: Path, steps: int = 30, **build_kwargs) -> float:
     """Largest |difference| (command and hidden) between the file and the eager module, ``steps`` random frames."""
     from drive.export import build_deployed, load_exported, read_metadata
-    from drive.policy_io import load_policy
+    from drive.checkpoint import load_policy
 
     exported = load_exported(out, device=str(read_metadata(out)["device"]))
     policy, meta = load_policy(ckpt)

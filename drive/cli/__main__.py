@@ -1,0 +1,6 @@
+"""``python -m drive.cli`` runs the ``drive`` command."""
+import sys
+
+from drive.cli import main
+
+sys.exit(main())
