@@ -2,6 +2,7 @@
 
     python tools/check_architecture.py            # report; exit 1 when a rule is broken
     python tools/check_architecture.py --graph    # also print every module's imports of drive
+    python tools/check_architecture.py --packages # also print the graph between layers' units
 
 Rules (docs/architecture.md):
   1. no import cycles between modules (a package's ``__init__`` counts as a module; importing
@@ -37,7 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("drive.train", "drive.export"),
     ("drive.drivers",),
     ("drive.explain", "drive.evaluate"),
-    ("drive.demo.run",),
+    ("drive.demo",),
     ("drive.cli",),
 )
 
@@ -53,8 +54,8 @@ class Module:
     uses_argparse: bool = False
 
 
-def module_name(path: Path) -> str:
-    rel = path.relative_to(ROOT).with_suffix("")
+def module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
     parts = list(rel.parts)
     if parts[-1] == "__init__":
         parts.pop()
@@ -83,10 +84,10 @@ def _targets(node: ast.Import | ast.ImportFrom, current: str, is_package: bool) 
     return [base] + [f"{base}.{alias.name}" for alias in node.names]
 
 
-def scan(path: Path) -> Module:
+def scan(path: Path, root: Path = ROOT) -> Module:
     source = path.read_text()
     lines = source.splitlines()
-    name = module_name(path)
+    name = module_name(path, root)
     mod = Module(name, path, len(lines))
     tree = ast.parse(source, str(path))
     is_package = path.name == "__init__.py"
@@ -135,7 +136,7 @@ def _bodies(node: ast.stmt) -> list[list[ast.stmt]]:
 def load(package: Path = ROOT / "drive") -> dict[str, Module]:
     modules = {}
     for path in sorted(package.rglob("*.py")):
-        mod = scan(path)
+        mod = scan(path, package.parent)
         modules[mod.name] = mod
     for mod in modules.values():
         mod.imports = _edges(mod, mod.imports, modules)
@@ -216,21 +217,41 @@ def upward(modules: dict[str, Module]) -> list[str]:
     return out
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def unit(name: str) -> str:
+    """The layer unit ``name`` belongs to (the longest prefix in LAYERS), ``drive`` when none."""
+    units = sorted({p for layer in LAYERS for p in layer if p != "drive"}, key=len, reverse=True)
+    return next((u for u in units if name == u or name.startswith(u + ".")), "drive")
+
+
+def packages(modules: dict[str, Module]) -> dict[str, set[str]]:
+    """The graph between layer units (``drive.io``, ``drive.nn``, ``drive.checkpoint`` ...):
+    what docs/architecture.md draws."""
+    graph: dict[str, set[str]] = {}
+    for mod in modules.values():
+        edges = {unit(t) for t in mod.imports | mod.local_imports} - {unit(mod.name), "drive"}
+        graph.setdefault(unit(mod.name), set()).update(edges)
+    return graph
+
+
 def problems(modules: dict[str, Module]) -> dict[str, list[str]]:
     cli_home = "drive.cli"
     return {
         "import cycles": [" <-> ".join(c) for c in cycles(modules)],
         "upward imports": upward(modules),
         f"modules over {MAX_LINES} lines": [
-            f"{m.path.relative_to(ROOT)}: {m.lines}" for m in modules.values() if m.lines > MAX_LINES
+            f"{_shown(m.path)}: {m.lines}" for m in modules.values() if m.lines > MAX_LINES
         ],
         "argparse outside drive/cli": [
-            str(m.path.relative_to(ROOT))
+            _shown(m.path)
             for m in modules.values()
             if m.uses_argparse and not (m.name == cli_home or m.name.startswith(cli_home + "."))
         ],
         "imports inside functions without a reason": [
-            f"{m.path.relative_to(ROOT)}:{line}: {text}"
+            f"{_shown(m.path)}:{line}: {text}"
             for m in modules.values()
             for line, text in m.unexplained_local
         ],
@@ -240,8 +261,12 @@ def problems(modules: dict[str, Module]) -> dict[str, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", action="store_true", help="print each module's drive imports")
+    parser.add_argument("--packages", action="store_true", help="print the graph between layer units")
     args = parser.parse_args(argv)
     modules = load()
+    if args.packages:
+        for name, edges in sorted(packages(modules).items(), key=lambda kv: layer_of(kv[0])):
+            print(f"{name} -> {', '.join(sorted(edges, key=layer_of))}")
     if args.graph:
         for name in sorted(modules):
             mod = modules[name]
