@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from drive.sim import evaluate_cli
+from drive.cli import evaluate as evaluate_cli
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.expert import PurePursuitExpert
