@@ -14,5 +14,6 @@ from drive.nn.wiring import NCP, AutoNCP, FullyConnected, Random, Wiring, as_wir
 
 __all__ = [
     "Wiring", "NCP", "AutoNCP", "FullyConnected", "Random", "lane_keeping_ncp", "as_wiring",
-    "RecurrentModule", "LTC", "CfC", "WiredCfC", "LSTM", "CTRNN", "Stateless", "from_ncps", "wiring_from_ncps",
+    "RecurrentModule", "LTC", "CfC", "WiredCfC", "LSTM", "CTRNN", "Stateless",
+    "from_ncps", "wiring_from_ncps",
 ]

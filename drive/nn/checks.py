@@ -72,10 +72,11 @@ def check_step(x: Tensor, dt: Tensor, input_size: int) -> None:
     """Validate the shapes of one step: x ``[B, F]`` with F = ``input_size`` and dt ``[B]`` (the values
     are checked with the sequence the step runs as)."""
     if x.dim() != 2 or x.size(1) != input_size:
-        raise ValueError("expected x [B, F] with F = " + str(input_size) + " input features in a step, got shape "
-                         + str(list(x.shape)))
+        raise ValueError("expected x [B, F] with F = " + str(input_size) + " input features in a step, "
+                         + "got shape " + str(list(x.shape)))
     if dt.dim() != 1 or dt.size(0) != x.size(0):
-        raise ValueError("expected dt [B] with B = " + str(x.size(0)) + " in a step, got shape " + str(list(dt.shape)))
+        raise ValueError("expected dt [B] with B = " + str(x.size(0)) + " in a step, got shape "
+                         + str(list(dt.shape)))
 
 
 def check_hidden(hidden: Optional[Tensor], x: Tensor, state_size: int) -> Tensor:

@@ -46,7 +46,8 @@ class RecurrentModule(nn.Module):
         kernel_checks: the subclass's kernel checks the values itself (base: shapes only).
     """
 
-    def __init__(self, input_size: int, output_size: int, state_size: int, kernel_checks: bool = False) -> None:
+    def __init__(self, input_size: int, output_size: int, state_size: int,
+                 kernel_checks: bool = False) -> None:
         super().__init__()
         self.input_size: int = int(input_size)
         self.output_size: int = int(output_size)
@@ -74,13 +75,14 @@ class RecurrentModule(nn.Module):
                 return self._forward_fp32(x, hidden, timespans)
         if timespans is not None and timespans.dim() == 3 and timespans.size(2) == 1:
             timespans = timespans.squeeze(2)
-        ts = check_sequence(x, timespans, self.input_size, self.check_values and not self.kernel_checks, hidden)
+        values = self.check_values and not self.kernel_checks
+        ts = check_sequence(x, timespans, self.input_size, values, hidden)
         state = check_hidden(hidden, x, self.state_size)
         return self._sequence(x, state, ts)
 
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
-        """One step: x ``[B, F]``, hidden ``[B, H]``, dt ``[B]`` seconds -> (y ``[B, M]``, hidden ``[B, H]``)."""
+        """One step: x ``[B, F]``, hidden ``[B, H]``, dt ``[B]`` seconds -> (y ``[B, M]``, hidden)."""
         check_step(x, dt, self.input_size)
         y, h = self.forward(x.unsqueeze(1), hidden, dt.reshape(-1, 1))
         return y.squeeze(1), h

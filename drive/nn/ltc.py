@@ -156,7 +156,8 @@ def register_synapses(module: nn.Module, prefix: str, mask: Tensor) -> None:
     module.register_buffer(prefix + "_pre", pre, persistent=False)
     module.register_buffer(prefix + "_post", post, persistent=False)
     module.register_buffer(prefix + "_flat", pre * cols + post, persistent=False)
-    module.register_buffer(prefix + "_pre_onehot", F.one_hot(pre, rows).t().float().contiguous(), persistent=False)
+    pre_onehot = F.one_hot(pre, rows).t().float().contiguous()
+    module.register_buffer(prefix + "_pre_onehot", pre_onehot, persistent=False)
     module.register_buffer(prefix + "_post_onehot", F.one_hot(post, cols).float(), persistent=False)
 
 

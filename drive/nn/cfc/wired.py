@@ -17,7 +17,8 @@ from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 __all__ = ["WiredCfC"]
 
 
-@register("wired_cfc", aliases=("drive.nn.cfc.WiredCfC", "drive.nn.wired_cfc.WiredCfC", "drive.nn.cfc.wired.WiredCfC"))
+@register("wired_cfc",
+          aliases=("drive.nn.cfc.WiredCfC", "drive.nn.wired_cfc.WiredCfC", "drive.nn.cfc.wired.WiredCfC"))
 class WiredCfC(CfCModule):
     """CfC whose neurons and synapses are those of a wiring (NCP, AutoNCP, FullyConnected, ...).
 
@@ -56,7 +57,7 @@ class WiredCfC(CfCModule):
         if input_size is not None and int(input_size) != wiring.input_dim:
             raise ValueError(f"input_size={input_size} but the wiring has {wiring.input_dim} sensory inputs")
         check_config(mode, wiring.input_dim)
-        motors = len(wiring.layers[-1][1]) if ncps_compatible else wiring.output_dim  # outputs without readout
+        motors = len(wiring.layers[-1][1]) if ncps_compatible else wiring.output_dim  # without readout
         super().__init__(wiring.input_dim, motors if output_size is None else int(output_size),
                          wiring.units * (2 if mixed_memory else 1))
         self.mode: str = mode

@@ -55,7 +55,7 @@ call (TorchScript cannot read tensor versions) unless frozen, as every export ru
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -84,7 +84,8 @@ def _with_constant_neuron(q: Tensor) -> Tensor:
     return torch.cat([q[:, :n], zero_col, q[:, n:], zero_col], 1)
 
 
-@register("closed_form_ltc", aliases=("drive.nn.closed_form.ClosedFormLTC", "drive.nn.closed_form.ltc.ClosedFormLTC"))
+@register("closed_form_ltc",
+          aliases=("drive.nn.closed_form.ClosedFormLTC", "drive.nn.closed_form.ltc.ClosedFormLTC"))
 class ClosedFormLTC(RecurrentModule):
     """An LTC evaluated in closed form (``method`` "exact" or "approx"; module docstring).
 
@@ -245,7 +246,8 @@ class ClosedFormLTC(RecurrentModule):
 
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
-        """One step as one scripted call: ``x[B, F]``, hidden ``[B, H]``, dt ``[B]`` seconds -> (``y[B, M]``, hidden)."""
+        """One step in one scripted call: ``x[B, F]``, hidden ``[B, H]``, dt ``[B]`` seconds
+        -> (``y[B, M]``, hidden)."""
         if not torch.jit.is_scripting():
             if torch.is_autocast_enabled(x.device.type):
                 return self._step_fp32(x, hidden, dt)
