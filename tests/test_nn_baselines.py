@@ -85,7 +85,15 @@ def test_bad_inputs_are_clear_errors(cls):
 
 @pytest.mark.parametrize("cls", [LSTM, CTRNN])
 def test_config_rebuilds_the_architecture(cls):
-    m = cls(4, 8, 3)
+    torch.manual_seed(4)
+    m = cls(4, 8, 3, **({"ode_unfolds": 2, "tau": 0.5} if cls is CTRNN else {}))
+    torch.manual_seed(5)  # another init: equal outputs below come from the loaded weights
     rebuilt = cls(**m.config())
-    rebuilt.load_state_dict(m.state_dict())
+    x, dts = torch.randn(2, 6, 4), torch.rand(2, 6) + 0.2
+    with torch.no_grad():
+        assert not torch.equal(rebuilt(x, None, dts)[0], m(x, None, dts)[0])
+        rebuilt.load_state_dict(m.state_dict())  # strict: the config gave every parameter's shape
+        y, h = m(x, None, dts)
+        y2, h2 = rebuilt(x, None, dts)
     assert rebuilt.config() == m.config()
+    assert torch.equal(y2, y) and torch.equal(h2, h)

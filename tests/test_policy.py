@@ -74,9 +74,12 @@ def test_config_rebuilds_same_architecture(family: str) -> None:
     assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {k: v.shape for k, v in policy.state_dict().items()}
 
 
-def test_build_rnn_refuses_classes_outside_drive_nn() -> None:
-    with pytest.raises(ValueError, match="not a drive.nn module"):
-        build_rnn({"class": "os.system", "kwargs": {}})
+@pytest.mark.parametrize("name", ["os.system", "drive.nn.heads.NCPConvHead", "drive.nn.ltc.fused_solver",
+                                  "LTC"])
+def test_build_rnn_refuses_names_that_are_not_registered(name: str) -> None:
+    """Only registered names and their aliases build: not arbitrary code, not another drive.nn class."""
+    with pytest.raises(ValueError, match=f"unknown recurrent module '{name}'; known: cfc, closed_form_ltc"):
+        build_rnn({"class": name, "kwargs": {}})
 
 
 def _meta(policy: Policy) -> dict:

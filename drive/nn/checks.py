@@ -17,7 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-__all__ = ["check_sequence", "check_hidden", "skip_value_checks"]
+__all__ = ["check_sequence", "check_step", "check_hidden", "skip_value_checks"]
 
 
 def _finite_sum(x: Tensor) -> bool:
@@ -66,6 +66,17 @@ def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int, valu
         _raise_non_finite(x, hidden)
         raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
     return timespans.to(x.dtype).unsqueeze(2)
+
+
+def check_step(x: Tensor, dt: Tensor, input_size: int) -> None:
+    """Validate the shapes of one step: x ``[B, F]`` with F = ``input_size`` and dt ``[B]`` (the values
+    are checked with the sequence the step runs as)."""
+    if x.dim() != 2 or x.size(1) != input_size:
+        raise ValueError("expected x [B, F] with F = " + str(input_size) + " input features in a step, "
+                         + "got shape " + str(list(x.shape)))
+    if dt.dim() != 1 or dt.size(0) != x.size(0):
+        raise ValueError("expected dt [B] with B = " + str(x.size(0)) + " in a step, got shape "
+                         + str(list(dt.shape)))
 
 
 def check_hidden(hidden: Optional[Tensor], x: Tensor, state_size: int) -> Tensor:

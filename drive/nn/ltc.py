@@ -30,11 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from drive.nn.checks import check_hidden, check_sequence
+from drive.nn import kernels  # fused Triton kernels where they apply (CUDA): drive/nn/kernels/
+from drive.nn.contract import RecurrentModule
+from drive.nn.registry import register
 from drive.nn.script import script
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
-__all__ = ["LTC"]
+__all__ = ["LTC", "INIT_RANGES", "POSITIVE", "register_synapses"]
 
 # Init ranges of the effective (post-positivity) values, as in ncps / the authors' code.
 INIT_RANGES: Dict[str, Tuple[float, float]] = {
@@ -144,7 +146,23 @@ def _inverse_softplus(y: Tensor) -> Tensor:
     return y + torch.log(-torch.expm1(-y))
 
 
-class LTC(nn.Module):
+def register_synapses(module: nn.Module, prefix: str, mask: Tensor) -> None:
+    """Index the present synapses of ``mask [rows, N]`` (non-zero entries, row-major) as buffers of
+    ``module`` (derived from the wiring, not saved): ``<prefix>_pre`` / ``_post`` / ``_flat`` [E] (pre
+    row, post column, flat index) and the one-hot incidence ``<prefix>_pre_onehot`` [rows, E] and
+    ``<prefix>_post_onehot`` [E, N] (float32). The LTC and the closed-form LTC index synapses this way."""
+    pre, post = mask.ne(0).nonzero(as_tuple=True)
+    rows, cols = mask.shape
+    module.register_buffer(prefix + "_pre", pre, persistent=False)
+    module.register_buffer(prefix + "_post", post, persistent=False)
+    module.register_buffer(prefix + "_flat", pre * cols + post, persistent=False)
+    pre_onehot = F.one_hot(pre, rows).t().float().contiguous()
+    module.register_buffer(prefix + "_pre_onehot", pre_onehot, persistent=False)
+    module.register_buffer(prefix + "_post_onehot", F.one_hot(post, cols).float(), persistent=False)
+
+
+@register("ltc", aliases=("drive.nn.ltc.LTC",))
+class LTC(RecurrentModule):
     """LTC sequence module on a wiring (see the module docstring for the equations).
 
     Args:
@@ -163,8 +181,6 @@ class LTC(nn.Module):
 
     def __init__(self, wiring: Union[Wiring, Dict[str, Any]], input_size: Optional[int] = None,
                  ode_unfolds: int = 6, epsilon: float = 1e-8, positivity: str = "softplus") -> None:
-        super().__init__()
-        self.check_values: bool = True  # value checks on inputs (drive.nn.checks.skip_value_checks)
         wiring = as_wiring(wiring)
         if input_size is not None and input_size != wiring.input_dim:
             raise ValueError(f"input_size={input_size} but the wiring has {wiring.input_dim} sensory inputs")
@@ -172,10 +188,8 @@ class LTC(nn.Module):
             raise ValueError(f"positivity must be 'softplus' or 'clip', got {positivity!r}")
         if ode_unfolds < 1:
             raise ValueError(f"ode_unfolds must be >= 1, got {ode_unfolds}")
+        super().__init__(wiring.input_dim, wiring.output_dim, wiring.units)
         self.wiring = wiring
-        self.input_size: int = wiring.input_dim
-        self.output_size: int = wiring.output_dim
-        self.state_size: int = wiring.units
         self.ode_unfolds: int = int(ode_unfolds)
         self.epsilon: float = float(epsilon)
         self.positivity: str = positivity
@@ -197,19 +211,8 @@ class LTC(nn.Module):
         self.output_b = nn.Parameter(torch.zeros(m))
         self.register_buffer("mask", torch.tensor(wiring.mask()))
         self.register_buffer("sensory_mask", torch.tensor(wiring.sensory_mask()))
-        self._register_synapse_lists("syn", "pre_onehot", "post_onehot", self.mask)
-        self._register_synapse_lists("sens", "sens_pre_onehot", "sens_post_onehot", self.sensory_mask)
-
-    def _register_synapse_lists(self, prefix: str, pre_name: str, post_name: str, mask: Tensor) -> None:
-        """Index lists of the present synapses (pre [E], post [E], flat [E]) and their one-hot
-        incidence matrices (pre [rows,E], post [E,N]); derived from the mask, not saved."""
-        pre, post = mask.nonzero(as_tuple=True)
-        rows, cols = mask.shape
-        self.register_buffer(prefix + "_pre", pre, persistent=False)
-        self.register_buffer(prefix + "_post", post, persistent=False)
-        self.register_buffer(prefix + "_flat", pre * cols + post, persistent=False)
-        self.register_buffer(pre_name, F.one_hot(pre, rows).t().float().contiguous(), persistent=False)
-        self.register_buffer(post_name, F.one_hot(post, cols).float(), persistent=False)
+        register_synapses(self, "syn", self.mask)
+        register_synapses(self, "sens", self.sensory_mask)
 
     def config(self) -> Dict[str, Any]:
         """JSON-able constructor kwargs: ``LTC(**m.config())`` rebuilds the architecture."""
@@ -275,52 +278,19 @@ class LTC(nn.Module):
         flat = s[:, present]
         return ((flat < low) | (flat > high)).float().mean()
 
-    @torch.jit.export
-    def initial_state(self, batch: int) -> Tensor:
-        return torch.zeros(batch, self.state_size, dtype=self.gleak.dtype, device=self.gleak.device)
-
-    def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
-                timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        """x [B,L,F], hidden [B,N] or None (zeros), timespans [B,L] seconds or None (1.0)
-        -> (y [B,L,M], hidden [B,N])."""
-        if timespans is not None and timespans.dim() == 3 and timespans.size(2) == 1:
-            timespans = timespans.squeeze(2)
-        if not torch.jit.is_scripting():
-            if torch.is_autocast_enabled(x.device.type):
-                return self._run_fp32(x, hidden, timespans)
-        return self._run(x, hidden, timespans)
-
-    @torch.jit.unused
-    def _run_fp32(self, x: Tensor, hidden: Optional[Tensor], timespans: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-        """Under autocast (mixed-precision training) the cell still runs in fp32: its epsilon and
-        conductance sums underflow in fp16."""
-        with torch.autocast(x.device.type, enabled=False):
-            return self._run(x.float(), None if hidden is None else hidden.float(),
-                             None if timespans is None else timespans.float())
-
-    @torch.jit.export
-    def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
-        """One RNN step: x [B,F], hidden [B,N], dt [B] seconds -> (y [B,M], hidden [B,N])."""
-        if x.dim() != 2:
-            raise ValueError("LTC.step expects x of shape [B, F]; got " + str(x.dim()) + " dimensions")
-        y, h = self._run(x.unsqueeze(1), hidden, dt.reshape(-1, 1))
-        return y.squeeze(1), h
-
-    def _run(self, x: Tensor, hidden: Optional[Tensor], timespans: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
-        timespans = check_sequence(x, timespans, self.input_size, self.check_values, hidden)[:, :, 0]
+    def _sequence(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
+        """x [B,L,F], hidden [B,N], elapsed seconds ts [B,L,1] -> (y [B,L,M], hidden [B,N])."""
+        timespans = ts[:, :, 0]
         batch, length = x.size(0), x.size(1)
-        if hidden is None:
-            hidden = self.initial_state(batch)
-        check_hidden(hidden, x, self.state_size)
         n = self.state_size
         gleak = self._positive(self.gleak)
         cm = self._positive(self.cm)
         # Recurrent synapses as a list of E present ones (the mask decides which exist).
         w = self._positive(self.w)
-        pre_sigma = self.sigma.index_select(1, self.syn_post) * self.pre_onehot
+        pre_sigma = self.sigma.index_select(1, self.syn_post) * self.syn_pre_onehot
         neg_sm = -(self.sigma * self.mu).flatten().index_select(0, self.syn_flat)
-        q = torch.cat([(w * self.erev).index_select(0, self.syn_pre) * self.post_onehot,
-                       w.index_select(0, self.syn_pre) * self.post_onehot], 1)
+        q = torch.cat([(w * self.erev).index_select(0, self.syn_pre) * self.syn_post_onehot,
+                       w.index_select(0, self.syn_pre) * self.syn_post_onehot], 1)
         # Everything that depends only on the inputs, for all steps at once, time-major [L,B,...].
         sw = self._positive(self.sensory_w)
         u = (x * self.input_w + self.input_b).transpose(0, 1).reshape(length * batch, self.input_size)
@@ -342,8 +312,6 @@ class LTC(nn.Module):
     @torch.jit.unused
     def _solve_with_manual_backward(self, hidden: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor,
                                     neg_sm: Tensor, q: Tensor) -> Tensor:
-        from drive.nn import kernels  # fused Triton kernels where they apply (CUDA): drive/nn/kernels/
-
         if kernels.use_kernels(nd0, self.state_size):
             return kernels.ltc_fused_solve(hidden, nd0, cm_t, self.sigma, self.mu, self._positive(self.w), self.erev,
                                            self.mask, self.ode_unfolds)

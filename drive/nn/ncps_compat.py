@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from drive.nn.cfc import cfc_from_ncps
 from drive.nn.ltc import LTC
 from drive.nn.wiring import Wiring
 
@@ -87,7 +88,5 @@ def from_ncps(module: nn.Module) -> nn.Module:
     if kind == "LTCCell":
         return _ltc_from_ncps(module, bool(module._implicit_param_constraints))
     if kind == "CfC" and hasattr(module, "rnn_cell"):
-        from drive.nn.cfc import cfc_from_ncps
-
         return cfc_from_ncps(module)
     raise TypeError(f"from_ncps expects an ncps.torch LTC, LTCCell or CfC, got {kind}")

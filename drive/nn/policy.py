@@ -20,66 +20,36 @@ Everything scripts with ``torch.jit.script`` (the export helper does that); the 
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
+# every recurrent module, so that build_rnn finds each one registered (drive.nn.registry)
+from drive.nn.baselines import CTRNN, LSTM, Stateless
+from drive.nn.cfc import CfC, WiredCfC
+from drive.nn.closed_form import ClosedFormLTC
 from drive.nn.heads import build_head
+from drive.nn.ltc import LTC
+from drive.nn.registry import lookup, name_of
 
-__all__ = ["Policy", "Readout", "Stateless", "build_rnn", "rnn_spec", "KM_PER_M"]
+__all__ = ["Policy", "Readout", "Stateless", "build_rnn", "rnn_spec", "KM_PER_M", "RECURRENT"]
+
+RECURRENT = (LTC, CfC, WiredCfC, LSTM, CTRNN, ClosedFormLTC, Stateless)  # every registered recurrent class
 
 KM_PER_M = 1000.0  # network output (1/km) = curvature (1/m) x 1000
 
 
-class Stateless(nn.Module):
-    """Recurrent-module contract with no memory: ``y = x``, hidden ``[B, 0]`` (the ``cnn`` family).
-
-    ``forward(x[B, L, F], hidden, timespans) -> (x, hidden[B, 0])``; ``step(x[B, F], hidden, dt)``.
-    """
-
-    def __init__(self, input_size: int = 1) -> None:
-        super().__init__()
-        self.input_size: int = int(input_size)
-        self.output_size: int = int(input_size)
-        self.state_size: int = 0
-
-    def config(self) -> Dict[str, Any]:
-        return {"input_size": self.input_size}
-
-    def forward(
-        self, x: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
-    ) -> Tuple[Tensor, Tensor]:
-        return x, x.new_zeros((x.shape[0], 0))
-
-    @torch.jit.export
-    def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
-        return x, hidden
-
-    @torch.jit.export
-    def initial_state(self, batch: int) -> Tensor:
-        return torch.zeros((batch, 0))
-
-
 def rnn_spec(rnn: nn.Module) -> Dict[str, Any]:
-    """JSON-able spec ``{"class": "drive.nn.<module>.<Class>", "kwargs": rnn.config()}``."""
-    cls = type(rnn)
-    return {"class": f"{cls.__module__}.{cls.__qualname__}", "kwargs": rnn.config()}
+    """JSON-able spec ``{"class": <registered name>, "kwargs": rnn.config()}`` (:mod:`drive.nn.registry`)."""
+    return {"class": name_of(type(rnn)), "kwargs": rnn.config()}
 
 
 def build_rnn(spec: Mapping[str, Any]) -> nn.Module:
-    """Rebuild a recurrent module from :func:`rnn_spec`; only classes inside ``drive.nn`` are allowed.
-
-    Restricting the import to ``drive.nn`` keeps a checkpoint's config from naming arbitrary code.
-    """
-    path = str(spec["class"])
-    module_name, _, class_name = path.rpartition(".")
-    if not module_name.startswith("drive.nn") or not class_name.isidentifier():
-        raise ValueError(f"recurrent class {path!r} is not a drive.nn module; refusing to build it")
-    cls = getattr(importlib.import_module(module_name), class_name, None)
-    if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
-        raise ValueError(f"{path!r} is not an nn.Module class")
+    """Rebuild a recurrent module from :func:`rnn_spec`. ``spec["class"]`` is a registered name or an
+    alias (the module paths files written before the registry hold); anything else is refused with a
+    ValueError naming it: nothing named in a file is imported."""
+    cls = lookup(str(spec["class"]))
     return cls(**dict(spec.get("kwargs", {})))
 
 

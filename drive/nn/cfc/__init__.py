@@ -13,8 +13,8 @@ One package, read top-down:
 - ``bptt``: the hand-written backward (``DenseBPTT``, ``WiredBPTT``);
 - ``ncps``: ``cfc_from_ncps``, an ``ncps.torch.CfC`` as the drive module.
 
-Checkpoints name their recurrent class by module path: ``drive.nn.cfc.CfC`` and
-``drive.nn.cfc.WiredCfC`` resolve here, ``drive.nn.wired_cfc.WiredCfC`` through that module.
+Checkpoints name the modules ``"cfc"`` and ``"wired_cfc"`` (``drive.nn.registry``; the module
+paths earlier files hold are aliases there).
 """
 
 from drive.nn.cfc.cell import ACTIVATIONS, MODES

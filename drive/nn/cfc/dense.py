@@ -27,14 +27,15 @@ from torch import Tensor, nn
 
 from drive.nn.cfc.bptt import DenseBPTT, DenseSpec, dense_loop_weights, dense_run
 from drive.nn.cfc.cell import ACTIVATIONS, SIGMOID, SIGMOID_FORM, activate, dropout_mask, lstm_update, update
-from drive.nn.cfc.parts import MixedMemory, PreparedCache, check_config, needs_grad, register_pure
+from drive.nn.cfc.parts import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
 from drive.nn.cfc.sigmoid_form import SigmoidForm, sigmoid_form_applies, uniform_time
-from drive.nn.checks import check_hidden, check_sequence
+from drive.nn.registry import register
 
 __all__ = ["CfC"]
 
 
-class CfC(nn.Module):
+@register("cfc", aliases=("drive.nn.cfc.CfC", "drive.nn.cfc.dense.CfC"))
+class CfC(CfCModule):
     """Dense CfC over ``units`` neurons with a backbone of ``backbone_layers`` x ``backbone_units``.
 
     ``forward(x[B, L, F], hidden[B, H] = None, timespans[B, L] = None) -> (y[B, L, M], hidden[B, H])``;
@@ -50,22 +51,21 @@ class CfC(nn.Module):
     def __init__(self, input_size: int, units: int, output_size: Optional[int] = None, mode: str = "default",
                  mixed_memory: bool = False, backbone_units: int = 128, backbone_layers: int = 1,
                  backbone_activation: str = "lecun_tanh", backbone_dropout: float = 0.0) -> None:
-        super().__init__()
-        self.check_values: bool = True  # value checks on inputs (drive.nn.checks.skip_value_checks)
-        self.mode: str = check_config(mode, input_size)
+        check_config(mode, input_size)
         if units < 1 or backbone_layers < 0 or (backbone_layers > 0 and backbone_units < 1):
             raise ValueError("units >= 1, backbone_layers >= 0 and backbone_units >= 1 are required")
         if backbone_activation not in ACTIVATIONS:
             raise ValueError(f"unknown backbone_activation {backbone_activation!r}; choose one of {ACTIVATIONS}")
         if not 0.0 <= backbone_dropout < 1.0:
             raise ValueError(f"backbone_dropout must be in [0, 1), got {backbone_dropout}")
+        super().__init__(input_size, units if output_size is None else output_size,
+                         units * (2 if mixed_memory else 1))
+        self.mode: str = mode
         self._config = dict(input_size=input_size, units=units, output_size=output_size, mode=mode,
                             mixed_memory=mixed_memory, backbone_units=backbone_units,
                             backbone_layers=backbone_layers, backbone_activation=backbone_activation,
                             backbone_dropout=backbone_dropout)
-        self.input_size, self.units = int(input_size), int(units)
-        self.state_size = self.units * (2 if mixed_memory else 1)
-        self.output_size = self.units if output_size is None else int(output_size)
+        self.units = int(units)
         self.mixed_memory = bool(mixed_memory)
         self.activation: str = backbone_activation
         self.dropout = float(backbone_dropout)
@@ -140,10 +140,6 @@ class CfC(nn.Module):
     @torch.jit.unused
     def _eager(self, x: Tensor, state: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """Eager dispatch: hand-written BPTT when training, cached weights when no grad is needed."""
-        if torch.is_autocast_enabled(x.device.type):  # the cell always runs in the module's dtype
-            dtype = self.layers[0].weight.dtype
-            with torch.autocast(x.device.type, enabled=False):
-                return self._eager(x.to(dtype), state.to(dtype), ts.to(dtype))
         n, f = self.units, self.input_size
         h, c = state[:, :n], state[:, n:]
         p = self.dropout if self.training else 0.0
@@ -168,28 +164,5 @@ class CfC(nn.Module):
             y, _, out = dense_run(spec, x, h, c, ts, weights)
             return y, out[1], out[2]
 
-    def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
-                timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        """x [B, L, F], hidden [B, H], timespans [B, L] elapsed seconds (None: 1.0) ->
-        (y [B, L, M], hidden [B, H])."""
-        ts = check_sequence(x, timespans, self.input_size, self.check_values, hidden)
-        state = check_hidden(hidden, x, self.state_size)
-        if torch.jit.is_scripting():
-            y, h, c = self._loop(x, state, ts, self._prepare())
-        else:
-            y, h, c = self._eager(x, state, ts)
-        if self.readout is not None:
-            y = self.readout(y)
-        return y, (torch.cat([h, c], 1) if self.mixed_memory else h)
-
-    @torch.jit.export
-    def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
-        """One step: x [B, F], hidden [B, H], dt [B] seconds -> (y [B, M], hidden [B, H])."""
-        y, h = self.forward(x.unsqueeze(1), hidden, dt.reshape(-1, 1))
-        return y.squeeze(1), h
-
-    @torch.jit.export
-    def initial_state(self, batch: int) -> Tensor:
-        """Zeros [batch, H] fp32 on the module's device."""
-        return torch.zeros(batch, self.state_size, device=self.layers[0].weight.device)
-
+    def _outputs(self, seq: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        return seq, h, c

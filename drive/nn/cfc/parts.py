@@ -1,14 +1,36 @@
-"""What ``CfC`` and ``WiredCfC`` share besides the cell math: configuration checks, Cf-S's
-parameters, the mixed-memory LSTM's parameters and the eager cache of prepared weights."""
+"""What ``CfC`` and ``WiredCfC`` share besides the cell math: the recurrence's dispatch
+(:class:`CfCModule`), configuration checks, Cf-S's parameters, the mixed-memory LSTM's parameters
+and the eager cache of prepared weights."""
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from drive.nn.cfc.cell import MODES
+from drive.nn.contract import RecurrentModule
 
-__all__ = ["check_config", "register_pure", "needs_grad", "MixedMemory", "PreparedCache"]
+__all__ = ["CfCModule", "check_config", "register_pure", "needs_grad", "MixedMemory", "PreparedCache"]
+
+
+class CfCModule(RecurrentModule):
+    """The recurrence both CfC modules run (the contract's ``_sequence``): TorchScript (and any
+    scripted call) runs the subclass's autograd ``_loop`` on ``_prepare()``'s weights, eager calls its
+    ``_eager`` dispatch (hand-written BPTT, cached weights); ``_outputs`` maps the loop's (states
+    [B, L, n], h, c) to the outputs before the optional ``readout``; the hidden state is ``h`` or
+    ``[h, c]`` with mixed memory."""
+
+    mixed_memory: bool
+
+    def _sequence(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
+        if torch.jit.is_scripting():
+            seq, h, c = self._loop(x, hidden, ts, self._prepare())
+        else:
+            seq, h, c = self._eager(x, hidden, ts)
+        y, h, c = self._outputs(seq, h, c)
+        if self.readout is not None:
+            y = self.readout(y)
+        return y, (torch.cat([h, c], 1) if self.mixed_memory else h)
 
 
 def check_config(mode: str, input_size: int) -> str:

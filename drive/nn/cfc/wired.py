@@ -10,14 +10,16 @@ from torch import Tensor, nn
 
 from drive.nn.cfc.bptt import WiredBPTT, WiredSpec, wired_loop_weights, wired_run
 from drive.nn.cfc.cell import lstm_update, update
-from drive.nn.cfc.parts import MixedMemory, PreparedCache, check_config, needs_grad, register_pure
-from drive.nn.checks import check_hidden, check_sequence
+from drive.nn.cfc.parts import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
+from drive.nn.registry import register
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["WiredCfC"]
 
 
-class WiredCfC(nn.Module):
+@register("wired_cfc",
+          aliases=("drive.nn.cfc.WiredCfC", "drive.nn.wired_cfc.WiredCfC", "drive.nn.cfc.wired.WiredCfC"))
+class WiredCfC(CfCModule):
     """CfC whose neurons and synapses are those of a wiring (NCP, AutoNCP, FullyConnected, ...).
 
     Each neuron j is one CfC unit (Eq. 10 / Eq. 9); its heads ff1, ff2, time_a, time_b read only
@@ -51,19 +53,20 @@ class WiredCfC(nn.Module):
     def __init__(self, wiring: Union[Wiring, Dict[str, Any]], input_size: Optional[int] = None,
                  mode: str = "default", mixed_memory: bool = False, output_size: Optional[int] = None,
                  self_connections: bool = True, ncps_compatible: bool = False) -> None:
-        super().__init__()
-        self.check_values: bool = True  # value checks on inputs (drive.nn.checks.skip_value_checks)
         wiring = as_wiring(wiring)
         if input_size is not None and int(input_size) != wiring.input_dim:
             raise ValueError(f"input_size={input_size} but the wiring has {wiring.input_dim} sensory inputs")
-        self.mode: str = check_config(mode, wiring.input_dim)
+        check_config(mode, wiring.input_dim)
+        motors = len(wiring.layers[-1][1]) if ncps_compatible else wiring.output_dim  # without readout
+        super().__init__(wiring.input_dim, motors if output_size is None else int(output_size),
+                         wiring.units * (2 if mixed_memory else 1))
+        self.mode: str = mode
         self.wiring = wiring
         self._config = dict(wiring=wiring.to_dict(), input_size=wiring.input_dim, mode=mode,
                             mixed_memory=mixed_memory, output_size=output_size,
                             self_connections=self_connections, ncps_compatible=ncps_compatible)
         n, f, k = wiring.units, wiring.input_dim, 1 if mode == "pure" else 4
-        self.input_size, self.units, self.heads = f, n, k
-        self.state_size = n * (2 if mixed_memory else 1)
+        self.units, self.heads = n, k
         self.mixed_memory = bool(mixed_memory)
         layer_of = np.empty(n, np.int64)
         for l, (_, idx) in enumerate(wiring.layers):
@@ -119,7 +122,6 @@ class WiredCfC(nn.Module):
         self.register_buffer("memory_rows", torch.tensor([g * n + int(i) for g in range(4) for i in order]),
                              persistent=False)
         motor = len(out_ids)
-        self.output_size = motor if output_size is None else int(output_size)
         self.readout = nn.Linear(motor, self.output_size) if output_size is not None else None
         self._cache = PreparedCache()
 
@@ -202,10 +204,6 @@ class WiredCfC(nn.Module):
     @torch.jit.unused
     def _eager(self, x: Tensor, state: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """Eager dispatch: hand-written BPTT when training, cached weights when no grad is needed."""
-        if torch.is_autocast_enabled(x.device.type):  # the cell always runs in the module's dtype
-            dtype = self.weight.dtype
-            with torch.autocast(x.device.type, enabled=False):
-                return self._eager(x.to(dtype), state.to(dtype), ts.to(dtype))
         if ts.requires_grad:  # elapsed-time gradients: only autograd has them
             return self._loop(x, state, ts, self._prepare())
         n = self.units
@@ -219,29 +217,7 @@ class WiredCfC(nn.Module):
                 return torch.stack(outs, 1), h, c
         return WiredBPTT.apply(spec, x, h, c, ts, *self._prepare())
 
-    def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
-                timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
-        """x [B, L, F], hidden [B, H], timespans [B, L] elapsed seconds (None: 1.0) ->
-        (y [B, L, M], hidden [B, H])."""
-        ts = check_sequence(x, timespans, self.input_size, self.check_values, hidden)
-        state = check_hidden(hidden, x, self.state_size)
-        if torch.jit.is_scripting():
-            seq, h, c = self._loop(x, state, ts, self._prepare())
-        else:
-            seq, h, c = self._eager(x, state, ts)
-        y = seq.index_select(2, self.out_index)
-        if self.readout is not None:
-            y = self.readout(y)
-        h = h.index_select(1, self.position)
-        return y, (torch.cat([h, c.index_select(1, self.position)], 1) if self.mixed_memory else h)
-
-    @torch.jit.export
-    def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
-        """One step: x [B, F], hidden [B, H], dt [B] seconds -> (y [B, M], hidden [B, H])."""
-        y, h = self.forward(x.unsqueeze(1), hidden, dt.reshape(-1, 1))
-        return y.squeeze(1), h
-
-    @torch.jit.export
-    def initial_state(self, batch: int) -> Tensor:
-        """Zeros [batch, H] fp32 on the module's device."""
-        return torch.zeros(batch, self.state_size, device=self.weight.device)
+    def _outputs(self, seq: Tensor, h: Tensor, c: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """Layer order -> the motor neurons' outputs and the hidden state in neuron-id order."""
+        c = c.index_select(1, self.position) if self.mixed_memory else c
+        return seq.index_select(2, self.out_index), h.index_select(1, self.position), c

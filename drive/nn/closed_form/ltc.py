@@ -55,12 +55,16 @@ call (TorchScript cannot read tensor versions) unless frozen, as every export ru
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 from torch import Tensor, nn
 
+from drive.nn.checks import check_hidden, check_step
 from drive.nn.closed_form.kernels import Constants, closed_form_sequence, closed_form_step, eq8_state
+from drive.nn.contract import RecurrentModule
+from drive.nn.ltc import INIT_RANGES, register_synapses
+from drive.nn.registry import register
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["ClosedFormLTC", "convert", "eq8_state", "METHODS", "PARAMETER_NAMES"]
@@ -72,19 +76,6 @@ PARAMETER_NAMES = (
     "input_w", "input_b", "output_w", "output_b",
 )
 
-def _synapse_index(adjacency: Any, rows: int) -> Tuple[Tensor, Tensor, Tensor]:
-    """Present synapses of a polarity matrix ``[rows, N]``: flat index ``[E]``, pre one-hot
-    ``[rows, E]`` and post one-hot ``[E, N]`` (float)."""
-    present = torch.as_tensor(adjacency).ne(0)
-    pre, post = present.nonzero(as_tuple=True)
-    n = present.shape[1]
-    pre_onehot = torch.zeros(rows, pre.numel())
-    pre_onehot[pre, torch.arange(pre.numel())] = 1.0
-    post_onehot = torch.zeros(pre.numel(), n)
-    post_onehot[torch.arange(pre.numel()), post] = 1.0
-    return pre * n + post, pre_onehot, post_onehot
-
-
 def _with_constant_neuron(q: Tensor) -> Tensor:
     """[G | I] columns ``[E, 2N]`` -> ``[E, 2(N+1)]``: a zero column for the constant neuron N after
     each half."""
@@ -93,7 +84,9 @@ def _with_constant_neuron(q: Tensor) -> Tensor:
     return torch.cat([q[:, :n], zero_col, q[:, n:], zero_col], 1)
 
 
-class ClosedFormLTC(nn.Module):
+@register("closed_form_ltc",
+          aliases=("drive.nn.closed_form.ClosedFormLTC", "drive.nn.closed_form.ltc.ClosedFormLTC"))
+class ClosedFormLTC(RecurrentModule):
     """An LTC evaluated in closed form (``method`` "exact" or "approx"; module docstring).
 
     Args:
@@ -104,36 +97,31 @@ class ClosedFormLTC(nn.Module):
 
     Parameters carry the LTC's names and *effective* values (set by :func:`convert`); only the
     wiring's synapses are evaluated (entries of absent synapses are ignored). A module built directly
-    starts from the LTC's initial ranges (REFERENCE.md §3) with erev = the wiring's polarity.
+    starts from the LTC's initial ranges (drive.nn.ltc.INIT_RANGES) with erev = the wiring's polarity.
     ``forward(x[B, L, F], hidden=None, timespans=None[B, L] seconds) -> (y[B, L, M], hidden)``.
     """
 
     def __init__(self, wiring: Any, method: str = "exact", substeps: int = 1) -> None:
-        super().__init__()
-        self.check_values: bool = True  # value checks in step (drive.nn.checks.skip_value_checks); forward's
-        # reductions also pick its kernel (one shared dt), so they always run
         if method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {method!r}")
         if int(substeps) < 1 or (method == "approx" and int(substeps) != 1):
             raise ValueError(f"substeps must be >= 1 (and 1 for approx), got {substeps}")
-        self.wiring: Wiring = as_wiring(wiring)
-        n, f, m = self.wiring.units, self.wiring.input_dim, self.wiring.output_dim
+        wiring = as_wiring(wiring)
+        n, f, m = wiring.units, wiring.input_dim, wiring.output_dim
+        # the kernels validate the values in the same call (input_error): the contract checks shapes;
+        # check_values off skips step's value checks (forward's reductions also pick its kernel: they run)
+        super().__init__(f, m, n if method == "exact" else 2 * n + 1, kernel_checks=True)
+        self.wiring: Wiring = wiring
         self.method: str = method
         self.exact: bool = method == "exact"
         self.substeps: int = int(substeps)
         self.units: int = n
-        self.input_size: int = f
-        self.output_size: int = m
-        self.state_size: int = n if self.exact else 2 * n + 1
         polarity = torch.as_tensor(self.wiring.adjacency, dtype=torch.float32)
         sensory_polarity = torch.as_tensor(self.wiring.sensory_adjacency, dtype=torch.float32)
         self.register_buffer("mask", polarity.abs())
         self.register_buffer("sensory_mask", sensory_polarity.abs())
-        for prefix, adjacency, rows in (("syn", polarity, n), ("sens", sensory_polarity, f)):
-            flat, pre_onehot, post_onehot = _synapse_index(adjacency, rows)
-            self.register_buffer(prefix + "_flat", flat, persistent=False)
-            self.register_buffer(prefix + "_pre_onehot", pre_onehot, persistent=False)
-            self.register_buffer(prefix + "_post_onehot", post_onehot, persistent=False)
+        register_synapses(self, "syn", polarity)
+        register_synapses(self, "sens", sensory_polarity)
         # the shared-dt kernel's sensory grid [K, F]: synapse e of input f in slot (rank of e among f's
         # synapses, f); K = the largest fan-out (slots past an input's fan-out stay empty)
         pre = sensory_polarity.ne(0).nonzero()[:, 0]
@@ -143,19 +131,17 @@ class ClosedFormLTC(nn.Module):
         rank = torch.arange(pre.numel()) - first[pre]
         self.register_buffer("sens_slot", rank * f + pre, persistent=False)
 
-        def uniform(shape: Tuple[int, ...], low: float, high: float) -> nn.Parameter:
-            return nn.Parameter(torch.empty(shape).uniform_(low, high))
+        def init(name: str, mask: Tensor) -> None:  # the LTC's range of the effective value (INIT_RANGES)
+            value = torch.empty(mask.shape).uniform_(*INIT_RANGES[name])
+            self.register_parameter(name, nn.Parameter(value * mask))  # absent synapses 0
 
-        self.gleak = uniform((n,), 0.001, 1.0)
-        self.vleak = uniform((n,), -0.2, 0.2)
-        self.cm = uniform((n,), 0.4, 0.6)
-        self.w = nn.Parameter(torch.empty(n, n).uniform_(0.001, 1.0) * self.mask)
-        self.sigma = nn.Parameter(torch.empty(n, n).uniform_(3.0, 8.0) * self.mask)
-        self.mu = nn.Parameter(torch.empty(n, n).uniform_(0.3, 0.8) * self.mask)
+        for name in ("gleak", "vleak", "cm"):
+            init(name, torch.ones(n))
+        for name in ("w", "sigma", "mu"):
+            init(name, self.mask)
         self.erev = nn.Parameter(polarity.clone())
-        self.sensory_w = nn.Parameter(torch.empty(f, n).uniform_(0.001, 1.0) * self.sensory_mask)
-        self.sensory_sigma = nn.Parameter(torch.empty(f, n).uniform_(3.0, 8.0) * self.sensory_mask)
-        self.sensory_mu = nn.Parameter(torch.empty(f, n).uniform_(0.3, 0.8) * self.sensory_mask)
+        for name in ("sensory_w", "sensory_sigma", "sensory_mu"):
+            init(name, self.sensory_mask)
         self.sensory_erev = nn.Parameter(sensory_polarity.clone())
         self.input_w = nn.Parameter(torch.ones(f))
         self.input_b = nn.Parameter(torch.zeros(f))
@@ -250,62 +236,27 @@ class ClosedFormLTC(nn.Module):
             self._cache, self._cache_key = self._derive(), key
         return self._cache
 
-    # -- the recurrent-module contract ---------------------------------------------------------
-    def forward(
-        self, x: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
-    ) -> Tuple[Tensor, Tensor]:
-        """``x[B, L, F]``, hidden ``[B, H]`` or None (zeros), timespans ``[B, L]`` seconds (None: 1.0)
-        -> (``y[B, L, M]``, hidden ``[B, H]``)."""
-        if not torch.jit.is_scripting():
-            if torch.is_autocast_enabled(x.device.type):
-                return self._without_autocast(x, hidden, timespans, False)
-        if x.dim() != 3 or x.size(2) != self.input_size:
-            raise ValueError("ClosedFormLTC expects x of shape [B, L, " + str(self.input_size) + "]")
-        batch, length = x.size(0), x.size(1)
-        if timespans is not None:
-            if timespans.dim() != 2 or timespans.size(0) != batch or timespans.size(1) != length:
-                raise ValueError("timespans must have shape [B, L]")
-        if hidden is None:
-            hidden = self.initial_state(batch).to(x.dtype)
-        self._check_hidden(x, hidden)
-        y, last, error = closed_form_sequence(x, hidden, timespans, self._constants(), self.output_w, self.output_b,
-                                              self.exact, self.substeps)
+    # -- the recurrent-module contract (drive.nn.contract; the shape checks are the base's) -------
+    def _sequence(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
+        """``x[B, L, F]``, hidden ``[B, H]``, elapsed seconds ``ts[B, L, 1]`` -> (``y[B, L, M]``, hidden)."""
+        y, last, error = closed_form_sequence(x, hidden, ts[:, :, 0], self._constants(), self.output_w,
+                                              self.output_b, self.exact, self.substeps)
         self._raise(error)
         return y, last
 
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
-        """One step: ``x[B, F]``, hidden ``[B, H]``, dt ``[B]`` seconds -> (``y[B, M]``, hidden)."""
+        """One step in one scripted call: ``x[B, F]``, hidden ``[B, H]``, dt ``[B]`` seconds
+        -> (``y[B, M]``, hidden)."""
         if not torch.jit.is_scripting():
             if torch.is_autocast_enabled(x.device.type):
-                return self._without_autocast(x, hidden, dt, True)
-        batch = x.size(0)
-        if x.dim() != 2 or x.size(1) != self.input_size or dt.dim() != 1 or dt.size(0) != batch:
-            raise ValueError("ClosedFormLTC.step expects x [B, " + str(self.input_size) + "] and dt [B]")
-        self._check_hidden(x, hidden)
+                return self._step_fp32(x, hidden, dt)
+        check_step(x, dt, self.input_size)
+        check_hidden(hidden, x, self.state_size)
         y, state, error = closed_form_step(x, hidden, dt, self._constants(False), self.output_w, self.output_b,
                                            self.exact, self.substeps, self.check_values)
         self._raise(error)
         return y, state
-
-    @torch.jit.export
-    def initial_state(self, batch: int) -> Tensor:
-        """Zeros ``[batch, state_size]`` fp32 on the module's device (approx: x0 = 0 at t = 0)."""
-        return torch.zeros(batch, self.state_size, device=self.gleak.device)
-
-    @torch.jit.unused
-    def _without_autocast(self, x: Tensor, hidden: Optional[Tensor], times: Optional[Tensor],
-                          step: bool) -> Tuple[Tensor, Tensor]:
-        """Under autocast (mixed-precision training or export) the cell still runs in fp32, as the LTC."""
-        with torch.autocast(x.device.type, enabled=False):
-            x = x.float()
-            hidden = None if hidden is None else hidden.float()
-            times = None if times is None else times.float()
-            return self.step(x, hidden, times) if step else self.forward(x, hidden, times)
-
-    def _check_hidden(self, x: Tensor, hidden: Tensor) -> None:
-        if hidden.dim() != 2 or hidden.size(0) != x.size(0) or hidden.size(1) != self.state_size:
-            raise ValueError("hidden must have shape [B, " + str(self.state_size) + "] for method " + self.method)
 
     def _raise(self, error: int) -> None:
         """Errors found by :func:`input_error` inside the kernel call (one call, no separate checks)."""

@@ -60,7 +60,7 @@ def ltc_fused_solve(v: Tensor, nd0: Tensor, cm_t: Tensor, sigma: Tensor, mu: Ten
     d_j = nd0_d + sum_i s_ij w_ij, v <- (n + cm_t v) / d (absent synapses have w = 0 through the
     mask). Returns the state after each step [L,B,N] (the same as ``drive.nn.ltc.fused_solver``).
     """
-    from drive.nn.kernels.ltc_triton import LTCFusedSolve
+    from drive.nn.kernels.ltc_triton import LTCFusedSolve  # imports triton, an optional dependency
 
     sig = sigma * mask
     nsm = -(sigma * mu) * mask
