@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from drive.io.recording import Recording
-from drive.sim import cli
+from drive.cli import simulate as cli
 from drive.sim.record import record_drive, simulate
 
 
