@@ -9,6 +9,7 @@
   a policy file;
 - :func:`camera_size` -- the camera frame size a driver expects (its metadata).
 """
+
 from __future__ import annotations
 
 import os
@@ -42,8 +43,13 @@ class PolicyDriver:
     or after an intervention; the perturbation's random sequence goes on).
     """
 
-    def __init__(self, policy: Policy, meta: Mapping[str, Any], device: Union[str, torch.device] = "cpu",
-                 perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        meta: Mapping[str, Any],
+        device: Union[str, torch.device] = "cpu",
+        perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+    ) -> None:
         self.device = torch.device(device)
         self.policy = policy.to(self.device).eval()
         self.meta = dict(meta)
@@ -106,7 +112,9 @@ def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
         try:
             return ConstantDriver(float(value))
         except ValueError:
-            raise ValueError(f"--policy constant:K needs a number K (curvature in 1/m), got {value!r}") from None
+            raise ValueError(
+                f"--policy constant:K needs a number K (curvature in 1/m), got {value!r}"
+            ) from None
     path = Path(spec)
     if not path.exists():
         raise ValueError(f"--policy {spec}: no such file (nor 'expert' or 'constant:K')")

@@ -5,6 +5,7 @@ location) are answered with one line on stderr, ``drive <command>: error: <what>
 status 2. The dispatcher (:mod:`drive.cli`) and the LightningCLI commands (:mod:`drive.cli.fit`)
 both report through here, so neither imports the other for it.
 """
+
 from __future__ import annotations
 
 import re

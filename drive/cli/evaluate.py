@@ -113,12 +113,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     result.metrics["policy"] = args.policy
     result.metrics["image_noise_std"] = args.noise_std
-    paths = result.save(out)
-    m = result.metrics
-    print(json.dumps({k: m[k] for k in ("km", "interventions", "interventions_per_km", "autonomy_pct",
-                                        "lateral_rms_m", "lateral_max_abs_m", "steering_rate_rms")}, indent=2))
-    print(f"wrote {', '.join(str(p) for p in paths.values())}")
-    return 0 if not any(isinstance(v, float) and math.isnan(v) for v in m.values()) else 1
+    return _summary(result.metrics, result.save(out))
 
 
 # `drive evaluate` options that configure the built-in world, with their defaults
@@ -155,8 +150,8 @@ def _run_env(args: argparse.Namespace) -> int:
             given = [f"--{k.replace('_', '-')}" for k, default in WORLD_DEFAULTS.items()
                      if getattr(args, k, default) not in (default, None)]
             if given:
-                raise ValueError(f"{', '.join(given)} set(s) up drive's own world; for --env {args.env} put the "
-                                 f"env's options in env_kwargs of --env-config")
+                raise ValueError(f"{', '.join(given)} set(s) up drive's own world; for --env {args.env} "
+                                 f"put the env's options in env_kwargs of --env-config")
         perturb = None
         if args.noise_std > 0:
             perturb = Perturbation("gaussian", args.noise_std, seed=args.seed)
@@ -168,8 +163,8 @@ def _run_env(args: argparse.Namespace) -> int:
             print(f"episode {seg.index}: {seg.km:.3f} km, {len(seg.intervention_xy)} interventions"
                   + (f" ({'/'.join(seg.conditions.values())})" if seg.conditions else ""), flush=True)
 
-        result = evaluate_env(env, driver, mapping, args.km, seed=args.seed, perturb=perturb, progress=progress,
-                              episode_m=1000.0 * args.segment_km if overrides else None)
+        result = evaluate_env(env, driver, mapping, args.km, seed=args.seed, perturb=perturb,
+                              progress=progress, episode_m=1000.0 * args.segment_km if overrides else None)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"drive evaluate: error: {e}", file=sys.stderr)
         return 2
@@ -177,9 +172,15 @@ def _run_env(args: argparse.Namespace) -> int:
         if env is not None:
             env.close()
     result.metrics.update(policy=args.policy, image_noise_std=args.noise_std, env_config=args.env_config)
-    paths = result.save(args.out, plot=False)
-    m = result.metrics
-    print(json.dumps({k: m[k] for k in ("km", "interventions", "interventions_per_km", "autonomy_pct",
-                                        "lateral_rms_m", "lateral_max_abs_m", "steering_rate_rms")}, indent=2))
+    return _summary(result.metrics, result.save(args.out, plot=False))
+
+
+SUMMARY_KEYS = ("km", "interventions", "interventions_per_km", "autonomy_pct", "lateral_rms_m",
+                "lateral_max_abs_m", "steering_rate_rms")
+
+
+def _summary(m: Dict[str, Any], paths: Dict[str, Path]) -> int:
+    """Print the headline metrics and the files written; exit status 1 when a metric is NaN."""
+    print(json.dumps({k: m[k] for k in SUMMARY_KEYS}, indent=2))
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 0 if not any(isinstance(v, float) and math.isnan(v) for v in m.values()) else 1

@@ -8,7 +8,8 @@ outputs still exist; changing a setting re-runs that stage and everything downst
 1. **simulate** -- the expert drives training and validation logs on TRAIN-split roads of the
    built-in world with DART steering noise (recoveries in the data), plus one short test-split
    recording for the open-loop analyses.
-2. **train** -- ``drive fit`` (:func:`drive.train.launch.launch`) with ``configs/demo.yaml`` (NCP conv head + 19-neuron NCP LTC).
+2. **train** -- ``drive fit`` (:func:`drive.train.launch.launch`) with ``configs/demo.yaml``
+   (NCP conv head + 19-neuron NCP LTC).
    **baselines** -- the same data and profile for the LSTM and the feed-forward PilotNet CNN (at
    78x200, single frames), each capped at ``--baseline-minutes``, for the robustness comparison.
 3. **drive** -- closed loop on held-out TEST-split roads: the NCP-LTC, the expert and a

@@ -1,5 +1,6 @@
 """An exported file checked against the eager policy it came from (``drive export`` runs it after
 writing it)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,5 +29,7 @@ def verify_export(ckpt: Path, out: Path, steps: int = 30, **build_kwargs) -> flo
         for frame in frames:
             ce, he, _ = eager.step_with_status(frame.to(exported.device), he)
             cx, hx, _ = exported.step(frame, hx)
-            worst = max(worst, float((ce.cpu() - cx.cpu()).abs().max()), float((he.cpu() - hx.cpu()).abs().max()))
+            worst = max(
+                worst, float((ce.cpu() - cx.cpu()).abs().max()), float((he.cpu() - hx.cpu()).abs().max())
+            )
     return worst

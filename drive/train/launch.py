@@ -14,6 +14,7 @@ every epoch end, independent of validation, so ``--ckpt_path last`` resumes a ki
 ``predict`` writes the curvature for every frame to ``<default_root_dir>/predictions.csv``
 (``--predictions.path``; :mod:`drive.train.predictions`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,18 +64,20 @@ class DriveCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
         parser.add_lightning_class_args(PredictionCSV, "predictions")  # acts only in `drive predict`
-        parser.set_defaults({
-            "checkpoint.monitor": "val/loss",
-            "checkpoint.mode": "min",
-            "checkpoint.save_top_k": 1,
-            "checkpoint.filename": "best-epoch{epoch}-step{step}",
-            "checkpoint.auto_insert_metric_name": False,
-            # last.ckpt: independent of validation, every N steps and at every epoch end
-            "last_checkpoint.monitor": None,
-            "last_checkpoint.save_top_k": 0,
-            "last_checkpoint.save_last": True,
-            "last_checkpoint.every_n_train_steps": 100,
-        })
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/loss",
+                "checkpoint.mode": "min",
+                "checkpoint.save_top_k": 1,
+                "checkpoint.filename": "best-epoch{epoch}-step{step}",
+                "checkpoint.auto_insert_metric_name": False,
+                # last.ckpt: independent of validation, every N steps and at every epoch end
+                "last_checkpoint.monitor": None,
+                "last_checkpoint.save_top_k": 0,
+                "last_checkpoint.save_last": True,
+                "last_checkpoint.every_n_train_steps": 100,
+            }
+        )
 
     def _parse_ckpt_path(self) -> None:
         """Lightning reads ``--ckpt_path``'s hyperparameters first; a missing, empty, truncated or
@@ -92,7 +95,9 @@ class DriveCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         """The trainer, with :class:`AtomicCheckpointIO` unless the config names a CheckpointIO plugin."""
         plugins = self._get(self.config_init, "trainer", default={}).get("plugins")
-        plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        plugins = (
+            [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
+        )
         if not any(isinstance(p, CheckpointIO) for p in plugins):
             kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
         return super().instantiate_trainer(**kwargs)
@@ -107,14 +112,20 @@ class DriveCLI(LightningCLI):
                 group.dirpath = os.path.join(root, "checkpoints")
         if cfg.trainer.logger is None or cfg.trainer.logger is True:
             cfg.trainer.logger = [
-                {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                 "init_args": {"save_dir": root, "name": "tensorboard"}},
-                {"class_path": "lightning.pytorch.loggers.CSVLogger",
-                 "init_args": {"save_dir": root, "name": "csv"}},
+                {
+                    "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                    "init_args": {"save_dir": root, "name": "tensorboard"},
+                },
+                {
+                    "class_path": "lightning.pytorch.loggers.CSVLogger",
+                    "init_args": {"save_dir": root, "name": "csv"},
+                },
             ]
             cfg.trainer.callbacks = list(cfg.trainer.callbacks or []) + [
-                {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor",
-                 "init_args": {"logging_interval": "step"}},
+                {
+                    "class_path": "lightning.pytorch.callbacks.LearningRateMonitor",
+                    "init_args": {"logging_interval": "step"},
+                },
             ]
 
 
@@ -123,7 +134,10 @@ def _notes_to_stdout() -> None:
     errors: they go to stdout, so stderr holds warnings and, on bad input, the one error line."""
     for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
         for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.__stderr__:
+            if (
+                isinstance(handler, logging.StreamHandler)
+                and getattr(handler, "stream", None) is sys.__stderr__
+            ):
                 handler.setStream(_CurrentStdout())  # type: ignore[arg-type]
     # Lightning's advertisement for its cloud logger on every fit is not a note about the run
     notes = logging.getLogger("lightning.pytorch.utilities.rank_zero")
@@ -165,8 +179,11 @@ def launch(argv: Optional[List[str]] = None) -> None:
         # Lightning's own use of APIs that jsonargparse and torch have since deprecated: nothing a
         # user of drive can act on (only warnings raised from those two Lightning modules)
         warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"lightning\.pytorch\.cli")
-        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                                module=r"lightning\.pytorch\.utilities\._pytree")
+        warnings.filterwarnings(
+            "ignore",
+            message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+            module=r"lightning\.pytorch\.utilities\._pytree",
+        )
         command = next(iter(sys.argv[1:] if argv is None else argv), "")
         if command in ("validate", "test", "predict"):
             # Evaluating a checkpoint does not train, so the checkpoint callbacks restored from it
