@@ -1,4 +1,4 @@
-"""Policies on disk and on the road: load a checkpoint safely, drive the world with it.
+"""Policies on disk: save a policy with its metadata, load it back safely.
 
 A drive checkpoint is a ``torch.save`` dict that ``torch.load(..., weights_only=True)`` reads
 without running any pickled code:
@@ -14,27 +14,22 @@ Training writes it through Lightning (``PolicyModule.on_save_checkpoint``); any 
 (closed-form conversion, tools) writes it with :func:`save_policy`. A file that needs more than
 tensors and plain types to load (a pickled payload) is rejected before anything in it runs.
 
-:class:`PolicyDriver` runs a policy in the world's ``Driver`` protocol (``reset()``,
-``act(obs) -> curvature 1/m``), preprocessing each camera frame exactly as training did
-(optionally perturbing the network's view).
-:func:`load_driver` opens any policy file: checkpoints here, exported files via
-:class:`drive.export.ExportedDriver`.
+Driving with a checkpoint (or an exported file) is :mod:`drive.drivers`.
 """
 from __future__ import annotations
 
 import io
 import os
 import pickle
+import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Tuple, Union
 
-import numpy as np
 import torch
 
 from drive import __version__
 from drive.io.atomic import write_bytes
 from drive.nn.policy import Policy
-from drive.data.perturb import perturb_views
 from drive.data.preprocess import Preprocessing
 
 __all__ = [
@@ -42,8 +37,7 @@ __all__ = [
     "save_policy",
     "read_checkpoint",
     "policy_meta",
-    "PolicyDriver",
-    "load_driver",
+    "checked_load",
     "CHECKPOINT_SUFFIXES",
     "EXPORT_SUFFIXES",
     "META_KEYS",
@@ -103,8 +97,6 @@ def checked_load(path: PathLike, load: Callable[[], Any]) -> Any:
 
 
 def _is_torchscript(path: Path) -> bool:
-    import zipfile
-
     try:
         with zipfile.ZipFile(path) as zf:
             return any(n.endswith("/constants.pkl") or "/code/__torch__" in n for n in zf.namelist())
@@ -165,68 +157,3 @@ def save_policy(path: PathLike, policy: Policy, meta: Mapping[str, Any]) -> Path
     buffer = io.BytesIO()  # serialised in memory: torch's file writer cannot report a full disk cleanly
     torch.save({"drive": meta, "state_dict": state}, buffer)
     return write_bytes(path, buffer.getbuffer())
-
-
-class PolicyDriver:
-    """A policy in the world's ``Driver`` protocol: camera frames in, curvature (1/m) out.
-
-    Each ``act(obs)`` turns ``obs.image`` (uint8 RGB ``[H, W, 3]``) into the network's view with
-    the checkpoint's :class:`~drive.data.preprocess.Preprocessing`, applies ``perturb`` to that view
-    (a :class:`drive.data.perturb.Perturbation`: noise levels mean what they mean at the network input,
-    whatever the camera's size), scales it to [0, 1] and runs one :meth:`Policy.step` with
-    ``dt = obs.dt_s``; the hidden state lives here and ``reset()`` zeroes it (start of an episode,
-    or after an intervention; the perturbation's random sequence goes on).
-    """
-
-    def __init__(self, policy: Policy, meta: Mapping[str, Any], device: Union[str, torch.device] = "cpu",
-                 perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> None:
-        self.device = torch.device(device)
-        self.policy = policy.to(self.device).eval()
-        self.meta = dict(meta)
-        self.preprocessing = Preprocessing.from_dict(self.meta["preprocessing"])
-        self.perturb = perturb
-        self.nominal_dt_s = 1.0 / float(self.meta["fps"])
-        self.name = str(self.meta.get("family", "policy"))
-        self.hidden = self.policy.initial_state(1).to(self.device)
-
-    def reset(self) -> None:
-        self.hidden = self.policy.initial_state(1).to(self.device)
-
-    def view(self, image: np.ndarray) -> torch.Tensor:
-        """What the network sees of a camera frame: uint8 ``[1, 3, h, w]`` on the device, perturbed."""
-        return perturb_views(self.preprocessing(np.ascontiguousarray(image)), self.perturb).to(self.device)
-
-    @torch.inference_mode()
-    def act(self, obs: Any) -> float:
-        return self.act_on_view(self.view(obs.image), obs)
-
-    @torch.inference_mode()
-    def act_on_view(self, view: torch.Tensor, obs: Any) -> float:
-        """One step on a view from :meth:`view` (``obs`` gives the elapsed time ``dt_s``)."""
-        dt_s = float(getattr(obs, "dt_s", self.nominal_dt_s))
-        if not np.isfinite(dt_s) or dt_s <= 0:
-            raise ValueError(f"observation dt_s must be positive and finite, got {dt_s}")
-        dt = torch.full((1,), dt_s, device=self.device)
-        curvature, self.hidden = self.policy.step(view.float() / 255.0, self.hidden, dt)
-        return float(curvature[0])
-
-
-def load_driver(spec: PathLike, device: Union[str, torch.device] = "cpu") -> Any:
-    """Open a policy file as a world ``Driver``, by suffix.
-
-    ``.ckpt`` / ``.pt`` (training or converted checkpoints) -> :class:`PolicyDriver`;
-    ``.ts`` / ``.pt2`` / ``.onnx`` (exported) -> :class:`drive.export.ExportedDriver`.
-    """
-    path = Path(spec)
-    suffix = path.suffix.lower()
-    if suffix in CHECKPOINT_SUFFIXES:
-        policy, meta = load_policy(path, map_location=device)
-        return PolicyDriver(policy, meta, device=device)
-    if suffix in EXPORT_SUFFIXES:
-        from drive.export import ExportedDriver
-
-        return ExportedDriver(path, device=str(device))
-    raise ValueError(
-        f"cannot tell what {path} is from its suffix {suffix!r}: "
-        f"checkpoints end in {CHECKPOINT_SUFFIXES}, exported policies in {EXPORT_SUFFIXES}"
-    )

@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from drive.nn.closed_form.ltc import ClosedFormLTC, convert
-from drive.cli.closed_form import convert_checkpoint, convert_policy
-from drive.checkpoint import load_driver, load_policy, policy_meta, save_policy
+from drive.evaluate.closed_form_fidelity import convert_checkpoint
+from drive.export.closed_form import convert_policy
+from drive.checkpoint import load_policy, policy_meta, save_policy
+from drive.drivers import load_driver
 from drive.data.preprocess import Preprocessing
 from drive.nn.families import build_policy
 

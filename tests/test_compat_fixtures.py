@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 import torch
 
-from drive.checkpoint import load_driver, load_policy
+from drive.checkpoint import load_policy
+from drive.drivers import load_driver
 from drive.sim.closed_loop import evaluate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compat"

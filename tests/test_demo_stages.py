@@ -62,3 +62,21 @@ def test_unknown_baseline_family_is_named_before_any_training(tmp_path: Path) ->
     with pytest.raises(ValueError, match=r"unknown families \['gru'\]"):
         _baselines(DemoSettings(out=str(tmp_path), baselines="lstm,gru"), tmp_path, {"train": [], "val": []})
     assert not (tmp_path / "baselines").exists()
+
+
+def test_a_bad_training_setting_is_one_error_line_naming_it(tmp_path: Path, capsys) -> None:
+    """The demo trains through drive.train.launch: a bad value in its config is answered like any
+    input error of `drive` (one line, exit 2), not with a traceback after the training stage."""
+    from drive.cli import main
+    from drive.demo.run import DEFAULT_CONFIG
+
+    config = tmp_path / "bad.yaml"
+    config.write_text(DEFAULT_CONFIG.read_text().replace("data:\n", "data:\n  augment_on: bogus\n", 1))
+    code = main(["demo", "--out", str(tmp_path / "demo"), "--config", str(config), "--train-minutes", "0.05",
+                 "--val-minutes", "0.05", "--recording-minutes", "0.05", "--baselines", "", "--test-seeds", "3"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("drive ")]
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    assert lines == ["drive demo: error: augment_on must be 'workers' or 'device', got 'bogus'"], err[-2000:]
+    assert (tmp_path / "demo" / "stages" / "simulate.json").is_file()  # it failed in training, not before
+    assert not (tmp_path / "demo" / "stages" / "train.json").exists()

@@ -16,7 +16,8 @@ from drive.nn import LSTM, LTC, lane_keeping_ncp
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
 from drive.data.perturb import KINDS, Perturbation
-from drive.checkpoint import PolicyDriver, load_policy, policy_meta, save_policy
+from drive.checkpoint import load_policy, policy_meta, save_policy
+from drive.drivers import PolicyDriver
 from drive.data.preprocess import Preprocessing
 from drive.io.recording import CameraCalibration, Recording, RecordingMeta, RecordingWriter
 

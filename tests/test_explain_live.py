@@ -8,7 +8,8 @@ import torch
 from drive.explain.live import SaliencyRecorder
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
-from drive.checkpoint import PolicyDriver, policy_meta
+from drive.checkpoint import policy_meta
+from drive.drivers import PolicyDriver
 from drive.data.preprocess import Preprocessing
 from drive.sim.appearance import sample_appearance
 from drive.sim.expert import PurePursuitExpert

@@ -16,7 +16,8 @@ from drive.export import STATUS, DeployedPolicy, build_deployed, decode_status, 
 from drive.export.formats import _export_program
 from drive.nn.closed_form.ltc import convert
 from drive.nn.policy import Policy
-from drive.checkpoint import PolicyDriver, load_policy, policy_meta, save_policy
+from drive.checkpoint import load_policy, policy_meta, save_policy
+from drive.drivers import PolicyDriver
 from drive.data.preprocess import Preprocessing
 from drive.nn.families import build_policy
 

@@ -8,7 +8,8 @@ import torch
 
 from drive.export import export_policy, load_exported, read_metadata
 from drive.export.soak import soak
-from drive.checkpoint import load_driver, policy_meta, save_policy
+from drive.checkpoint import policy_meta, save_policy
+from drive.drivers import load_driver
 from drive.data.preprocess import Preprocessing
 from drive.sim.closed_loop import evaluate
 from drive.nn.families import build_policy

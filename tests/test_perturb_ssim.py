@@ -23,7 +23,8 @@ def test_noise_is_added_to_the_network_view_so_its_level_survives_a_large_camera
     from drive.explain.policy_saliency import policy_saliency
     from drive.nn.heads import NCPConvHead
     from drive.nn.policy import Policy
-    from drive.checkpoint import PolicyDriver, policy_meta
+    from drive.checkpoint import policy_meta
+    from drive.drivers import PolicyDriver
     from drive.data.preprocess import Preprocessing
 
     camera = np.full((312, 800, 3), 128, np.uint8)

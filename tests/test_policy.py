@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from drive.nn.policy import Policy, build_rnn
-from drive.checkpoint import PolicyDriver, load_driver, load_policy, policy_meta, save_policy
+from drive.checkpoint import load_policy, policy_meta, save_policy
+from drive.drivers import PolicyDriver, load_driver
 from drive.data.preprocess import Preprocessing
 from drive.nn.families import build_policy
 

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from drive.cli import evaluate as evaluate_cli
+from drive.drivers import make_driver
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.expert import PurePursuitExpert
@@ -135,7 +136,7 @@ def test_evaluate_drives_a_saved_policy_checkpoint(tmp_path):
 
     policy = Policy(NCPConvHead())
     path = save_policy(tmp_path / "p.pt", policy, policy_meta(policy, Preprocessing(size=(78, 200)), 30.0, "cnn"))
-    driver = evaluate_cli.make_driver(str(path))
+    driver = make_driver(str(path))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # batch-1 steps: extra threads only fight over the shared cores
     try:

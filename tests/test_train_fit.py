@@ -17,7 +17,8 @@ from drive.data.augment import AugmentConfig
 from drive.data.cache import display_name
 from drive.data.datamodule import DriveDataModule
 from drive.data.readers import read_logs
-from drive.checkpoint import PolicyDriver, load_policy, read_checkpoint
+from drive.checkpoint import load_policy, read_checkpoint
+from drive.drivers import PolicyDriver
 from drive.data.preprocess import Preprocessing
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from drive.data.datamodule import DriveDataModule
-from drive.checkpoint import PolicyDriver, load_policy
+from drive.checkpoint import load_policy
+from drive.drivers import PolicyDriver
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.record import simulate

@@ -16,7 +16,7 @@ What it writes (everything small: network input 53x53, a few optimizer steps on 
   pure), ``lstm``, ``ctrnn``, ``cnn`` -- with the optimizer and scheduler states dropped (the
   loaders never read them; they would triple the size). Every other key is as written.
 - ``ncp_ltc_closed_form.pt``: the ``ncp_ltc`` checkpoint converted by ``drive closed-form``'s
-  :func:`drive.cli.closed_form.convert_checkpoint` (exact method).
+  :func:`drive.evaluate.closed_form_fidelity.convert_checkpoint` (exact method).
 - ``<name>.ts``: TorchScript exports (``drive export``'s :func:`drive.export.export_policy`) of
   ``ncp_ltc`` and the wired CfC with mixed memory.
 
@@ -176,7 +176,7 @@ def main(argv: List[str] = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if not args.only_references:
         from drive.export import export_policy
-        from drive.cli.closed_form import convert_checkpoint
+        from drive.evaluate.closed_form_fidelity import convert_checkpoint
         from drive.sim.record import simulate
 
         with tempfile.TemporaryDirectory() as tmp:

@@ -1,8 +1,8 @@
 """The `drive` command: a thin dispatcher over the library.
 
-Each subcommand lives next to the library code it drives, in a module exposing
-``add_arguments(parser)`` and ``run(args) -> int``. Modules are imported only when their
-subcommand runs, so ``drive --help`` stays instant.
+Every subcommand lives in this package (``drive.cli.<name>``), in a module exposing
+``add_arguments(parser)`` and ``run(args) -> int`` that parses, calls the library and prints.
+Modules are imported only when their subcommand runs, so ``drive --help`` stays instant.
 
 The LightningCLI subcommands (fit / validate / test / predict) hand the rest of the command
 line to :mod:`drive.cli.fit`, which owns its own ``--help``.
@@ -17,16 +17,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import sys
-import zipfile
+from pathlib import Path
 from typing import Dict, List, Optional, Tuple
+
+from drive import __version__
+from drive.cli.errors import INPUT_ERRORS, error_line, report_input_error
 
 __all__ = ["main", "COMMANDS", "INPUT_ERRORS", "error_line", "report_input_error"]
 
 # name -> (module, one-line help)
 COMMANDS: Dict[str, Tuple[str, str]] = {
-    "demo": ("drive.demo.run", "the whole pipeline on built-in data: simulate, train, drive, explain, export"),
+    "demo": ("drive.cli.demo", "the whole pipeline on built-in data: simulate, train, drive, explain, export"),
     "simulate": ("drive.cli.simulate", "record driving logs in the built-in world"),
     "evaluate": ("drive.cli.evaluate", "closed-loop driving of a policy (expert, checkpoint, exported file)"),
     "data": ("drive.cli.data", "inspect or convert driving logs (`drive data inspect|convert`)"),
@@ -38,40 +40,11 @@ COMMANDS: Dict[str, Tuple[str, str]] = {
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 
 
-# what bad input raises: drive's own errors are ValueErrors (DataError, RecordingError, checkpoint
-# errors ...) naming the file or option; OSError covers missing files, permissions, full disks
-INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile)
-_NUMPY_SCALAR = re.compile(r"np\.(?:float|int|uint|bool|complex|str)\w*\(([^()]*)\)")
-
-
-def error_line(err: BaseException) -> str:
-    """``err`` as one line with plain numbers (``np.float64(2.5)`` -> ``2.5``). A DataLoader
-    worker's re-raised error keeps only the original message (its last line)."""
-    text = str(err)
-    if isinstance(err, OSError) and err.strerror and not str(err).startswith(err.strerror):
-        name = err.filename
-        text = err.strerror if name is None or str(name) in err.strerror else f"{name}: {err.strerror}"
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    if lines and lines[0].startswith("Caught ") and "worker process" in lines[0]:
-        lines = lines[-1:]
-        lines[0] = re.sub(r"^\w+(Error|Exception): ", "", lines[0])
-    line = " ".join(lines) or type(err).__name__
-    return _NUMPY_SCALAR.sub(r"\1", line)
-
-
-def report_input_error(command: str, err: BaseException) -> int:
-    """Print ``drive <command>: error: ...`` (one line) on stderr; the exit status 2."""
-    print(f"drive {command}: error: {error_line(err)}", file=sys.stderr, flush=True)
-    return 2
-
-
 def _check_out(out: object) -> None:
     """Refuse an ``--out`` that cannot be written (read-only file system, no permission) before
     any work, naming it; the nearest existing folder on its path is what is tested."""
     if out is None:
         return
-    from pathlib import Path
-
     probe = Path(str(out)).absolute()
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
@@ -104,8 +77,6 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(_usage())
         return 0
     if argv[0] == "--version":
-        from drive import __version__
-
         print(__version__)
         return 0
     debug = _debug(argv)
@@ -115,6 +86,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name in LIGHTNING_COMMANDS:
+        # imported when it runs: Lightning takes seconds to import, `drive --help` none
         from drive.cli.fit import lightning_main
 
         return lightning_main([name, *rest], debug=debug)

@@ -18,6 +18,7 @@ from typing import Any, Dict
 
 import yaml
 
+from drive.cli.errors import error_line
 from drive.data.errors import DataError
 from drive.data.inspect import convert_logs, format_report, inspect_logs
 from drive.data.readers import FORMATS
@@ -77,7 +78,6 @@ def run(args: argparse.Namespace) -> int:
             print(path)
         return 0
     except (DataError, FileNotFoundError, ValueError) as e:
-        from drive.cli import error_line  # one line, plain numbers, the option's spelling
-
+        # one line, plain numbers, the option's spelling
         print(f"drive data: error: {error_line(e).replace('pass overwrite=True', 'pass --overwrite')}", file=sys.stderr)
         return 2

@@ -8,7 +8,8 @@ Examples::
     drive evaluate --policy export/ncp.ts --km 2 --noise-std 0.1 --out runs/eval_ncp_noisy
 
 Writes ``metrics.json`` and ``drive.png`` (road, driven path, interventions) to ``--out``,
-and ``drive.mp4`` with ``--video``.
+and ``drive.mp4`` with ``--video``. ``--env ID`` drives a Gymnasium env instead
+(:mod:`drive.sim.gym_eval`); policies come from :func:`drive.drivers.make_driver`.
 """
 from __future__ import annotations
 
@@ -17,52 +18,19 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Optional, Tuple
+from typing import Any, Dict
 
-
+from drive.drivers import camera_size, make_driver
 from drive.io.atomic import no_empty_dir_on_error
 from drive.data.perturb import Perturbation
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
-from drive.sim.closed_loop import evaluate
-from drive.sim.driver import ConstantDriver
-from drive.sim.expert import PurePursuitExpert
+from drive.sim.closed_loop import Segment, evaluate
+from drive.sim.gym_eval import evaluate_env, load_mapping, make_env
 from drive.sim.record import check_world_settings
 from drive.sim.render import Camera
 from drive.sim.road import SPLITS
 
-__all__ = ["add_arguments", "run", "make_driver"]
-
-
-def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
-    """``expert`` | ``constant:K`` (K in 1/m) | a checkpoint or exported policy file.
-
-    ``threads`` > 0 sets torch's CPU threads for policy files (batch-1 steps gain little from more).
-    """
-    if spec == "expert":
-        return PurePursuitExpert()
-    if spec.startswith("constant:"):
-        value = spec.split(":", 1)[1]
-        try:
-            return ConstantDriver(float(value))
-        except ValueError:
-            raise ValueError(f"--policy constant:K needs a number K (curvature in 1/m), got {value!r}") from None
-    path = Path(spec)
-    if not path.exists():
-        raise ValueError(f"--policy {spec}: no such file (nor 'expert' or 'constant:K')")
-    import torch
-
-    from drive.checkpoint import load_driver
-
-    if threads > 0:
-        torch.set_num_threads(threads)
-    return load_driver(path, device=device)
-
-
-def camera_size(driver: Any, height: Optional[int], width: Optional[int]) -> Tuple[int, int]:
-    """The world's camera (height, width): the options where given, else the policy's own camera frame
-    size (checkpoint or export metadata), else 78 x 200."""
-    size = (getattr(driver, "meta", None) or {}).get("frame_size") or (78, 200)
-    return (int(size[0]) if height is None else height), (int(size[1]) if width is None else width)
+__all__ = ["add_arguments", "run"]
 
 
 def _camera_fps(driver: Any, spec: str, fps: Any) -> float:
@@ -113,9 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "env", None):
-        from drive.sim.gym_eval import run_cli
-
-        return run_cli(args)
+        return _run_env(args)
     try:
         parse_conditions(args.conditions)
         for name in ("km", "segment_km", "speed_kmh", "fps"):
@@ -147,9 +113,74 @@ def run(args: argparse.Namespace) -> int:
         return 2
     result.metrics["policy"] = args.policy
     result.metrics["image_noise_std"] = args.noise_std
-    paths = result.save(out)
-    m = result.metrics
-    print(json.dumps({k: m[k] for k in ("km", "interventions", "interventions_per_km", "autonomy_pct",
-                                        "lateral_rms_m", "lateral_max_abs_m", "steering_rate_rms")}, indent=2))
+    return _summary(result.metrics, result.save(out))
+
+
+# `drive evaluate` options that configure the built-in world, with their defaults
+WORLD_DEFAULTS = {"conditions": None, "fps": 30.0, "speed_kmh": 30.0, "split": "test", "segment_km": 1.0,
+                  "width": 200, "height": 78}
+
+
+def _run_env(args: argparse.Namespace) -> int:
+    """``drive evaluate --env ID [--env-config YAML] --policy P --km K --out DIR`` (drive.sim.gym_eval)."""
+    env = None
+    try:
+        if args.policy == "expert":
+            raise ValueError("--policy expert needs the built-in world's road (privileged); with --env drive "
+                             "a checkpoint, an exported file or constant:K")
+        for name in ("km", "segment_km", "speed_kmh", "fps"):
+            if getattr(args, name) is not None and not getattr(args, name) > 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+        if not args.noise_std >= 0:
+            raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
+        if getattr(args, "video", False):
+            raise ValueError("--video is not available with --env (record with the env's own render_mode)")
+        mapping = load_mapping(args.env_config, args.env)
+        driver = make_driver(args.policy, args.device, args.threads)
+        overrides: Dict[str, Any] = {}
+        if args.env.split(":")[-1] == "drive/LaneKeeping-v0":  # the world options of `drive evaluate` apply
+            fps = getattr(args, "fps", None)
+            if fps is None:  # no --fps given: the policy's own rate, else the world's default
+                nominal = getattr(driver, "nominal_dt_s", None)
+                fps = 1.0 / nominal if nominal else WORLD_DEFAULTS["fps"]
+            height, width = camera_size(driver, args.height, args.width)
+            overrides = dict(seed=args.seed, conditions=args.conditions, fps=fps, speed_kmh=args.speed_kmh,
+                             split=args.split, episode_km=args.segment_km, width=width, height=height)
+        else:  # another simulator: its options go in the mapping's env_kwargs, never silently dropped
+            given = [f"--{k.replace('_', '-')}" for k, default in WORLD_DEFAULTS.items()
+                     if getattr(args, k, default) not in (default, None)]
+            if given:
+                raise ValueError(f"{', '.join(given)} set(s) up drive's own world; for --env {args.env} "
+                                 f"put the env's options in env_kwargs of --env-config")
+        perturb = None
+        if args.noise_std > 0:
+            perturb = Perturbation("gaussian", args.noise_std, seed=args.seed)
+            if hasattr(driver, "view"):
+                driver.perturb, perturb = perturb, None
+        env = make_env(args.env, mapping, overrides)
+
+        def progress(seg: Segment) -> None:
+            print(f"episode {seg.index}: {seg.km:.3f} km, {len(seg.intervention_xy)} interventions"
+                  + (f" ({'/'.join(seg.conditions.values())})" if seg.conditions else ""), flush=True)
+
+        result = evaluate_env(env, driver, mapping, args.km, seed=args.seed, perturb=perturb,
+                              progress=progress, episode_m=1000.0 * args.segment_km if overrides else None)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"drive evaluate: error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if env is not None:
+            env.close()
+    result.metrics.update(policy=args.policy, image_noise_std=args.noise_std, env_config=args.env_config)
+    return _summary(result.metrics, result.save(args.out, plot=False))
+
+
+SUMMARY_KEYS = ("km", "interventions", "interventions_per_km", "autonomy_pct", "lateral_rms_m",
+                "lateral_max_abs_m", "steering_rate_rms")
+
+
+def _summary(m: Dict[str, Any], paths: Dict[str, Path]) -> int:
+    """Print the headline metrics and the files written; exit status 1 when a metric is NaN."""
+    print(json.dumps({k: m[k] for k in SUMMARY_KEYS}, indent=2))
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 0 if not any(isinstance(v, float) and math.isnan(v) for v in m.values()) else 1

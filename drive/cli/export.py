@@ -6,7 +6,8 @@
     drive export --ckpt last.ckpt --out policy.onnx --curvature-limit 0.15
 
 After writing, the file is loaded back with its own runtime and stepped over a few synthetic
-frames beside the eager policy; the largest difference is printed (``--no-verify`` skips it).
+frames beside the eager policy (:func:`drive.export.verify.verify_export`); the largest difference is
+printed (``--no-verify`` skips it).
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ import time
 from pathlib import Path
 from typing import Tuple
 
-import torch
+from drive.export import export_policy, read_metadata
+from drive.export.verify import verify_export
 
-__all__ = ["add_arguments", "run", "verify_export"]
+__all__ = ["add_arguments", "run"]
 
 _SUFFIX_FORMAT = {".ts": "torchscript", ".pt2": "aoti", ".onnx": "onnx"}
 
@@ -50,30 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-verify", action="store_true", help="skip loading the file back for a parity check")
 
 
-def verify_export(ckpt: Path, out: Path, steps: int = 30, **build_kwargs) -> float:
-    """Largest |difference| (command and hidden) between the file and the eager module, ``steps`` random frames."""
-    from drive.export import build_deployed, load_exported, read_metadata
-    from drive.checkpoint import load_policy
-
-    exported = load_exported(out, device=str(read_metadata(out)["device"]))
-    policy, meta = load_policy(ckpt)
-    eager = build_deployed(policy, meta, **build_kwargs).to(exported.device)
-    h, w = exported.frame_size
-    gen = torch.Generator().manual_seed(0)
-    frames = torch.randint(0, 256, (steps, h, w, 3), dtype=torch.uint8, generator=gen)
-    he, hx = eager.initial_state(1).to(exported.device), exported.initial_state(1)
-    worst = 0.0
-    with torch.no_grad():
-        for frame in frames:
-            ce, he, _ = eager.step_with_status(frame.to(exported.device), he)
-            cx, hx, _ = exported.step(frame, hx)
-            worst = max(worst, float((ce.cpu() - cx.cpu()).abs().max()), float((he.cpu() - hx.cpu()).abs().max()))
-    return worst
-
-
 def run(args: argparse.Namespace) -> int:
-    from drive.export import export_policy, read_metadata
-
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix.lower())
     if fmt is None:
         raise ValueError(f"--out {args.out}: cannot tell the format from the suffix {args.out.suffix!r}; "

@@ -8,150 +8,20 @@ command line (``--model.lr 1e-3``, ``--data.batch_size 8``, ``--trainer.max_epoc
     drive fit --config configs/ncp_ltc.yaml --ckpt_path last       # resume a killed run
     drive test --config configs/ncp_ltc.yaml --ckpt_path runs/ncp_ltc/checkpoints/last.ckpt
 
-Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV loggers under
-``trainer.default_root_dir``, and two of Lightning's ``ModelCheckpoint`` groups writing to
-``<default_root_dir>/checkpoints``: ``--checkpoint.*`` keeps the best by ``val/loss``;
-``--last_checkpoint.*`` rewrites ``last.ckpt`` every ``every_n_train_steps`` (100) steps and at
-every epoch end, independent of validation, so ``--ckpt_path last`` resumes a killed run.
-``drive predict`` writes the curvature for every frame to ``<default_root_dir>/predictions.csv``
-(``--predictions.path``; :mod:`drive.train.predictions`).
+The LightningCLI itself, with drive's defaults (seed 1234, TensorBoard and CSV loggers under
+``trainer.default_root_dir``, the best-by-``val/loss`` and ``last.ckpt`` checkpoint groups,
+``predictions.csv`` from ``drive predict``), is :mod:`drive.train.launch`; this module adds the
+one-line error report.
 """
 from __future__ import annotations
 
-import os
 import sys
-import warnings
-from typing import Any, List, Optional
+from typing import List, Optional
 
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
-
-from drive.data.datamodule import DriveDataModule
-from drive.train.checkpoint_io import AtomicCheckpointIO
-from drive.train.module import PolicyModule
-from drive.train.predictions import PredictionCSV
+from drive.cli.errors import INPUT_ERRORS, report_input_error
+from drive.train.launch import DriveCLI, launch
 
 __all__ = ["DriveCLI", "lightning_main"]
-
-DEFAULT_ROOT = "runs/fit"
-CKPT_KEYWORDS = ("best", "last", "hpc")  # resolved by Lightning, not paths
-
-
-class CheckpointNotFound(FileNotFoundError):
-    """``--ckpt_path`` names a local file that is not there."""
-
-
-def check_ckpt_path(ckpt_path: Optional[str]) -> None:
-    """Refuse a missing local checkpoint before any data is cached or model built (keywords and URLs pass)."""
-    if ckpt_path is None:
-        return
-    path = str(ckpt_path)
-    if path in CKPT_KEYWORDS or path.startswith("registry") or "://" in path:
-        return
-    if os.path.isdir(path):
-        raise CheckpointNotFound(f"--ckpt_path {path}: is a directory, not a checkpoint file")
-    if not os.path.isfile(path):
-        raise CheckpointNotFound(f"--ckpt_path {path}: no such checkpoint file")
-
-
-class DriveCLI(LightningCLI):
-    """LightningCLI with drive's checkpointing and logging defaults."""
-
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
-        parser.add_lightning_class_args(PredictionCSV, "predictions")  # acts only in `drive predict`
-        parser.set_defaults({
-            "checkpoint.monitor": "val/loss",
-            "checkpoint.mode": "min",
-            "checkpoint.save_top_k": 1,
-            "checkpoint.filename": "best-epoch{epoch}-step{step}",
-            "checkpoint.auto_insert_metric_name": False,
-            # last.ckpt: independent of validation, every N steps and at every epoch end
-            "last_checkpoint.monitor": None,
-            "last_checkpoint.save_top_k": 0,
-            "last_checkpoint.save_last": True,
-            "last_checkpoint.every_n_train_steps": 100,
-        })
-
-    def _parse_ckpt_path(self) -> None:
-        """Lightning reads ``--ckpt_path``'s hyperparameters first; a missing, empty, truncated or
-        foreign file is named here (not a bare ``EOFError``), before any data is cached."""
-        sub = self.config.get("subcommand")
-        path = self.config[sub].get("ckpt_path") if sub else None
-        check_ckpt_path(path)
-        try:
-            super()._parse_ckpt_path()
-        except Exception:
-            if path is not None and os.path.isfile(str(path)):
-                import torch
-
-                from drive.checkpoint import checked_load
-
-                checked_load(path, lambda: torch.load(str(path), weights_only=True, map_location="cpu"))
-            raise
-
-    def instantiate_trainer(self, **kwargs: Any) -> Any:
-        """The trainer, with :class:`AtomicCheckpointIO` unless the config names a CheckpointIO plugin."""
-        from lightning.fabric.plugins import CheckpointIO
-
-        plugins = self._get(self.config_init, "trainer", default={}).get("plugins")
-        plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
-        if not any(isinstance(p, CheckpointIO) for p in plugins):
-            kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
-        return super().instantiate_trainer(**kwargs)
-
-    def before_instantiate_classes(self) -> None:
-        cfg = self.config[self.subcommand] if self.subcommand else self.config
-        check_ckpt_path(cfg.get("ckpt_path"))
-        root = cfg.trainer.default_root_dir or DEFAULT_ROOT
-        cfg.trainer.default_root_dir = root
-        for group in (cfg.checkpoint, cfg.last_checkpoint):
-            if group.dirpath is None:
-                group.dirpath = os.path.join(root, "checkpoints")
-        if cfg.trainer.logger is None or cfg.trainer.logger is True:
-            cfg.trainer.logger = [
-                {"class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                 "init_args": {"save_dir": root, "name": "tensorboard"}},
-                {"class_path": "lightning.pytorch.loggers.CSVLogger",
-                 "init_args": {"save_dir": root, "name": "csv"}},
-            ]
-            cfg.trainer.callbacks = list(cfg.trainer.callbacks or []) + [
-                {"class_path": "lightning.pytorch.callbacks.LearningRateMonitor",
-                 "init_args": {"logging_interval": "step"}},
-            ]
-
-
-def _notes_to_stdout() -> None:
-    """Lightning's progress notes ("Seed set to ...", "GPU available ...") are information, not
-    errors: they go to stdout, so stderr holds warnings and, on bad input, the one error line."""
-    import logging
-
-    for name in ("lightning.pytorch", "lightning.fabric", "lightning"):
-        for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) is sys.__stderr__:
-                handler.setStream(_CurrentStdout())  # type: ignore[arg-type]
-    # Lightning's advertisement for its cloud logger on every fit is not a note about the run
-    notes = logging.getLogger("lightning.pytorch.utilities.rank_zero")
-    if not any(isinstance(f, _NoTips) for f in notes.filters):
-        notes.addFilter(_NoTips())
-
-
-class _NoTips:
-    """Drops Lightning's "💡 Tip: ..." log records (product tips, nothing about the run)."""
-
-    def filter(self, record: object) -> bool:
-        return not str(getattr(record, "msg", "")).startswith("💡 Tip")
-
-
-class _CurrentStdout:
-    """Whatever ``sys.stdout`` is at the time of the write (it may be swapped, e.g. by pytest)."""
-
-    def write(self, text: str) -> int:
-        return sys.stdout.write(text)
-
-    def flush(self) -> None:
-        sys.stdout.flush()
 
 
 def lightning_main(argv: Optional[List[str]] = None, debug: bool = False) -> int:
@@ -159,45 +29,17 @@ def lightning_main(argv: Optional[List[str]] = None, debug: bool = False) -> int
 
     Returns 0, or 2 with one line ``drive <subcommand>: error: ...`` on stderr when input is at
     fault (a missing ``--ckpt_path``, a damaged checkpoint, bad logs, an unwritable or full output
-    location: :data:`drive.cli.INPUT_ERRORS`); ``debug`` re-raises instead.
+    location: :data:`drive.cli.errors.INPUT_ERRORS`); ``debug`` re-raises instead.
     """
-    from drive.cli import INPUT_ERRORS, report_input_error
-
-    _notes_to_stdout()
-
-    with warnings.catch_warnings():
-        # `drive fit ...` hands its own command line over as ``args``; LightningCLI would warn that
-        # sys.argv holds arguments too, which is exactly how it is meant here.
-        warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
-        # Lightning's own use of APIs that jsonargparse and torch have since deprecated: nothing a
-        # user of drive can act on (only warnings raised from those two Lightning modules)
-        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"lightning\.pytorch\.cli")
-        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-                                module=r"lightning\.pytorch\.utilities\._pytree")
-        command = next(iter(sys.argv[1:] if argv is None else argv), "")
-        if command in ("validate", "test", "predict"):
-            # Evaluating a checkpoint does not train, so the checkpoint callbacks restored from it
-            # have nothing to do: Lightning's notes that they differ or moved are noise there.
-            warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`, callbacks")
-            warnings.filterwarnings("ignore", message="The dirpath has changed from")
-        try:
-            DriveCLI(
-                PolicyModule,
-                DriveDataModule,
-                args=argv,
-                seed_everything_default=1234,
-                save_config_kwargs={"overwrite": True},
-                parser_kwargs={"prog": "drive", "default_env": False},
-                auto_configure_optimizers=False,
-            )
-        except INPUT_ERRORS as e:
-            if debug:
-                raise
-            return report_input_error(command, e)
+    command = next(iter(sys.argv[1:] if argv is None else argv), "")
+    try:
+        launch(argv)
+    except INPUT_ERRORS as e:
+        if debug:
+            raise
+        return report_input_error(command, e)
     return 0
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(lightning_main(sys.argv[1:]))

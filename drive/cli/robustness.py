@@ -10,6 +10,7 @@ import math
 from typing import Dict, List, Tuple
 
 from drive.data.perturb import KINDS, Perturbation
+from drive.evaluate.robustness import RobustnessConfig, robustness_report
 
 DEFAULT_OTHER = "salt_pepper=0.05 blur=2 brightness=-0.3,0.3 occlusion=0.1"
 DEFAULT_KM = 1.0
@@ -66,8 +67,6 @@ def _parse_other(items: List[str]) -> Dict[str, Tuple[float, ...]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from drive.evaluate.robustness import RobustnessConfig, robustness_report
-
     if any(not math.isfinite(v) or v < 0 for v in args.noise):
         raise _fail(f"--noise levels must be finite and >= 0, got {args.noise}")
     if args.km is not None and not args.closed_loop:

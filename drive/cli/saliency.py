@@ -14,6 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from drive.checkpoint import load_policy
+from drive.explain.live import saliency_drive
+from drive.explain.video import saliency_still, saliency_video
 from drive.explain.visual_backprop import METHODS
 
 __all__ = ["add_arguments", "run"]
@@ -52,9 +55,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from drive.explain.video import saliency_still, saliency_video
-    from drive.checkpoint import load_policy
-
     if args.noise is not None and not 0.0 <= args.noise <= 1.0:
         raise SystemExit(f"drive saliency: --noise must be in [0, 1], got {args.noise}")
     if args.max_frames is not None and args.max_frames <= 0:
@@ -93,26 +93,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _world(args: argparse.Namespace, policy, meta) -> int:
-    """Closed-loop drive with live saliency (drive.explain.live.SaliencyRecorder)."""
-    from drive.explain.live import SaliencyRecorder
-    from drive.data.perturb import Perturbation
-    from drive.checkpoint import PolicyDriver
-    from drive.sim.closed_loop import evaluate
-    from drive.sim.expert import PurePursuitExpert
-
+    """Closed-loop drive with live saliency (drive.explain.live.saliency_drive)."""
     km = DEFAULT_KM if args.km is None else args.km
     if not km > 0:
         raise SystemExit(f"drive saliency: --km must be positive, got {km}")
-    perturb = Perturbation("gaussian", args.noise, seed=args.seed) if args.noise else None
-    recorder = SaliencyRecorder(PolicyDriver(policy, meta, device=args.device, perturb=perturb), args.out,
-                                reference=PurePursuitExpert(), method=args.method, scale=args.scale)
-    try:
-        drive = evaluate(recorder, km=km, seed=args.seed, conditions=args.conditions)
-    except BaseException:
-        recorder.writer.abort()
-        raise
-    result = recorder.close()
-    result["closed_loop"] = {k: drive.metrics[k] for k in ("km", "interventions", "interventions_per_km",
-                                                           "lateral_rms_m")}
+    result = saliency_drive(policy, meta, args.out, km, seed=args.seed, conditions=args.conditions,
+                            noise=args.noise, method=args.method, scale=args.scale, device=args.device)
     print(json.dumps(result, indent=2, default=str))
     return 0

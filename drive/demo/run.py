@@ -1,12 +1,15 @@
 """``drive demo``: the whole pipeline on built-in data, one command, about 15 minutes on 2 CPU cores.
 
+:func:`run_demo` runs it from :class:`DemoSettings`; the command line is :mod:`drive.cli.demo`.
+
 Stages (each prints its progress and skips itself when re-run with the same settings and its
 outputs still exist; changing a setting re-runs that stage and everything downstream):
 
 1. **simulate** -- the expert drives training and validation logs on TRAIN-split roads of the
    built-in world with DART steering noise (recoveries in the data), plus one short test-split
    recording for the open-loop analyses.
-2. **train** -- ``drive fit`` with ``configs/demo.yaml`` (NCP conv head + 19-neuron NCP LTC).
+2. **train** -- ``drive fit`` (:func:`drive.train.launch.launch`) with ``configs/demo.yaml``
+   (NCP conv head + 19-neuron NCP LTC).
    **baselines** -- the same data and profile for the LSTM and the feed-forward PilotNet CNN (at
    78x200, single frames), each capped at ``--baseline-minutes``, for the robustness comparison.
 3. **drive** -- closed loop on held-out TEST-split roads: the NCP-LTC, the expert and a
@@ -22,7 +25,6 @@ Everything lands in ``--out`` (``runs/demo``) and is summarised in ``REPORT.md``
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import shutil
@@ -31,12 +33,26 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+import numpy as np
 import torch
+import yaml
 
-from drive.io.atomic import write_text
+from drive.checkpoint import load_policy
 from drive.demo.report import write_report
+from drive.drivers import load_driver
+from drive.evaluate.closed_form_fidelity import convert_checkpoint
+from drive.evaluate.robustness import RobustnessConfig, robustness_report
+from drive.explain.video import saliency_video
+from drive.export import export_policy
+from drive.io.atomic import write_text
+from drive.io.recording import Recording
+from drive.sim.closed_loop import evaluate
+from drive.sim.driver import ConstantDriver, Observation
+from drive.sim.expert import PurePursuitExpert
+from drive.sim.record import simulate
+from drive.train.launch import launch
 
-__all__ = ["DemoSettings", "add_arguments", "run", "run_demo", "DEFAULT_CONFIG"]
+__all__ = ["DemoSettings", "run_demo", "DEFAULT_CONFIG", "BASELINE_OVERRIDES"]
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
 
@@ -78,55 +94,6 @@ class DemoSettings:
         return seeds
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = DemoSettings()
-    parser.add_argument("--out", default=d.out, help="output folder (default: %(default)s)")
-    parser.add_argument("--config", default=d.config, help="drive fit config of the policy (default: configs/demo.yaml)")
-    parser.add_argument("--seed", type=int, default=d.seed, help="world seed of the training roads and of training")
-    parser.add_argument("--train-minutes", type=float, default=d.train_minutes, help="minutes of training logs")
-    parser.add_argument("--val-minutes", type=float, default=d.val_minutes, help="minutes of validation logs")
-    parser.add_argument("--recording-minutes", type=float, default=d.recording_minutes, help="minutes per recording")
-    parser.add_argument("--fps", type=float, default=d.fps, help="camera rate of logs and closed loop (Hz)")
-    parser.add_argument("--dart-noise", type=float, default=d.dart_noise, help="DART steering noise std (1/m)")
-    parser.add_argument("--km", type=float, default=d.km,
-                        help="closed-loop kilometres per driver on held-out roads, spread over --test-seeds")
-    parser.add_argument("--test-seeds", default=d.test_seeds,
-                        help="comma-separated world seeds of the held-out test roads (default: %(default)s)")
-    parser.add_argument("--conditions", default=d.conditions,
-                        help="comma-separated condition names for training AND test roads, e.g. summer,noon "
-                             "(default: every season, light and marking at random)")
-    parser.add_argument("--max-steps", type=int, default=d.max_steps,
-                        help="override the config's optimizer-step budget (0: keep)")
-    parser.add_argument("--threads", type=int, default=d.threads,
-                        help="torch threads for training (default %(default)s: the result is the same on every "
-                             "machine with the same torch; 0: all cores, faster on big machines, other weights)")
-    parser.add_argument("--baselines", default=d.baselines,
-                        help="families trained beside the NCP-LTC for the robustness comparison ('' for none)")
-    parser.add_argument("--baseline-steps", type=int, default=d.baseline_steps,
-                        help="optimizer steps per baseline (default: %(default)s)")
-    parser.add_argument("--robustness-km", type=float, default=d.robustness_km,
-                        help="closed-loop km per model and noise level in the robustness stage (0: open loop only)")
-    parser.add_argument("--robustness-frames", type=int, default=d.robustness_frames,
-                        help="frames of the test recording in the open-loop robustness analysis (default: %(default)s)")
-    parser.add_argument("--saliency-frames", type=int, default=d.saliency_frames,
-                        help="frames of the saliency video (default: %(default)s)")
-    parser.add_argument("--closed-form-km", type=float, default=d.closed_form_km,
-                        help="closed-loop km comparing the closed-form LTC with the ODE LTC (default: %(default)s)")
-    parser.add_argument("--speed-rounds", type=int, default=d.speed_rounds,
-                        help="timing rounds of the closed-form vs ODE speed comparison (default: %(default)s)")
-
-
-def run(args: argparse.Namespace) -> int:
-    settings = DemoSettings(**{k: getattr(args, k) for k in asdict(DemoSettings())})
-    report = run_demo(settings)
-    acceptance = report["acceptance"]
-    if acceptance["passed"]:
-        print(f"\ndemo: PASSED acceptance; report: {report['report']}")
-        return 0
-    print(f"\ndemo: FAILED acceptance: {'; '.join(acceptance['failed'])}; report: {report['report']}")
-    return 1
-
-
 class _Stages:
     """Idempotent stages: ``<out>/stages/<name>.json`` keeps each stage's settings key and result."""
 
@@ -159,8 +126,6 @@ class _Stages:
 
 
 def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
-    from drive.sim.record import simulate
-
     data = out / "data"
     shutil.rmtree(data, ignore_errors=True)
 
@@ -200,8 +165,6 @@ def _accelerator() -> List[str]:
 
 def _train(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None) -> Dict[str, Any]:
     """``drive fit`` on the demo data: the NCP-LTC (``family=None``) or a baseline, each on a step budget."""
-    from drive.cli.fit import lightning_main
-
     root = out / "train" if family is None else out / "baselines" / family
     shutil.rmtree(root, ignore_errors=True)
     argv = ["fit", "--config", s.config, "--seed_everything", str(s.seed),
@@ -217,8 +180,7 @@ def _train(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[st
         argv += ["--trainer.val_check_interval", str(interval), "--trainer.check_val_every_n_epoch", "null"]
     if s.threads:
         torch.set_num_threads(s.threads)
-    if lightning_main(argv) != 0:
-        raise RuntimeError(f"training {family or 'the NCP-LTC'} failed (see the messages above)")
+    launch(argv)  # an error of input (a bad config value, unreadable logs) propagates, naming it
     # the policy is the final weights (the end of the learning-rate decay); the best-validation
     # checkpoint stays beside it for comparison
     last = root / "checkpoints" / "last.ckpt"
@@ -235,8 +197,6 @@ def _global_step(ckpt: Path) -> int:
 
 def _val_interval(config: str) -> int:
     """The config's validation interval in optimizer steps (``trainer.val_check_interval``)."""
-    import yaml
-
     trainer = (yaml.safe_load(Path(config).read_text()) or {}).get("trainer") or {}
     interval = trainer.get("val_check_interval")
     return int(interval) if isinstance(interval, int) and interval > 0 else 1 << 30
@@ -255,11 +215,6 @@ def _baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[str, An
 
 
 def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
-    from drive.checkpoint import load_driver
-    from drive.sim.closed_loop import evaluate
-    from drive.sim.driver import ConstantDriver
-    from drive.sim.expert import PurePursuitExpert
-
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # batch-1 steps: one thread is fastest and leaves a core to the renderer
     results: Dict[str, Any] = {}
@@ -283,9 +238,6 @@ def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
 
 
 def _saliency(out: Path, ckpt: str, test: List[str], frames: int) -> Dict[str, Any]:
-    from drive.explain.video import saliency_video
-    from drive.checkpoint import load_policy
-
     policy, meta = load_policy(ckpt)
     info = saliency_video(policy, meta, test[0], out / "saliency" / "saliency.mp4", side_by_side=True,
                           noise=0.2, max_frames=frames)
@@ -293,8 +245,6 @@ def _saliency(out: Path, ckpt: str, test: List[str], frames: int) -> Dict[str, A
 
 
 def _robustness(s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str], test: List[str]) -> Dict[str, Any]:
-    from drive.evaluate.robustness import RobustnessConfig, robustness_report
-
     config = RobustnessConfig(noise_levels=(0.0, 0.1, 0.2, 0.3), saliency_frames=24, max_frames=s.robustness_frames,
                               other={"blur": (2.0,), "brightness": (-0.3,)}, closed_loop_km=s.robustness_km,
                               closed_loop_seed=s.seeds[0])
@@ -312,8 +262,6 @@ def _robustness(s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str]
 
 
 def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Dict[str, Any]:
-    from drive.cli.closed_form import convert_checkpoint
-
     path = out / "closed_form" / "ncp_ltc_closed_form.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     report = convert_checkpoint(ckpt, "exact", path, recordings=test, km=s.closed_form_km, seed=s.seeds[0],
@@ -322,14 +270,6 @@ def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Dict
 
 
 def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Dict[str, Any]:
-    import numpy as np
-
-    from drive.export import export_policy
-    from drive.sim.closed_loop import evaluate
-    from drive.checkpoint import load_driver
-    from drive.io.recording import Recording
-    from drive.sim.driver import Observation
-
     rec = Recording.open(test[0])
     path = export_policy(ckpt, out / "export" / "policy.ts", format="torchscript",
                          frame_size=(rec.meta.height, rec.meta.width))

@@ -36,9 +36,11 @@ from drive.data.perturb import Perturbation, perturb_views
 from drive.evaluate.ssim import ssim
 from drive.explain.visual_backprop import visual_backprop
 from drive.nn.policy import Policy
-from drive.checkpoint import PolicyDriver, load_policy
+from drive.checkpoint import load_policy
+from drive.drivers import PolicyDriver
 from drive.data.preprocess import Preprocessing
 from drive.io.recording import Recording
+from drive.sim.closed_loop import evaluate
 
 __all__ = [
     "RobustnessConfig",
@@ -227,8 +229,6 @@ def sensitivity_profile(policy: Policy, features: np.ndarray, timestamps_s: Opti
 
 def _closed_loop(policy: Policy, meta: Mapping[str, Any], perturb: Perturbation, km: float,
                  seed: int) -> Dict[str, float]:
-    from drive.sim.closed_loop import evaluate
-
     perturb.reset()
     result = evaluate(PolicyDriver(policy, meta, perturb=perturb), km=km, seed=seed)
     m = result.metrics
@@ -316,6 +316,7 @@ def robustness_report(models: Sequence[ModelSpec], recordings: Sequence[Union[st
     Returns:
         ``{"rows": [...], "report": path, "csv": path, "plots": [...]}``.
     """
+    # imported here: the report's matplotlib costs start-up time in every worker process otherwise
     from drive.evaluate.report import write_report
 
     config = config or RobustnessConfig()

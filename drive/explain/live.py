@@ -9,6 +9,8 @@ also computes the VisualBackProp mask of the frame the policy saw (its view, aft
     result = drive.sim.closed_loop.evaluate(recorder, km=0.5, seed=0)
     info = recorder.close()          # frames, fps, size, video, contact_sheet
 
+:func:`saliency_drive` does all of it for a policy (``drive saliency --world``).
+
 The optional ``reference`` driver (e.g. the world's expert) sees the same observations and its
 command is drawn as the label curve of the steering trace; it never steers. Episode resets
 (start, after an intervention) reset both and break the trace.
@@ -16,17 +18,20 @@ command is drawn as the label curve of the steering trace; it never steers. Epis
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import torch
 from torch import nn
 
+from drive.data.perturb import Perturbation
+from drive.drivers import PolicyDriver
 from drive.explain.policy_saliency import SaliencyFrame
 from drive.explain.video import SaliencyVideoWriter
 from drive.explain.visual_backprop import visual_backprop
-from drive.checkpoint import PolicyDriver
+from drive.sim.closed_loop import evaluate
+from drive.sim.expert import PurePursuitExpert
 
-__all__ = ["SaliencyRecorder"]
+__all__ = ["SaliencyRecorder", "saliency_drive"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -35,7 +40,7 @@ class SaliencyRecorder:
     """A ``Driver`` that drives like ``driver`` and records a saliency video of what it sees.
 
     Args:
-        driver_or_policy: a :class:`drive.checkpoint.PolicyDriver`, or a Policy (then ``meta`` is
+        driver_or_policy: a :class:`drive.drivers.PolicyDriver`, or a Policy (then ``meta`` is
             required and a PolicyDriver is built from it).
         out_path: the ``.mp4`` to write (contact sheet beside it).
         meta: checkpoint metadata (preprocessing, fps) when a Policy is given.
@@ -96,3 +101,28 @@ class SaliencyRecorder:
     def close(self) -> Dict[str, Any]:
         """Finish the video; returns frames, fps, size (w, h), video and contact-sheet paths."""
         return self.writer.close()
+
+
+def saliency_drive(policy: nn.Module, meta: Mapping[str, Any], out_path: PathLike, km: float, seed: int = 0,
+                   conditions: Union[None, str, Sequence[str]] = None, noise: Optional[float] = None,
+                   method: str = "bojarski", scale: int = 3,
+                   device: Union[str, torch.device] = "cpu") -> Dict[str, Any]:
+    """Drive ``km`` of held-out roads (world ``seed``) with ``policy`` closed loop, recording its
+    saliency live (the expert's command as the label curve); ``noise``: Gaussian std on the
+    network's view (seeded by ``seed``). A failed drive leaves no half-written video.
+
+    Returns :meth:`SaliencyRecorder.close`'s summary plus ``closed_loop`` (km, interventions,
+    interventions per km, lateral RMS).
+    """
+    perturb = Perturbation("gaussian", noise, seed=seed) if noise else None
+    recorder = SaliencyRecorder(PolicyDriver(policy, meta, device=device, perturb=perturb), out_path,
+                                reference=PurePursuitExpert(), method=method, scale=scale)
+    try:
+        drive = evaluate(recorder, km=km, seed=seed, conditions=conditions)
+    except BaseException:
+        recorder.writer.abort()
+        raise
+    result = recorder.close()
+    result["closed_loop"] = {k: drive.metrics[k] for k in ("km", "interventions", "interventions_per_km",
+                                                           "lateral_rms_m")}
+    return result

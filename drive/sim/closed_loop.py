@@ -30,6 +30,7 @@ import numpy as np
 from drive.io.atomic import write_text
 from drive.sim.appearance import condition_grid, parse_conditions, sample_appearance
 from drive.sim.driver import Driver, needs_image
+from drive.sim.plot import DriveVideo, plot_drive
 from drive.sim.render import Camera, Renderer
 from drive.sim.road import Road, generate_road
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
@@ -99,8 +100,6 @@ class ClosedLoopResult:
         paths = {"metrics": out / "metrics.json"}
         write_text(paths["metrics"], json.dumps(self.metrics, indent=2) + "\n")
         if plot:
-            from drive.sim.plot import plot_drive
-
             paths["plot"] = plot_drive(self.segments, out / "drive.png", title=str(self.metrics.get("driver", "")))
         return paths
 
@@ -164,8 +163,6 @@ def evaluate(driver: Driver, km: float, seed: Union[int, Sequence[int]], conditi
     count = int(math.ceil(km / segment_km - 1e-9))
     video = None
     if video_path is not None:
-        from drive.sim.plot import DriveVideo
-
         video = DriveVideo(video_path, renderer.camera, fps)
     segments: List[Segment] = []
     done = False

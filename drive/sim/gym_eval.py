@@ -1,4 +1,5 @@
-"""Closed-loop evaluation of a drive policy in any Gymnasium driving environment (``drive evaluate --env``).
+"""Closed-loop evaluation of a drive policy in any Gymnasium driving environment (``drive evaluate --env``,
+whose command-line part is :mod:`drive.cli.evaluate`).
 
 The policy (a checkpoint, an exported file or ``constant:K``) sees the env's camera frames and
 commands curvature (1/m); a small mapping (:class:`EnvMapping`, from YAML) says how a curvature
@@ -49,13 +50,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
+import gymnasium
 import numpy as np
 import yaml
 
 from drive.sim.closed_loop import TAKEOVER_S, ClosedLoopResult, Segment, summarize
 from drive.sim.driver import Observation
+from drive.sim.gym_env import ENV_ID, register  # importing it registers drive/LaneKeeping-v0 with Gymnasium
 
-__all__ = ["EnvMapping", "ActionMap", "InfoKey", "evaluate_env", "load_mapping", "DRIVE_MAPPING"]
+__all__ = ["EnvMapping", "ActionMap", "InfoKey", "evaluate_env", "load_mapping", "make_env", "DRIVE_MAPPING"]
 
 
 @dataclass
@@ -223,8 +226,6 @@ DRIVE_MAPPING = {"info": {"lateral_offset_m": "lateral_offset_m", "heading_error
 def load_mapping(path: Optional[str], env_id: str) -> EnvMapping:
     """The mapping from a YAML file; for drive's own env, :data:`DRIVE_MAPPING` when none is given."""
     if path is None:
-        from drive.sim.gym_env import ENV_ID
-
         if env_id.split(":")[-1] == ENV_ID:
             return EnvMapping.from_dict(DRIVE_MAPPING, "drive/LaneKeeping-v0 mapping")
         raise ValueError(f"--env {env_id}: give --env-config YAML mapping the env's action and info keys "
@@ -377,88 +378,15 @@ def evaluate_env(env: Any, driver: Any, mapping: EnvMapping, km: float, seed: Op
 
 def make_env(env_id: str, mapping: EnvMapping, overrides: Optional[Dict[str, Any]] = None) -> Any:
     """``gymnasium.make(env_id, **env_kwargs)`` after importing the mapping's modules."""
-    import gymnasium
-
     for module in mapping.imports:
         try:
             importlib.import_module(module)
         except ImportError as e:
             raise ValueError(f"{mapping.where}: cannot import {module!r} ({e})") from None
-    if env_id.split(":")[-1] == "drive/LaneKeeping-v0":
-        importlib.import_module("drive.sim.gym_env")
+    if env_id.split(":")[-1] == ENV_ID:
+        register()  # idempotent; back if the registry was cleared since this module's import
     kwargs = {**mapping.env_kwargs, **(overrides or {})}
     try:
         return gymnasium.make(env_id, disable_env_checker=False, **kwargs)
     except gymnasium.error.Error as e:
         raise ValueError(f"--env {env_id}: {e}") from None
-
-
-# `drive evaluate` options that configure the built-in world, with their defaults
-WORLD_DEFAULTS = {"conditions": None, "fps": 30.0, "speed_kmh": 30.0, "split": "test", "segment_km": 1.0,
-                  "width": 200, "height": 78}
-
-
-def run_cli(args: Any) -> int:
-    """``drive evaluate --env ID [--env-config YAML] --policy P --km K --out DIR`` (see evaluate_cli)."""
-    import json
-    import sys
-
-    from drive.cli.evaluate import camera_size, make_driver
-
-    env = None
-    try:
-        if args.policy == "expert":
-            raise ValueError("--policy expert needs the built-in world's road (privileged); with --env drive "
-                             "a checkpoint, an exported file or constant:K")
-        for name in ("km", "segment_km", "speed_kmh", "fps"):
-            if getattr(args, name) is not None and not getattr(args, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-        if not args.noise_std >= 0:
-            raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
-        if getattr(args, "video", False):
-            raise ValueError("--video is not available with --env (record with the env's own render_mode)")
-        mapping = load_mapping(args.env_config, args.env)
-        driver = make_driver(args.policy, args.device, args.threads)
-        overrides: Dict[str, Any] = {}
-        if args.env.split(":")[-1] == "drive/LaneKeeping-v0":  # the world options of `drive evaluate` apply
-            fps = getattr(args, "fps", None)
-            if fps is None:  # no --fps given: the policy's own rate, else the world's default
-                nominal = getattr(driver, "nominal_dt_s", None)
-                fps = 1.0 / nominal if nominal else WORLD_DEFAULTS["fps"]
-            height, width = camera_size(driver, args.height, args.width)
-            overrides = dict(seed=args.seed, conditions=args.conditions, fps=fps, speed_kmh=args.speed_kmh,
-                             split=args.split, episode_km=args.segment_km, width=width, height=height)
-        else:  # another simulator: its options go in the mapping's env_kwargs, never silently dropped
-            given = [f"--{k.replace('_', '-')}" for k, default in WORLD_DEFAULTS.items()
-                     if getattr(args, k, default) not in (default, None)]
-            if given:
-                raise ValueError(f"{', '.join(given)} set(s) up drive's own world; for --env {args.env} put the "
-                                 f"env's options in env_kwargs of --env-config")
-        perturb = None
-        if args.noise_std > 0:
-            from drive.data.perturb import Perturbation
-
-            perturb = Perturbation("gaussian", args.noise_std, seed=args.seed)
-            if hasattr(driver, "view"):
-                driver.perturb, perturb = perturb, None
-        env = make_env(args.env, mapping, overrides)
-
-        def progress(seg: Segment) -> None:
-            print(f"episode {seg.index}: {seg.km:.3f} km, {len(seg.intervention_xy)} interventions"
-                  + (f" ({'/'.join(seg.conditions.values())})" if seg.conditions else ""), flush=True)
-
-        result = evaluate_env(env, driver, mapping, args.km, seed=args.seed, perturb=perturb, progress=progress,
-                              episode_m=1000.0 * args.segment_km if overrides else None)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"drive evaluate: error: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if env is not None:
-            env.close()
-    result.metrics.update(policy=args.policy, image_noise_std=args.noise_std, env_config=args.env_config)
-    paths = result.save(args.out, plot=False)
-    m = result.metrics
-    print(json.dumps({k: m[k] for k in ("km", "interventions", "interventions_per_km", "autonomy_pct",
-                                        "lateral_rms_m", "lateral_max_abs_m", "steering_rate_rms")}, indent=2))
-    print(f"wrote {', '.join(str(p) for p in paths.values())}")
-    return 0 if not any(isinstance(v, float) and math.isnan(v) for v in m.values()) else 1

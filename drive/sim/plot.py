@@ -10,17 +10,19 @@ import cv2
 import numpy as np
 
 from drive.io.atomic import commit, save_figure, write_image
-from drive.sim.render import Camera
+from drive.sim.appearance import CONDITION_AXES, sample_appearance
+from drive.sim.render import Camera, Renderer
+from drive.sim.road import generate_road
 
 __all__ = ["plot_drive", "DriveVideo", "conditions_sheet"]
 
 
 def plot_drive(segments: Sequence[Any], path: Union[str, Path], title: str = "") -> Path:
     """One panel per segment: lane edges, the driven path, red crosses at interventions."""
-    import matplotlib
+    import matplotlib  # here, not at the top: matplotlib's 0.35 s start-up only when a map is drawn
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
     n = max(len(segments), 1)
     cols = min(n, 4)
@@ -80,10 +82,6 @@ class DriveVideo:
 
 def conditions_sheet(path: Union[str, Path], seed: int = 0, scale: int = 2) -> Path:
     """Contact sheet: every season x light (rows) under every markings style (columns), labelled."""
-    from drive.sim.appearance import CONDITION_AXES, sample_appearance
-    from drive.sim.render import Renderer
-    from drive.sim.road import generate_road
-
     renderer = Renderer(Camera.default())
     road = generate_road(seed, 3000.0, "train")
     tiles = []

@@ -1,0 +1,41 @@
+"""One-line error reporting shared by every ``drive`` command.
+
+Errors caused by input (a missing or damaged file, a bad option value, a read-only or full output
+location) are answered with one line on stderr, ``drive <command>: error: <what>``, and exit
+status 2. The dispatcher (:mod:`drive.cli`) and the LightningCLI commands (:mod:`drive.cli.fit`)
+both report through here, so neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import zipfile
+
+__all__ = ["INPUT_ERRORS", "error_line", "report_input_error"]
+
+# what bad input raises: drive's own errors are ValueErrors (DataError, RecordingError, checkpoint
+# errors ...) naming the file or option; OSError covers missing files, permissions, full disks
+INPUT_ERRORS = (ValueError, OSError, EOFError, zipfile.BadZipFile)
+_NUMPY_SCALAR = re.compile(r"np\.(?:float|int|uint|bool|complex|str)\w*\(([^()]*)\)")
+
+
+def error_line(err: BaseException) -> str:
+    """``err`` as one line with plain numbers (``np.float64(2.5)`` -> ``2.5``). A DataLoader
+    worker's re-raised error keeps only the original message (its last line)."""
+    text = str(err)
+    if isinstance(err, OSError) and err.strerror and not str(err).startswith(err.strerror):
+        name = err.filename
+        text = err.strerror if name is None or str(name) in err.strerror else f"{name}: {err.strerror}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if lines and lines[0].startswith("Caught ") and "worker process" in lines[0]:
+        lines = lines[-1:]
+        lines[0] = re.sub(r"^\w+(Error|Exception): ", "", lines[0])
+    line = " ".join(lines) or type(err).__name__
+    return _NUMPY_SCALAR.sub(r"\1", line)
+
+
+def report_input_error(command: str, err: BaseException) -> int:
+    """Print ``drive <command>: error: ...`` (one line) on stderr; the exit status 2."""
+    print(f"drive {command}: error: {error_line(err)}", file=sys.stderr, flush=True)
+    return 2
