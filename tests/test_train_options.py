@@ -16,15 +16,16 @@ from drive.checkpoint import load_policy
 from drive.cli import main
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
-from drive.nn.families import FAMILIES, CfCOptions, NCPLTCOptions, RNNOptions, build_policy, upgrade_flat_options
+from drive.nn.families import (FAMILIES, CfCOptions, NCPLTCOptions, RNNOptions, build_policy,
+                               upgrade_flat_options)
 from drive.sim.synthetic import LaneScene, write_synthetic_lanes
 from drive.train.hparams import upgrade_hparams
 from drive.train.module import PolicyModule
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compat"
 # written by drive fit with the flat option names (tools/make_compat_fixtures.py, before issue 23)
-FLAT = ["ncp_ltc", "cfc_default", "cfc_no_gate_mixed", "cfc_pure", "cfc_wired_mixed", "cfc_wired_pure", "lstm",
-        "ctrnn", "cnn"]
+FLAT = ["ncp_ltc", "cfc_default", "cfc_no_gate_mixed", "cfc_pure", "cfc_wired_mixed", "cfc_wired_pure",
+        "lstm", "ctrnn", "cnn"]
 
 
 def _ckpt(name: str) -> dict:
@@ -45,7 +46,8 @@ def test_each_default_is_stated_once_in_the_families() -> None:
 
 def test_build_policy_takes_the_familys_options_and_refuses_others() -> None:
     policy = build_policy("cfc", input_hw=(32, 80), units=8, mode="pure")
-    assert policy.config()["rnn"]["kwargs"]["units"] == 8 and policy.config()["rnn"]["kwargs"]["mode"] == "pure"
+    kwargs = policy.config()["rnn"]["kwargs"]
+    assert kwargs["units"] == 8 and kwargs["mode"] == "pure"
     same = build_policy("cfc", input_hw=(32, 80), options={"units": 8, "mode": "pure"})
     assert same.config() == policy.config()
     with pytest.raises(ValueError, match="family 'ncp_ltc' has no option units; its options: ode_unfolds"):
@@ -89,12 +91,14 @@ def logs(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("name", ["cfc_no_gate_mixed", "cfc_wired_pure", "lstm"])
-def test_drive_test_runs_a_checkpoint_written_with_the_flat_names(name: str, logs: Path, tmp_path: Path) -> None:
+def test_drive_test_runs_a_checkpoint_written_with_the_flat_names(name: str, logs: Path,
+                                                                  tmp_path: Path) -> None:
     """The model options come from the old checkpoint (Lightning re-applies its hyperparameters): the
     logged MSE is the checkpoint's own policy's over the recordings in one pass."""
     ckpt = FIXTURES / f"{name}.ckpt"
     args = ["test", "--ckpt_path", str(ckpt), "--data.test", f"[{logs}]", "--data.image_size", "[53, 53]",
-            "--data.eval_batch_size", "4", "--data.num_workers", "0", "--data.cache_dir", str(tmp_path / "cache"),
+            "--data.eval_batch_size", "4", "--data.num_workers", "0",
+            "--data.cache_dir", str(tmp_path / "cache"),
             "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path),
             "--trainer.enable_progress_bar", "false"]
     assert main(args) == 0

@@ -78,7 +78,8 @@ class DriveCLI(LightningCLI):
     def _parse_ckpt_path(self) -> None:
         """``--ckpt_path``'s model hyperparameters go over the command line's (as Lightning's own), in
         today's names also for checkpoints of earlier versions (:mod:`drive.train.hparams`); a missing,
-        empty, truncated or foreign file is named here (not a bare ``EOFError``), before any data is cached."""
+        empty, truncated or foreign file is named here (not a bare ``EOFError``), before any data is
+        cached."""
         sub = self.config.get("subcommand")
         path = self.config[sub].get("ckpt_path") if sub else None
         check_ckpt_path(path)

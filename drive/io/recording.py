@@ -33,8 +33,8 @@ import numpy as np
 
 # the format's pieces live beside this module; they are re-exported here, the one import path users need
 from drive.io.frames import ArrayFrames, FrameSource, ImageFiles, SubsetFrames, VideoFrames
-from drive.io.recording_meta import (FORMAT_NAME, FORMAT_VERSION, REQUIRED_COLUMNS, CameraCalibration, PathLike,
-                                     RecordingError, RecordingMeta)
+from drive.io.recording_meta import (FORMAT_NAME, FORMAT_VERSION, REQUIRED_COLUMNS, CameraCalibration,
+                                     PathLike, RecordingError, RecordingMeta)
 from drive.io.recording_writer import RecordingWriter
 from drive.io.video_index import complete_video_frames
 

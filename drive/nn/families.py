@@ -1,13 +1,16 @@
 """Model families: the named policies ``drive fit`` trains (the NCP paper's table), their options
 and their defaults, stated here once.
 
-| family    | head                | recurrent compartment                                     | options         |
-|-----------|---------------------|-----------------------------------------------------------|-----------------|
-| ``ncp_ltc`` | NCP conv head (32) | LTC on the 19-neuron lane-keeping NCP (1 motor neuron)    | :class:`NCPLTCOptions` |
-| ``cfc``     | NCP conv head (32) | CfC (default / no_gate / pure, mixed memory), dense ``units`` with its readout, or NCP-wired | :class:`CfCOptions` |
-| ``lstm``    | NCP conv head (32) | LSTM, ``units`` (64) + linear readout                    | :class:`RNNOptions` |
-| ``ctrnn``   | NCP conv head (32) | CT-RNN, ``units`` (64), Euler 6 unfolds + linear readout | :class:`RNNOptions` |
-| ``cnn``     | PilotNet CNN       | none (single frames; hidden ``[B, 0]``)                  | none            |
+=========== ================== ================================================ ======================
+family      head               recurrent compartment                            options
+=========== ================== ================================================ ======================
+``ncp_ltc`` NCP conv head (32) LTC on the 19-neuron lane-keeping NCP (1 motor)  :class:`NCPLTCOptions`
+``cfc``     NCP conv head (32) CfC (default / no_gate / pure, mixed memory),    :class:`CfCOptions`
+                               dense ``units`` + readout, or NCP-wired
+``lstm``    NCP conv head (32) LSTM, ``units`` (64) + linear readout            :class:`RNNOptions`
+``ctrnn``   NCP conv head (32) CT-RNN ``units`` (64), 6 Euler unfolds + readout :class:`RNNOptions`
+``cnn``     PilotNet CNN       none (single frames; hidden ``[B, 0]``)          none
+=========== ================== ================================================ ======================
 
 Each family's options are a frozen dataclass; :func:`build_policy` takes the family's name and
 either an options object or its fields as keywords (``build_policy("cfc", units=16, wired=True)``).
@@ -106,7 +109,8 @@ def _ctrnn(features: int, o: RNNOptions) -> nn.Module:
 
 
 class Family(NamedTuple):
-    """A family: its options type and ``build(features, options)`` of its recurrent part (None: feed-forward)."""
+    """A family: its options type and ``build(features, options)`` of its recurrent part (None:
+    feed-forward)."""
 
     options: Type[Any]
     build: Optional[Callable[[int, Any], nn.Module]]

@@ -174,7 +174,8 @@ class Wiring:
 
     # -- picture ---------------------------------------------------------------------------
     def plot(self, path: str, title: Optional[str] = None) -> None:
-        """Write a PNG of the graph by layer, edges coloured by polarity (:func:`drive.nn.wiring_plot.plot_wiring`)."""
+        """Write a PNG of the graph by layer, edges coloured by polarity
+        (:func:`drive.nn.wiring_plot.plot_wiring`)."""
         # matplotlib loads only when a wiring is drawn (start-up time: ~1 s for every importer of drive.nn)
         from drive.nn.wiring_plot import plot_wiring
 

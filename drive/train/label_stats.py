@@ -17,7 +17,8 @@ CURVATURE_MARGIN = 1.25  # the export's curvature limit: this x the training lab
 
 
 def label_range(curvatures: Sequence[np.ndarray]) -> Optional[List[float]]:
-    """``[min, max]`` (1/m) of the recordings' curvature labels, single-frame spikes left out; None if empty."""
+    """``[min, max]`` (1/m) of the recordings' curvature labels, single-frame spikes left out;
+    None if there are none."""
     lo, hi = math.inf, -math.inf
     for k in curvatures:
         k = np.delete(np.asarray(k, dtype=np.float64), spike_frames(k))
@@ -34,7 +35,8 @@ def curvature_limit(labels: Sequence[float]) -> float:
     return math.ceil(CURVATURE_MARGIN * max(abs(lo), abs(hi), 1e-3) * 100.0) / 100.0
 
 
-def readout_scale_km(curvatures: Sequence[np.ndarray], labels: Optional[Sequence[float]], direct: bool) -> float:
+def readout_scale_km(curvatures: Sequence[np.ndarray], labels: Optional[Sequence[float]],
+                     direct: bool) -> float:
     """The readout's scale (1/km per unit of recurrent output), to 2 significant digits: the labels'
     standard deviation, or for a cell read out ``direct``ly (bounded to +-1) at least the largest
     |label| of the range ``labels``."""

@@ -131,8 +131,8 @@ class PolicyModule(pl.LightningModule):
         self.save_hyperparameters()
         # the family's group, as its options type (LightningCLI and checkpoints hand over a dict)
         options = {"ncp_ltc": ncp_ltc, "cfc": cfc, "lstm": lstm, "ctrnn": ctrnn}.get(family)
-        self.policy: Policy = build_policy(family, input_hw=tuple(input_hw), options=family_options(family, options),
-                                           feature_norm=feature_norm)
+        self.policy: Policy = build_policy(family, input_hw=tuple(input_hw),
+                                           options=family_options(family, options), feature_norm=feature_norm)
         self.preprocessing = Preprocessing(size=(int(input_hw[0]), int(input_hw[1])))
         self.fps = 1.0 / self.policy.frame_period_s
         self.frame_size: Optional[List[int]] = None

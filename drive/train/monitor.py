@@ -61,7 +61,8 @@ class LearningMonitor:
         health (logged as ``train/dead_features`` and ``train/input_saturation``); check once at
         ``check_after_steps``."""
         valid = weight > 0
-        self.recent_sq.append(float(((pred - target)[valid] ** 2).mean()) if bool(valid.any()) else float("nan"))
+        mse = float(((pred - target)[valid] ** 2).mean()) if bool(valid.any()) else float("nan")
+        self.recent_sq.append(mse)
         del self.recent_sq[:-RECENT_STEPS]
         step = int(module.global_step)
         if step % HEALTH_EVERY == 0 or step == self.check_after_steps:
@@ -81,7 +82,7 @@ class LearningMonitor:
         module.log("val/best_constant_mse_km", self.baseline["val"])
         module.log("val/mse_vs_constant", mse / max(self.baseline["val"], 1e-12), prog_bar=True)
         step = int(module.global_step)
-        if self.check_after_steps > 0 and step >= self.check_after_steps and not module.trainer.sanity_checking:
+        if 0 < self.check_after_steps <= step and not module.trainer.sanity_checking:
             self.check(step, val_mse=mse)
 
     def warn(self, key: str, message: str) -> None:
@@ -102,19 +103,20 @@ class LearningMonitor:
         if val_mse is None and recent and "train" in self.baseline:
             mse, const = float(np.mean(recent)), self.baseline["train"]
             if mse >= 0.9 * const:
-                self.warn("train", f"the model is not learning: training MSE {mse:.4g} (1/km)^2 over the last "
-                          f"{len(recent)} steps (step {step}) is no better than the best constant predictor's "
-                          f"{const:.4g}" + _HINT)
+                self.warn("train", f"the model is not learning: training MSE {mse:.4g} (1/km)^2 over the "
+                          f"last {len(recent)} steps (step {step}) is no better than the best constant "
+                          f"predictor's {const:.4g}" + _HINT)
         if val_mse is not None and "val" in self.baseline and val_mse >= self.baseline["val"]:
-            self.warn("val", f"the model is not learning: validation MSE {val_mse:.4g} (1/km)^2 after {step} "
-                      f"steps is no better than the best constant predictor's {self.baseline['val']:.4g}" + _HINT)
+            self.warn("val", f"the model is not learning: validation MSE {val_mse:.4g} (1/km)^2 after "
+                      f"{step} steps is no better than the best constant predictor's "
+                      f"{self.baseline['val']:.4g}" + _HINT)
         health = self.health
         if health.get("dead", 0.0) > 0.5:
-            self.warn("dead", f"{health['dead']:.0%} of the head's features are exactly 0 on every frame of a "
-                      f"batch (dead ReLU units; largest feature {health['feature_max']:.3g}) at step {step}: the "
-                      "cell sees almost nothing of the image; use model.feature_norm batch and model.init data"
-                      + _HINT)
+            self.warn("dead", f"{health['dead']:.0%} of the head's features are exactly 0 on every frame "
+                      f"of a batch (dead ReLU units; largest feature {health['feature_max']:.3g}) at step "
+                      f"{step}: the cell sees almost nothing of the image; use model.feature_norm batch and "
+                      "model.init data" + _HINT)
         if health.get("saturated", 0.0) > 0.5:
-            self.warn("saturated", f"{health['saturated']:.0%} of the LTC's sensory sigmoids are saturated (< 0.02 "
-                      f"or > 0.98) at step {step}, so its inputs carry no gradient; use model.feature_norm batch "
-                      "and model.init data" + _HINT)
+            self.warn("saturated", f"{health['saturated']:.0%} of the LTC's sensory sigmoids are saturated "
+                      f"(< 0.02 or > 0.98) at step {step}, so its inputs carry no gradient; use "
+                      "model.feature_norm batch and model.init data" + _HINT)

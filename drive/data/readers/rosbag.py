@@ -59,9 +59,9 @@ import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.readers.base import NoFrames, ReaderOptions, build_recording
-from drive.data.readers.ros_messages import (ACKERMANN_MSGS, IMAGE_TYPES, SPEED_TYPES, STEERING_TYPES, Series,
-                                             decode_image, has_header, message_values, raw_steer, speed_values,
-                                             stamp_ns, steering_curvature, typestore)
+from drive.data.readers.ros_messages import (ACKERMANN_MSGS, IMAGE_TYPES, SPEED_TYPES, STEERING_TYPES,
+                                             Series, decode_image, has_header, message_values, raw_steer,
+                                             speed_values, stamp_ns, steering_curvature, typestore)
 from drive.io.recording import Recording, RecordingError
 
 __all__ = ["read", "detect", "list_topics", "BagFrames", "decode_image", "typestore", "BAG_SUFFIXES",
@@ -336,7 +336,8 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     if sp is not None:
         pt = _times_s(sp, use_header, t0)
         speeds = build_recording(file=f"{path} {speed_topic}", rows=sp.ordinals,
-                                 log={"timestamp_s": pt, "curvature": np.zeros(len(pt)), "speed_mps": speed_values(sp)},
+                                 log={"timestamp_s": pt, "curvature": np.zeros(len(pt)),
+                                      "speed_mps": speed_values(sp)},
                                  source=NoFrames(len(pt)), problems=problems,
                                  meta={"fps": 1.0, "width": 1, "height": 1})
         if speeds is None:
