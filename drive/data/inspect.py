@@ -116,7 +116,7 @@ def plot_recordings(recs: Sequence[Recording], out: str, gap_factor: float = 3.0
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend is chosen; start-up time as above
 
     shown = list(recs)[:limit]
     fig, axes = plt.subplots(len(shown), 1, figsize=(10, 2.2 * len(shown)), squeeze=False)
