@@ -31,7 +31,8 @@ CROP = (6, 96, 10, 230)
 
 def make_checkpoint(path: Path, family: str, seed: int = 0, closed_form: bool = False, **opts) -> Path:
     torch.manual_seed(seed)
-    policy = build_policy(family, frame_period_s=1.0 / FPS, units=16, **opts)
+    units = {"units": 16} if family in ("cfc", "lstm", "ctrnn") else {}  # the families with a units option
+    policy = build_policy(family, frame_period_s=1.0 / FPS, **units, **opts)
     norm = getattr(policy.head, "feature_norm", None)
     if isinstance(norm, torch.nn.BatchNorm1d):  # trained-like statistics, so the export's folding shows
         with torch.no_grad():
@@ -62,7 +63,7 @@ def lstm_file(tmp_path_factory) -> tuple:
     return ckpt, export_policy(ckpt, d / "lstm.ts")
 
 
-FAMILIES = [("ncp_ltc", {}), ("cfc", {}), ("cfc", {"cfc_wired": True, "cfc_mode": "pure"}), ("lstm", {}),
+FAMILIES = [("ncp_ltc", {}), ("cfc", {}), ("cfc", {"wired": True, "mode": "pure"}), ("lstm", {}),
             ("ctrnn", {}), ("cnn", {}), ("ncp_ltc", {"closed_form": True}), ("ncp_ltc", {"feature_norm": "batch"}),
             ("ncp_ltc", {"closed_form": True, "feature_norm": "batch"})]
 
@@ -286,7 +287,7 @@ def test_half_precision_head_keeps_cell_and_hidden_in_fp32(tmp_path):
 @pytest.mark.parametrize("family", ["ncp_ltc", "cnn"])  # NCPConvHead -> DeployedNCPHead; PilotNet -> DeployedHead
 def test_building_the_module_leaves_the_callers_policy_untouched(family):
     torch.manual_seed(0)
-    policy = build_policy(family, frame_period_s=1.0 / FPS, units=16)
+    policy = build_policy(family, frame_period_s=1.0 / FPS)
     frame = camera_frames(1)[0, :78, :200].permute(2, 0, 1)[None].float() / 255
     hidden, dt = policy.initial_state(1), torch.tensor([1.0 / FPS])
     with torch.no_grad():

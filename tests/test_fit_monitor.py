@@ -40,7 +40,7 @@ def _fit(logs: Path, tmp: Path, lr: float, steps: int, check: int) -> tuple:
 def test_a_model_that_does_not_learn_is_reported_once_with_the_baseline(logs: Path, tmp_path: Path) -> None:
     module, trainer, messages = _fit(logs, tmp_path, lr=1e-9, steps=16, check=8)  # lr ~0: it cannot learn
     metrics = trainer.callback_metrics
-    const = module.baseline["val"]
+    const = module.monitor.baseline["val"]
     assert float(metrics["val/best_constant_mse_km"]) == pytest.approx(const, rel=1e-5)
     assert float(metrics["val/mse_vs_constant"]) == pytest.approx(float(metrics["val/mse_km"]) / const, rel=1e-4)
     assert "train/dead_features" in metrics and "train/input_saturation" in metrics
@@ -58,10 +58,10 @@ def test_a_healthy_run_gives_no_warning(logs: Path, tmp_path: Path) -> None:
 
 def test_dead_features_and_saturated_inputs_are_named() -> None:
     module = PolicyModule(family="ncp_ltc", input_hw=(40, 100))
-    module._health = {"dead": 0.66, "feature_max": 114.0, "saturated": 0.9}
+    module.monitor.health = {"dead": 0.66, "feature_max": 114.0, "saturated": 0.9}
     with pytest.warns(NotLearningWarning) as record:
-        module.check_learning()
-        module.check_learning()  # once per problem
+        module.monitor.check(step=0)
+        module.monitor.check(step=0)  # once per problem
     text = [str(r.message) for r in record]
     assert len(text) == 2
     assert "66% of the head's features are exactly 0" in text[0] and "largest feature 114" in text[0]

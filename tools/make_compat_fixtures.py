@@ -56,14 +56,14 @@ FRAMES = 8  # frames per reference sequence
 # name -> (config file, extra --model.* options)
 CHECKPOINTS: Dict[str, List[str]] = {
     "ncp_ltc": ["configs/ncp_ltc.yaml"],
-    "cfc_default": ["configs/cfc.yaml", "--model.units", "8"],
-    "cfc_no_gate_mixed": ["configs/cfc.yaml", "--model.units", "8", "--model.cfc_mode", "no_gate",
-                          "--model.cfc_mixed_memory", "true"],
-    "cfc_pure": ["configs/cfc.yaml", "--model.units", "8", "--model.cfc_mode", "pure"],
-    "cfc_wired_mixed": ["configs/cfc.yaml", "--model.cfc_wired", "true", "--model.cfc_mixed_memory", "true"],
-    "cfc_wired_pure": ["configs/cfc.yaml", "--model.cfc_wired", "true", "--model.cfc_mode", "pure"],
-    "lstm": ["configs/lstm.yaml", "--model.units", "8"],
-    "ctrnn": ["configs/ctrnn.yaml", "--model.units", "8"],
+    "cfc_default": ["configs/cfc.yaml", "--model.cfc.units", "8"],
+    "cfc_no_gate_mixed": ["configs/cfc.yaml", "--model.cfc.units", "8", "--model.cfc.mode", "no_gate",
+                          "--model.cfc.mixed_memory", "true"],
+    "cfc_pure": ["configs/cfc.yaml", "--model.cfc.units", "8", "--model.cfc.mode", "pure"],
+    "cfc_wired_mixed": ["configs/cfc.yaml", "--model.cfc.wired", "true", "--model.cfc.mixed_memory", "true"],
+    "cfc_wired_pure": ["configs/cfc.yaml", "--model.cfc.wired", "true", "--model.cfc.mode", "pure"],
+    "lstm": ["configs/lstm.yaml", "--model.lstm.units", "8"],
+    "ctrnn": ["configs/ctrnn.yaml", "--model.ctrnn.units", "8"],
     "cnn": ["configs/cnn.yaml", "--data.batch_size", "16"],
 }
 CLOSED_FORM = "ncp_ltc_closed_form.pt"

@@ -15,6 +15,7 @@ from drive.io.atomic import save_figure
 from drive.data.cache import display_name, iter_decoded
 from drive.data.errors import DataError, Problems
 from drive.data.readers import discover, no_log_message, read_logs
+from drive.data.readers.rosbag import list_topics
 from drive.io.recording import Recording, RecordingMeta, RecordingWriter
 
 __all__ = ["inspect_logs", "format_report", "convert_logs", "plot_recordings", "label_statistics", "spike_frames"]
@@ -111,10 +112,11 @@ def _summary(rec: Recording, gap_factor: float) -> Dict[str, Any]:
 
 def plot_recordings(recs: Sequence[Recording], out: str, gap_factor: float = 3.0, limit: int = 8) -> None:
     """Curvature (1/km) and speed over time for up to ``limit`` recordings, time gaps shaded."""
+    # matplotlib loads only when a plot is asked for (start-up time: ~1 s for every importer)
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after the backend is chosen; start-up time as above
 
     shown = list(recs)[:limit]
     fig, axes = plt.subplots(len(shown), 1, figsize=(10, 2.2 * len(shown)), squeeze=False)
@@ -182,8 +184,6 @@ def _log_entry(path: str, format: str) -> Dict[str, Any]:
     """A log's path and format; a ROS bag's topics too (type, count, the roles drive can give them)."""
     entry: Dict[str, Any] = {"path": path, "format": format}
     if format == "rosbag":
-        from drive.data.readers.rosbag import list_topics
-
         try:
             entry["topics"] = list_topics(Path(path))
         except Exception as e:  # the read itself reports an unreadable bag as a problem

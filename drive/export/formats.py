@@ -158,6 +158,7 @@ def _write_torchscript(deployed: DeployedPolicy, meta_json: str, tmp: io.BytesIO
 
 def _write_aoti(deployed: DeployedPolicy, meta: Dict[str, Any], meta_json: str, tmp: io.BytesIO,
                 device: torch.device) -> None:
+    # torch._inductor takes ~5 s to import: only an AOTInductor export pays it (start-up time)
     from torch._inductor import aoti_compile_and_package
 
     deployed.metadata_json = meta_json

@@ -85,6 +85,7 @@ def removing_failed_extractions(path: PathLike) -> Iterator[None]:
 def load_aoti_package(path: PathLike) -> Any:
     """``torch._inductor.aoti_load_package`` after :func:`check_aoti_package`; a failing load
     removes the ``aotinductor_*`` folder it extracted and is a ``ValueError`` naming the file."""
+    # torch._inductor takes ~5 s to import: only loading a .pt2 pays it (start-up time)
     from torch._inductor import aoti_load_package
 
     check_aoti_package(path)

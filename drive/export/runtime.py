@@ -9,12 +9,14 @@ against the metadata first (shape, dtype), with the same messages the TorchScrip
 :class:`ExportedDriver` drives the built-in world (``drive evaluate --policy policy.ts``): the
 world's ``Driver`` protocol on top of an exported file, so a vehicle file can be evaluated in
 closed loop exactly as its checkpoint was.
+
+AOTInductor checks and loading live in :mod:`drive.export.aoti`, the CUDA-graph step in
+:mod:`drive.export.cuda_graph`.
 """
 from __future__ import annotations
 
 import json
 import os
-import sys
 import warnings
 import zipfile
 from pathlib import Path
@@ -22,6 +24,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
+
+from drive.export.aoti import check_aoti_loadable, flat_runner, init_cuda, probe_aoti, read_aoti_strings
+from drive.export.cuda_graph import CapturedStep
+from drive.export.integrity import check_aoti_package, load_aoti_package, load_error
 
 __all__ = ["ExportedPolicy", "ExportedDriver", "load_exported", "read_metadata", "read_aoti_strings",
            "check_aoti_loadable", "probe_aoti", "optimize_loaded", "PRESERVED"]
@@ -33,8 +39,6 @@ PathLike = Union[str, os.PathLike]
 def read_metadata(path: PathLike) -> Dict[str, Any]:
     """The export metadata of a ``.ts`` / ``.pt2`` / ``.onnx`` file, without running the model
     (a damaged file is a ``ValueError`` naming it: :mod:`drive.export.integrity`)."""
-    from drive.export.integrity import check_aoti_package, load_error
-
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such exported policy file")
     if os.path.getsize(path) == 0:
@@ -63,7 +67,7 @@ def _read_metadata(path: PathLike) -> Dict[str, Any]:
     if suffix == ".pt2":
         return json.loads(read_aoti_strings(path)["metadata_json"])
     if suffix == ".onnx":
-        import onnx
+        import onnx  # optional dependency (the dev extra): needed only to read .onnx files
 
         model = onnx.load(str(path), load_external_data=False)
         props = {p.key: p.value for p in model.metadata_props}
@@ -71,32 +75,6 @@ def _read_metadata(path: PathLike) -> Dict[str, Any]:
             raise ValueError(f"{path}: no {META_FILE} metadata: not exported by drive")
         return json.loads(props[META_FILE])
     raise ValueError(f"{path}: unknown export suffix {suffix!r} (.ts, .pt2, .onnx)")
-
-
-def read_aoti_strings(path: PathLike) -> Dict[str, str]:
-    """The string map an AOTInductor package was compiled with (``aot_inductor.metadata``), read
-    from the ``.pt2`` zip archive itself: nothing is loaded, so a package built for a device this
-    process cannot run (or whose loader would crash) can still be inspected.
-
-    AOTInductor stores the map as JSON beside the compiled model,
-    ``<archive>/data/aotinductor/<model>/*_metadata.json``: the map
-    ``AOTIModelPackageLoader::get_metadata()`` returns, with the compiler's ``AOTI_DEVICE_KEY``
-    (``cpu`` / ``cuda``), ``AOTI_COMPUTE_CAPABILITY`` and ``AOTI_CPU_ISA`` added."""
-    path = Path(path)
-    try:
-        zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as e:
-        raise ValueError(f"{path}: not an AOTInductor package (not a zip archive: {e})") from None
-    with zf:
-        names = [n for n in zf.namelist() if n.endswith("_metadata.json") and "/aotinductor/" in n]
-        for name in sorted(names):
-            try:
-                strings = json.loads(zf.read(name))
-            except ValueError:
-                continue
-            if isinstance(strings, dict) and "metadata_json" in strings:
-                return {str(k): str(v) for k, v in strings.items()}
-    raise ValueError(f"{path}: no drive metadata in the package's archive: not exported by drive")
 
 
 # What a frozen module keeps: the methods and the attributes drive_runtime and run_policy.py read.
@@ -148,18 +126,16 @@ class ExportedPolicy:
             if optimize:
                 self._module = optimize_loaded(self._module, self.device.type)
         elif self.format == "aoti":
-            from drive.export.integrity import load_aoti_package
-
             self.device = torch.device(self.meta["device"])
             check_aoti_loadable(self.path, self.meta)
             if self.device.type == "cuda":
-                _init_cuda(self.device)
+                init_cuda(self.device)
                 if probe:
                     probe_aoti(self.path)
             self._module = load_aoti_package(self.path)
-            self._run = _flat_runner(self._module)
+            self._run = flat_runner(self._module)
         elif self.format == "onnx":
-            import onnxruntime as ort
+            import onnxruntime as ort  # optional dependency (the dev extra): needed only to run .onnx files
 
             options = ort.SessionOptions()
             if threads:
@@ -173,7 +149,7 @@ class ExportedPolicy:
         # CUDA graphs: on by default on CUDA (TorchScript and AOTInductor), one per (batch, frame dtype)
         self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda" and self.format in ("torchscript", "aoti") \
             and os.environ.get("DRIVE_CUDA_GRAPH", "1") != "0"
-        self._graphs: Dict[Tuple[int, torch.dtype], Optional[_CapturedStep]] = {}
+        self._graphs: Dict[Tuple[int, torch.dtype], Optional[CapturedStep]] = {}
         self.graph_failures: Dict[int, str] = {}  # batch -> why its capture failed (stepped without a graph)
 
     def initial_state(self, batch: int = 1) -> torch.Tensor:
@@ -207,11 +183,11 @@ class ExportedPolicy:
         """Batch sizes whose step runs as a captured CUDA graph so far."""
         return sorted({b for (b, _), g in self._graphs.items() if g is not None})
 
-    def _graph_for(self, frame: torch.Tensor, hidden: torch.Tensor) -> Optional["_CapturedStep"]:
+    def _graph_for(self, frame: torch.Tensor, hidden: torch.Tensor) -> Optional["CapturedStep"]:
         key = (int(frame.size(0)), frame.dtype)
         if key not in self._graphs:
             try:
-                self._graphs[key] = _CapturedStep(self._uncaptured, frame, hidden)
+                self._graphs[key] = CapturedStep(self._uncaptured, frame, hidden)
             except Exception as e:  # noqa: BLE001 - any capture failure falls back to plain stepping
                 torch.cuda.synchronize(self.device)
                 reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
@@ -244,156 +220,6 @@ class ExportedPolicy:
         return self._uncaptured(frame, hidden)
 
 
-class _CapturedStep:
-    """One step captured in a CUDA graph: static input buffers, replay, outputs copied out.
-
-    The step runs ``WARMUP`` times on a side stream first (TorchScript's profiling executor
-    specialises its plan over the first calls; cuDNN and cuBLAS pick and cache their algorithms),
-    so the captured kernels are the ones plain stepping runs from then on."""
-
-    WARMUP = 4
-
-    def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, ...]], frame: torch.Tensor,
-                 hidden: torch.Tensor) -> None:
-        device = hidden.device if hidden.is_cuda else torch.device("cuda", torch.cuda.current_device())
-        self.frame = frame.to(device, copy=True)
-        self.hidden = hidden.to(device, copy=True)
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            for _ in range(self.WARMUP):
-                fn(self.frame, self.hidden)
-        torch.cuda.current_stream(device).wait_stream(side)
-        torch.cuda.synchronize(device)
-        self.graph = torch.cuda.CUDAGraph()
-        # its own memory pool (a few MB): no graph's replay can touch another's static outputs
-        with torch.cuda.graph(self.graph):
-            self.out = fn(self.frame, self.hidden)
-
-    def __call__(self, frame: torch.Tensor, hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        self.frame.copy_(frame)
-        self.hidden.copy_(hidden)
-        self.graph.replay()
-        return tuple(o.clone() for o in self.out)  # type: ignore[return-value]
-
-
-def _init_cuda(device: torch.device) -> None:
-    """Create the CUDA context (and make ``device`` current) before a native loader touches CUDA:
-    an AOTInductor CUDA package opened first thing in a fresh process meets no context."""
-    torch.cuda.init()
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    torch.cuda.set_device(index)
-    torch.zeros(1, device=torch.device("cuda", index))
-    torch.cuda.synchronize(index)
-
-
-def check_aoti_loadable(path: PathLike, meta: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
-    """Refuse (``ValueError``, the reason in one line) an AOTInductor package this process cannot
-    run, before loading it.
-
-    Read from the archive (:func:`read_aoti_strings`), not by loading: the package's device
-    (a CUDA package needs a visible GPU of the compute capability it was compiled for), the torch
-    that compiled it (a package is native code against that libtorch's ABI) and, for CPU
-    packages, the vector instruction set its kernels use. Returns the package's string map."""
-    path = Path(path)
-    strings = read_aoti_strings(path)
-    meta = meta if meta is not None else json.loads(strings["metadata_json"])
-    built = str(meta.get("torch_version", ""))
-    here = torch.__version__.split("+")[0]
-    if built and built != here:
-        raise ValueError(f"{path}: AOTInductor package compiled by torch {built}, this is torch {here}: "
-                           "a package is native code for the torch that built it; export it again here "
-                           "(or use the TorchScript file, which is portable)")
-    device = strings.get("AOTI_DEVICE_KEY", str(meta.get("device", "cpu")))
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"{path}: AOTInductor package compiled for CUDA, but torch sees no CUDA device in "
-                               "this process; export with --device cpu for this machine, or use the TorchScript file")
-        built_cc = strings.get("AOTI_COMPUTE_CAPABILITY", "")
-        major, minor = torch.cuda.get_device_capability()
-        if built_cc and built_cc.isdigit() and built_cc != f"{major}{minor}":
-            raise ValueError(f"{path}: AOTInductor package compiled for CUDA compute capability {built_cc}, "
-                               f"this GPU ({torch.cuda.get_device_name()}) is {major}{minor}; export it again on this GPU")
-    elif device == "cpu":
-        built_isa = strings.get("AOTI_CPU_ISA", "")
-        if built_isa and built_isa not in ("", "INVALIDVECISA", "NONE"):
-            from torch._inductor import cpu_vec_isa
-
-            supported = {str(isa).upper() for isa in cpu_vec_isa.valid_vec_isa_list()}
-            if built_isa.upper() not in supported:
-                raise ValueError(f"{path}: AOTInductor CPU package compiled for the {built_isa} instruction set, "
-                                   f"which this CPU lacks (it has: {', '.join(sorted(supported)) or 'none'}); "
-                                   "export it again on this machine")
-    else:
-        raise ValueError(f"{path}: AOTInductor package compiled for device {device!r}; drive runs cpu or cuda packages")
-    return strings
-
-
-_PROBED: Dict[Tuple[str, int, int], Optional[str]] = {}
-_PROBE = """
-import sys, torch
-from drive.export.runtime import load_exported
-p = load_exported(sys.argv[1], probe=False, cuda_graph=False)
-h, w = p.frame_size
-out = p.step(torch.full((1, h, w, 3), 128, dtype=torch.uint8, device=p.device), p.initial_state(1))
-torch.cuda.synchronize()
-assert all(torch.isfinite(o.float()).all() for o in out), "non-finite output on a grey frame"
-print("ok")
-"""
-
-
-def probe_aoti(path: PathLike, timeout_s: float = 600.0) -> None:
-    """Load a CUDA AOTInductor package and step it once in a child process first: a native loader
-    that crashes (a segfault kills the process, no exception reaches Python) then costs a clear
-    error here instead of this process. Remembered per file (path, size, mtime) in this process."""
-    import signal
-    import subprocess
-
-    path = Path(path).resolve()
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
-    if key not in _PROBED:
-        package_root = str(Path(__file__).resolve().parents[2])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        try:
-            proc = subprocess.run([sys.executable, "-c", _PROBE, str(path)], env=env, capture_output=True,
-                                  text=True, timeout=timeout_s)
-            if proc.returncode == 0:
-                _PROBED[key] = None
-            else:
-                tail = [line for line in (proc.stderr or proc.stdout).strip().splitlines() if line.strip()]
-                if proc.returncode < 0:
-                    how = f"killed by {signal.Signals(-proc.returncode).name}"
-                else:
-                    how = f"exit {proc.returncode}: {tail[-1] if tail else 'no message'}"
-                _PROBED[key] = how
-        except subprocess.TimeoutExpired:
-            _PROBED[key] = f"no answer within {timeout_s:.0f} s"
-    failure = _PROBED[key]
-    if failure is not None:
-        raise ValueError(f"{path}: loading and stepping this AOTInductor CUDA package in a probe process failed "
-                           f"({failure}); refused rather than risk this process: use the TorchScript export "
-                           "(`drive export --format torchscript --device cuda`), which steps in a CUDA graph")
-
-
-def _flat_runner(package: Any) -> Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]]:
-    """The package loader's own ``boxed_run`` when the program takes exactly ``(frame, hidden)``
-    and returns three tensors, else None. ``AOTICompiledModel.__call__`` parses the package's
-    pytree specs again on every call (~0.04 ms of a ~1.3 ms CPU step); our step's inputs and
-    outputs are flat, so the specs are checked once here instead."""
-    loader = getattr(package, "loader", None)
-    if loader is None or not hasattr(loader, "boxed_run") or not hasattr(loader, "get_call_spec"):
-        return None
-    from torch.utils import _pytree as pytree
-
-    in_spec, out_spec = (pytree.treespec_loads(s) for s in loader.get_call_spec())
-    x = torch.empty(0)
-    expected_in = pytree.tree_flatten(((x, x), {}))[1]
-    expected_out = pytree.tree_flatten((x, x, x))[1]
-    return loader.boxed_run if in_spec == expected_in and out_spec == expected_out else None
-
-
 def load_exported(path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True,
                   cuda_graph: bool = True, probe: bool = True) -> ExportedPolicy:
     """Open an exported policy file (``.ts``, ``.pt2``, ``.onnx``); TorchScript files are
@@ -403,8 +229,6 @@ def load_exported(path: PathLike, device: str = "cpu", threads: int = 0, optimiz
     process before loading (:func:`check_aoti_loadable`); a CUDA one is also loaded and stepped
     once in a child process first unless ``probe=False`` (:func:`probe_aoti`). A damaged file is a
     ``ValueError`` naming it."""
-    from drive.export.integrity import load_error
-
     try:
         return ExportedPolicy(path, device=device, threads=threads, optimize=optimize, cuda_graph=cuda_graph,
                               probe=probe)

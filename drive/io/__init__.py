@@ -1,3 +1,5 @@
 """Files in and out, upstream of everything: the canonical recording format
-(:mod:`drive.io.recording`), whole-or-nothing writes (:mod:`drive.io.atomic`), container indexes of
-video files (:mod:`drive.io.video_index`) and timing helpers (:mod:`drive.io.timing`)."""
+(:mod:`drive.io.recording` reads it; :mod:`drive.io.recording_meta`, :mod:`drive.io.frames` and
+:mod:`drive.io.recording_writer` hold its description, frame sources and writer), whole-or-nothing
+writes (:mod:`drive.io.atomic`), container indexes of video files (:mod:`drive.io.video_index`)
+and timing helpers (:mod:`drive.io.timing`)."""

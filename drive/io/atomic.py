@@ -123,7 +123,7 @@ def write_text(out: PathLike, text: str) -> Path:
 def write_image(out: PathLike, rgb: "np.ndarray") -> Path:
     """An RGB ``uint8 [H, W, 3]`` array as an image file (format from the suffix), atomically; an
     encoder failure is an error naming the file, not a silently missing image."""
-    import cv2
+    import cv2  # this module stays light (no numpy, no OpenCV at import): start-up time
 
     with atomic_path(out) as tmp:
         try:
@@ -137,6 +137,8 @@ def write_image(out: PathLike, rgb: "np.ndarray") -> Path:
 
 def save_figure(fig: Any, out: PathLike, **kwargs: Any) -> Path:
     """``fig.savefig(out, **kwargs)`` atomically, then close the figure."""
+    # the caller made `fig`, so matplotlib is loaded already; at module level it would cost every
+    # importer of drive.io ~1 s (start-up time)
     import matplotlib.pyplot as plt
 
     try:

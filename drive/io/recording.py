@@ -1,4 +1,4 @@
-"""The canonical recording: the one on-disk and in-memory shape of a driving log.
+"""The canonical recording: the one on-disk and in-memory shape of a driving log, and reading it.
 
 A recording is a directory (documented in docs/formats.md)::
 
@@ -15,21 +15,27 @@ frames come from any :class:`FrameSource` (image files, a video, an array, an HD
 :class:`RecordingWriter` writes the canonical directory atomically: it builds it under a temporary
 name and renames it into place on :meth:`RecordingWriter.close`, so a crash never leaves a
 half-written recording behind.
+
+Layout: ``meta.json`` and the error type in :mod:`drive.io.recording_meta`, frame sources in
+:mod:`drive.io.frames`, writing in :mod:`drive.io.recording_writer`; this module reads, and
+re-exports all of them (``from drive.io.recording import Recording, RecordingWriter`` works).
 """
 from __future__ import annotations
 
 import csv
 import json
 import math
-import os
-import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
-import cv2
 import numpy as np
 
+# the format's pieces live beside this module; they are re-exported here, the one import path users need
+from drive.io.frames import ArrayFrames, FrameSource, ImageFiles, SubsetFrames, VideoFrames
+from drive.io.recording_meta import (FORMAT_NAME, FORMAT_VERSION, REQUIRED_COLUMNS, CameraCalibration,
+                                     PathLike, RecordingError, RecordingMeta)
+from drive.io.recording_writer import RecordingWriter
 from drive.io.video_index import complete_video_frames
 
 __all__ = [
@@ -48,233 +54,12 @@ __all__ = [
     "read_log_csv",
     "read_log_rows",
     "complete_video_frames",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
 ]
 
-FORMAT_NAME = "drive-recording"
-FORMAT_VERSION = 1
-REQUIRED_COLUMNS = ("frame", "timestamp_s", "curvature", "speed_mps")
-PathLike = Union[str, os.PathLike]
 # report(file, row, kind, message): drive.data.errors.Problems.report (raises, or records and goes on)
 Report = Callable[[str, Optional[int], str, str], None]
-
-
-class RecordingError(ValueError):
-    """A recording is malformed; the message names the file (and row) and what is wrong."""
-
-
-@dataclass
-class CameraCalibration:
-    """Pinhole intrinsics (pixels, at the recorded image size) and mounting on the vehicle.
-
-    The camera looks forward along the vehicle's x axis; ``pitch_rad`` > 0 tilts it down,
-    ``yaw_rad`` > 0 turns it left, ``lateral_m`` > 0 mounts it left of the centre line.
-    """
-
-    fx: float
-    fy: float
-    cx: float
-    cy: float
-    height_m: float = 1.5
-    pitch_rad: float = 0.0
-    yaw_rad: float = 0.0
-    roll_rad: float = 0.0
-    lateral_m: float = 0.0
-    forward_m: float = 0.0
-
-    def matrix(self) -> np.ndarray:
-        """The 3x3 intrinsic matrix K."""
-        return np.array([[self.fx, 0.0, self.cx], [0.0, self.fy, self.cy], [0.0, 0.0, 1.0]])
-
-    def to_dict(self) -> Dict[str, float]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "CameraCalibration":
-        unknown = set(d) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise RecordingError(f"camera calibration: unknown keys {sorted(unknown)}")
-        return cls(**{k: float(v) for k, v in d.items()})
-
-
-@dataclass
-class RecordingMeta:
-    """What ``meta.json`` holds. ``label`` is always curvature in 1/m in the canonical model."""
-
-    fps: float
-    width: int
-    height: int
-    camera: Optional[CameraCalibration] = None
-    source: str = "unknown"
-    conditions: Dict[str, Any] = field(default_factory=dict)
-    seed: Optional[int] = None
-    storage: str = "frames"
-    video: Optional[str] = None
-    extra: Dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.fps) and self.fps > 0):
-            raise RecordingError(f"fps must be a positive number, got {self.fps!r}")
-        if self.width <= 0 or self.height <= 0:
-            raise RecordingError(f"image size must be positive, got {self.width}x{self.height}")
-        if self.storage not in ("frames", "video"):
-            raise RecordingError(f"storage must be 'frames' or 'video', got {self.storage!r}")
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {
-            "format": FORMAT_NAME,
-            "version": FORMAT_VERSION,
-            "fps": self.fps,
-            "image": {"width": self.width, "height": self.height},
-            "camera": self.camera.to_dict() if self.camera else None,
-            "label": {"name": "curvature", "unit": "1/m"},
-            "speed_unit": "m/s",
-            "source": self.source,
-            "conditions": self.conditions,
-            "seed": self.seed,
-            "storage": self.storage,
-            "video": self.video,
-            "extra": self.extra,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Dict[str, Any], where: str = "meta.json") -> "RecordingMeta":
-        if d.get("format") != FORMAT_NAME:
-            raise RecordingError(f"{where}: not a drive recording (format={d.get('format')!r})")
-        if int(d.get("version", -1)) > FORMAT_VERSION:
-            raise RecordingError(f"{where}: format version {d['version']} is newer than {FORMAT_VERSION}")
-        label = d.get("label", {})
-        if label.get("name") != "curvature" or label.get("unit") != "1/m":
-            raise RecordingError(f"{where}: label must be curvature in 1/m, got {label!r}")
-        try:
-            camera = CameraCalibration.from_dict(d["camera"]) if d.get("camera") else None
-            return cls(
-                fps=float(d["fps"]),
-                width=int(d["image"]["width"]),
-                height=int(d["image"]["height"]),
-                camera=camera,
-                source=str(d.get("source", "unknown")),
-                conditions=dict(d.get("conditions") or {}),
-                seed=d.get("seed"),
-                storage=str(d.get("storage", "frames")),
-                video=d.get("video"),
-                extra=dict(d.get("extra") or {}),
-            )
-        except (KeyError, TypeError) as e:
-            raise RecordingError(f"{where}: missing or malformed field {e}") from None
-        except RecordingError as e:
-            raise RecordingError(f"{where}: {e}") from None
-
-
-class FrameSource(Protocol):
-    """Random access to a recording's frames as uint8 RGB arrays [H, W, 3]."""
-
-    def __len__(self) -> int: ...
-
-    def read(self, index: int) -> np.ndarray: ...
-
-
-def _to_rgb(bgr: np.ndarray) -> np.ndarray:
-    if bgr.ndim == 2:
-        return cv2.cvtColor(bgr, cv2.COLOR_GRAY2RGB)
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
-
-
-class ImageFiles:
-    """Frames stored as image files (JPEG, PNG, ...), one per frame."""
-
-    def __init__(self, paths: Sequence[PathLike]):
-        self.paths = [Path(p) for p in paths]
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def read(self, index: int) -> np.ndarray:
-        path = self.paths[index]
-        data = np.fromfile(path, dtype=np.uint8) if path.is_file() else None
-        if data is None:
-            raise RecordingError(f"{path}: image file is missing (frame {index})")
-        image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
-        if image is None:
-            raise RecordingError(f"{path}: not a readable image (frame {index})")
-        return _to_rgb(image)
-
-
-class VideoFrames:
-    """Frames of one video file, decoded with OpenCV; sequential reads do not seek.
-
-    A file cut short inside a frame (:func:`complete_video_frames`) raises for that frame and
-    the ones after it ("video is truncated"), instead of returning the half-decoded frame."""
-
-    def __init__(self, path: PathLike, count: Optional[int] = None):
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise RecordingError(f"{self.path}: video file is missing")
-        self._cap: Optional[cv2.VideoCapture] = None
-        self._next = 0
-        self._complete: Optional[int] = None
-        self._complete_known = False
-        if count is None:
-            cap = cv2.VideoCapture(str(self.path))
-            if not cap.isOpened():
-                raise RecordingError(f"{self.path}: cannot open video")
-            count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
-            cap.release()
-        self.count = count
-
-    def __len__(self) -> int:
-        return self.count
-
-    def __getstate__(self) -> Dict[str, Any]:  # picklable for DataLoader workers
-        return {"path": self.path, "count": self.count}
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.path, self.count, self._cap, self._next = state["path"], state["count"], None, 0
-        self._complete, self._complete_known = None, False
-
-    def read(self, index: int) -> np.ndarray:
-        if not 0 <= index < self.count:
-            raise IndexError(f"{self.path}: frame {index} out of range 0..{self.count - 1}")
-        if not self._complete_known:
-            self._complete, self._complete_known = complete_video_frames(self.path), True
-        if self._complete is not None and index >= self._complete:
-            raise RecordingError(f"{self.path}: video is truncated, frame {index} is cut short by the end of the "
-                                 f"file (only frames 0..{self._complete - 1} are whole)")
-        if self._cap is None:
-            self._cap = cv2.VideoCapture(str(self.path))
-            self._next = 0
-        if index != self._next:
-            self._cap.set(cv2.CAP_PROP_POS_FRAMES, index)
-        ok, image = self._cap.read()
-        if not ok or image is None:
-            raise RecordingError(f"{self.path}: video is truncated, frame {index} cannot be decoded")
-        self._next = index + 1
-        return _to_rgb(image)
-
-
-class ArrayFrames:
-    """Frames held in an array-like [N, H, W, 3] uint8 RGB (numpy, memmap, HDF5 dataset)."""
-
-    def __init__(self, array: Any):
-        self.array = array
-
-    def __len__(self) -> int:
-        return len(self.array)
-
-    def read(self, index: int) -> np.ndarray:
-        return np.asarray(self.array[index])
-
-
-class SubsetFrames:
-    """The frames ``indices`` of another source, renumbered 0..len-1."""
-
-    def __init__(self, source: FrameSource, indices: np.ndarray):
-        self.source, self.indices = source, np.asarray(indices, dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def read(self, index: int) -> np.ndarray:
-        return self.source.read(int(self.indices[index]))
 
 
 @dataclass(frozen=True)
@@ -473,107 +258,3 @@ def _is_float(text: str) -> bool:
         return True
     except ValueError:
         return False
-
-
-class RecordingWriter:
-    """Write a canonical recording atomically.
-
-    Usage::
-
-        with RecordingWriter(out_dir, meta) as w:
-            for frame_rgb, row in ...:
-                w.append(frame_rgb, timestamp_s=t, curvature=k, speed_mps=v)
-
-    Frames are uint8 RGB [H, W, 3] of the size in ``meta``. The directory appears only when the
-    writer closes without error; an exception discards everything written.
-    """
-
-    def __init__(self, directory: PathLike, meta: RecordingMeta, jpeg_quality: int = 95,
-                 overwrite: bool = False):
-        self.directory = Path(directory)
-        if self.directory.exists() and not overwrite:
-            raise RecordingError(f"{self.directory}: already exists (pass overwrite=True to replace)")
-        self.meta = meta
-        self.jpeg_quality = int(jpeg_quality)
-        self._tmp = self.directory.with_name(f".{self.directory.name}.partial-{os.getpid()}")
-        shutil.rmtree(self._tmp, ignore_errors=True)
-        (self._tmp / "frames").mkdir(parents=True)
-        self._rows: List[Dict[str, float]] = []
-        self._columns: List[str] = list(REQUIRED_COLUMNS)
-        self._video: Optional[cv2.VideoWriter] = None
-        if meta.storage == "video":
-            meta.video = meta.video or "video.mp4"
-            (self._tmp / "frames").rmdir()
-            fourcc = cv2.VideoWriter_fourcc(*"mp4v")
-            self._video = cv2.VideoWriter(str(self._tmp / meta.video), fourcc, meta.fps,
-                                          (meta.width, meta.height))
-            if not self._video.isOpened():
-                raise RecordingError(f"{self._tmp / meta.video}: OpenCV cannot write this video")
-
-    def __enter__(self) -> "RecordingWriter":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-
-    def __len__(self) -> int:
-        return len(self._rows)
-
-    def append(self, frame_rgb: np.ndarray, *, timestamp_s: float, curvature: float, speed_mps: float,
-               **extra: float) -> None:
-        """Add one frame and its log row (``extra`` columns: lateral_offset_m, heading_error_rad, ...)."""
-        expected = (self.meta.height, self.meta.width, 3)
-        if frame_rgb.shape != expected or frame_rgb.dtype != np.uint8:
-            raise RecordingError(f"frame {len(self._rows)}: expected uint8 {expected}, "
-                                 f"got {frame_rgb.dtype} {frame_rgb.shape}")
-        row = {"frame": len(self._rows), "timestamp_s": timestamp_s, "curvature": curvature,
-               "speed_mps": speed_mps, **extra}
-        for name in extra:
-            if name not in self._columns:
-                if self._rows:
-                    raise RecordingError(f"frame {len(self._rows)}: new column {name!r} after the first row")
-                self._columns.append(name)
-        bgr = cv2.cvtColor(frame_rgb, cv2.COLOR_RGB2BGR)
-        if self._video is not None:
-            self._video.write(bgr)
-        else:
-            ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, self.jpeg_quality])
-            if not ok:
-                raise RecordingError(f"frame {len(self._rows)}: JPEG encoding failed")
-            data.tofile(self._tmp / "frames" / f"{len(self._rows):06d}.jpg")
-        self._rows.append(row)
-
-    def close(self) -> Path:
-        """Finish the files and move the recording into place; returns its directory."""
-        if self._video is not None:
-            self._video.release()
-            self._video = None
-        if not self._rows:
-            self.abort()
-            raise RecordingError(f"{self.directory}: no frames were written")
-        with open(self._tmp / "log.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(self._columns)
-            for row in self._rows:
-                writer.writerow([_format(row.get(c, float("nan"))) for c in self._columns])
-        (self._tmp / "meta.json").write_text(json.dumps(self.meta.to_dict(), indent=2) + "\n")
-        if self.directory.exists():
-            shutil.rmtree(self.directory)
-        os.replace(self._tmp, self.directory)
-        return self.directory
-
-    def abort(self) -> None:
-        """Discard everything written so far."""
-        if self._video is not None:
-            self._video.release()
-            self._video = None
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
-
-def _format(value: float) -> str:
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    return repr(float(value))

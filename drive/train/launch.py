@@ -23,14 +23,13 @@ import sys
 import warnings
 from typing import Any, List, Optional
 
-import torch
 from lightning.fabric.plugins import CheckpointIO
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
-from drive.checkpoint import checked_load
 from drive.data.datamodule import DriveDataModule
 from drive.train.checkpoint_io import AtomicCheckpointIO
+from drive.train.hparams import checkpoint_hparams
 from drive.train.module import PolicyModule
 from drive.train.predictions import PredictionCSV
 
@@ -80,17 +79,16 @@ class DriveCLI(LightningCLI):
         )
 
     def _parse_ckpt_path(self) -> None:
-        """Lightning reads ``--ckpt_path``'s hyperparameters first; a missing, empty, truncated or
-        foreign file is named here (not a bare ``EOFError``), before any data is cached."""
+        """``--ckpt_path``'s model hyperparameters go over the command line's (as Lightning's own), in
+        today's names also for checkpoints of earlier versions (:mod:`drive.train.hparams`); a missing,
+        empty, truncated or foreign file is named here (not a bare ``EOFError``), before any data is
+        cached."""
         sub = self.config.get("subcommand")
         path = self.config[sub].get("ckpt_path") if sub else None
         check_ckpt_path(path)
-        try:
-            super()._parse_ckpt_path()
-        except Exception:
-            if path is not None and os.path.isfile(str(path)):
-                checked_load(path, lambda: torch.load(str(path), weights_only=True, map_location="cpu"))
-            raise
+        hparams = checkpoint_hparams(path) if path is not None and os.path.isfile(str(path)) else {}
+        if hparams:
+            self.config = self.parser.parse_object({sub: {"model": hparams}}, self.config)
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         """The trainer, with :class:`AtomicCheckpointIO` unless the config names a CheckpointIO plugin."""

@@ -14,7 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import lightning.pytorch as pl
 import numpy as np
+
+from drive.data.datamodule import DriveDataModule
+from drive.sim.record import simulate
+from drive.sim.render import Camera
+from drive.sim.synthetic import LaneScene, write_synthetic_lanes
+from drive.train.module import NotLearningWarning, PolicyModule
 
 __all__ = ["DATASETS", "DatasetSpec", "make_dataset", "fit_and_score"]
 
@@ -32,9 +39,6 @@ class DatasetSpec:
 def _world(camera_kw: Dict[str, Any], conditions: List[str], noise_std: float = 0.02,
            speed_mps: Optional[float] = None) -> Callable[[Path, int, int, int], None]:
     def make(root: Path, n_train: int, n_val: int, seed: int) -> None:
-        from drive.sim.record import simulate
-        from drive.sim.render import Camera
-
         camera = Camera.default(**camera_kw)
         kw: Dict[str, Any] = {"fps": 10.0, "camera": camera, "conditions": conditions}
         if speed_mps is not None:
@@ -48,8 +52,6 @@ def _world(camera_kw: Dict[str, Any], conditions: List[str], noise_std: float = 
 
 def _synthetic(val_spikes: bool = False, **scene_kw: Any) -> Callable[[Path, int, int, int], None]:
     def make(root: Path, n_train: int, n_val: int, seed: int) -> None:
-        from drive.sim.synthetic import LaneScene, write_synthetic_lanes
-
         scene = LaneScene(**scene_kw)
         write_synthetic_lanes(root / "train", scene, n_train // 2, seed, recordings=2)
         val_scene = scene if val_spikes else LaneScene(**{**scene_kw, "spike_p": 0.0})
@@ -113,11 +115,6 @@ def fit_and_score(family: str, data: Path, steps: int, model_hw: Sequence[int] =
                   **model_kw: Any) -> Score:
     """Train ``family`` for ``steps`` optimizer steps on ``data/train`` with the demo's recipe (Adam,
     cosine decay with warm-up, grad clip 10, plain MSE) and score it on ``data/val``."""
-    import lightning.pytorch as pl
-
-    from drive.data.datamodule import DriveDataModule
-    from drive.train.module import NotLearningWarning, PolicyModule
-
     pl.seed_everything(seed, verbose=False)
     hw = list(model_hw)
     dm = DriveDataModule(train=[str(data / "train")], val=[str(data / "val")], image_size=hw, seq_len=seq_len,

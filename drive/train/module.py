@@ -1,6 +1,6 @@
 """PolicyModule: the learning logic for a steering policy (Lightning), nothing else.
 
-Training follows the NCP lane-keeping recipe (Lechner et al. 2020, REFERENCE.md §2): Adam
+Training follows the NCP lane-keeping recipe (Lechner et al. 2020): Adam
 (lr 5e-4), batches of sequences (20 x 16 frames, set by the datamodule), global grad-norm clip 10
 (``trainer.gradient_clip_val``), and the curve-weighted MSE in 1/km
 
@@ -9,9 +9,14 @@ Training follows the NCP lane-keeping recipe (Lechner et al. 2020, REFERENCE.md 
 The weights come with every batch (``batch["weight"]``, set by the datamodule's ``curve_factor``,
 0 on padding), so the curve factor has one home: ``--data.curve_factor``. Weight constraints of
 the recurrent cell (LTC with ``positivity="clip"``) are applied after every optimizer step.
-Validation and test are *stateful*: the datamodule streams whole recordings as consecutive windows, and the hidden state is carried from one window to the next and zeroed where
-the stream says ``reset`` (a new recording or a time gap) -- the way the policy runs on the car.
-Metrics are MSE / MAE in 1/km, overall and per recording.
+Validation and test are *stateful*: the datamodule streams whole recordings as consecutive
+windows, and the hidden state is carried from one window to the next and zeroed where the stream
+says ``reset`` (a new recording or a time gap) -- the way the policy runs on the car. Metrics are
+MSE / MAE in 1/km, overall and per recording (:mod:`drive.train.stream_metrics`).
+
+The model is a family (:mod:`drive.nn.families`, where its options and their defaults live) with
+one options group per family (``--model.cfc.mode no_gate``); ``drive fit`` checks that it learns
+(:mod:`drive.train.monitor`).
 
 On a GPU the conv head runs under autocast (``head_precision``), the recurrent cell in fp32.
 Checkpoints carry :func:`drive.checkpoint.policy_meta` under ``"drive"`` (weights_only-safe), so a
@@ -19,8 +24,6 @@ checkpoint alone rebuilds and runs the policy (:func:`drive.checkpoint.load_poli
 """
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -29,24 +32,24 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from drive.nn.policy import Policy
 from drive.checkpoint import policy_meta
 from drive.data.preprocess import Preprocessing
 from drive.data.sequences import median_dt
-from drive.nn.families import FAMILIES, build_policy
+from drive.nn.families import (DEFAULT_INPUT_HW, CfCOptions, NCPLTCOptions, RNNOptions, build_policy,
+                               family_options)
+from drive.nn.init import data_init, sample_frames
+from drive.nn.policy import Policy
+from drive.train.hparams import plain
+from drive.train.label_stats import curvature_limit, label_range, readout_scale_km
+from drive.train.monitor import LearningMonitor, NotLearningWarning
+from drive.train.schedule import lr_factor
+from drive.train.stream_metrics import StreamMetrics
 
 __all__ = ["PolicyModule", "weighted_mse", "curve_weights", "NotLearningWarning"]
 
 
-CURVATURE_MARGIN = 1.25  # the export's curvature limit: this x the training labels' largest |value|
-
-
-class NotLearningWarning(UserWarning):
-    """``drive fit``: the model does not beat the best constant predictor, or its head is unhealthy."""
-
-
 def weighted_mse(pred_km: Tensor, target_km: Tensor, weight: Tensor) -> Tensor:
-    """Weighted MSE normalised by the weights (REFERENCE.md §2), in (1/km)^2; all ``[B, L]``."""
+    """Weighted MSE normalised by the weights (the NCP paper's loss), in (1/km)^2; all ``[B, L]``."""
     return (weight * (pred_km - target_km) ** 2).sum() / weight.sum().clamp_min(1e-12)
 
 
@@ -60,15 +63,11 @@ class PolicyModule(pl.LightningModule):
 
     Args:
         family: ``ncp_ltc`` (NCP conv head + 19-neuron lane-keeping NCP LTC), ``cfc``, ``lstm``,
-            ``ctrnn`` or ``cnn`` (PilotNet, single frames).
-        units: hidden units of ``lstm``, ``ctrnn`` and dense ``cfc`` (paper: 64).
-        cfc_mode: CfC variant ``default`` | ``no_gate`` | ``pure`` (Cf-S).
-        cfc_mixed_memory: CfC with an LSTM memory cell (CfC-mmRNN).
-        cfc_wired: CfC on the lane-keeping NCP wiring instead of dense units.
-        ode_unfolds: fused-solver unfolds per step for ``ncp_ltc`` (paper: 6).
-        positivity: LTC positivity of w, cm, gleak: ``clip`` (after each optimizer step) or
-            ``softplus``.
-        wiring_seed: seed of the NCP wiring's random synapses.
+            ``ctrnn`` or ``cnn`` (PilotNet, single frames); :mod:`drive.nn.families`.
+        ncp_ltc: options of ``ncp_ltc`` (:class:`~drive.nn.families.NCPLTCOptions`).
+        cfc: options of ``cfc`` (:class:`~drive.nn.families.CfCOptions`).
+        lstm: options of ``lstm`` (:class:`~drive.nn.families.RNNOptions`).
+        ctrnn: options of ``ctrnn`` (:class:`~drive.nn.families.RNNOptions`).
         input_hw: network input (H, W); must equal the datamodule's preprocessing size.
         lr: Adam learning rate (paper: 5e-4).
         weight_decay: Adam weight decay.
@@ -94,7 +93,7 @@ class PolicyModule(pl.LightningModule):
             inputs on a unit scale through training; ``none``: the paper's head. With
             ``init: default`` and ``feature_norm: none`` the model is exactly the paper's.
         check_after_steps: after this many training steps ``drive fit`` checks that the model learns
-            and warns once per problem (:meth:`check_learning`): training or validation MSE no better
+            and warns once per problem (:mod:`drive.train.monitor`): training or validation MSE no better
             than the best constant predictor, most head features dead, or the cell's inputs
             saturated. The best-constant MSE is logged beside ``val/mse_km``. 0 turns the checks off.
     """
@@ -102,14 +101,11 @@ class PolicyModule(pl.LightningModule):
     def __init__(
         self,
         family: str = "ncp_ltc",
-        units: int = 64,
-        cfc_mode: str = "default",
-        cfc_mixed_memory: bool = False,
-        cfc_wired: bool = False,
-        ode_unfolds: int = 6,
-        positivity: str = "clip",
-        wiring_seed: int = 22222,
-        input_hw: Tuple[int, int] = (78, 200),
+        ncp_ltc: NCPLTCOptions = NCPLTCOptions(),
+        cfc: CfCOptions = CfCOptions(),
+        lstm: RNNOptions = RNNOptions(),
+        ctrnn: RNNOptions = RNNOptions(),
+        input_hw: Tuple[int, int] = DEFAULT_INPUT_HW,
         lr: float = 5e-4,
         weight_decay: float = 0.0,
         lr_schedule: str = "cosine",
@@ -124,8 +120,6 @@ class PolicyModule(pl.LightningModule):
         check_after_steps: int = 300,
     ) -> None:
         super().__init__()
-        if family not in FAMILIES:
-            raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
         if lr_schedule not in ("cosine", "step", "constant"):
             raise ValueError(f"lr_schedule must be cosine, step or constant, got {lr_schedule!r}")
         if feature_norm not in ("batch", "none"):
@@ -135,31 +129,19 @@ class PolicyModule(pl.LightningModule):
         if head_precision not in ("bf16", "fp16", "fp32"):
             raise ValueError(f"head_precision must be bf16, fp16 or fp32, got {head_precision!r}")
         self.save_hyperparameters()
-        self.policy: Policy = build_policy(
-            family,
-            input_hw=tuple(input_hw),
-            units=units,
-            cfc_mode=cfc_mode,
-            cfc_mixed_memory=cfc_mixed_memory,
-            cfc_wired=cfc_wired,
-            ode_unfolds=ode_unfolds,
-            positivity=positivity,
-            wiring_seed=wiring_seed,
-            feature_norm=feature_norm,
-        )
+        # the family's group, as its options type (LightningCLI and checkpoints hand over a dict)
+        options = {"ncp_ltc": ncp_ltc, "cfc": cfc, "lstm": lstm, "ctrnn": ctrnn}.get(family)
+        self.policy: Policy = build_policy(family, input_hw=tuple(input_hw),
+                                           options=family_options(family, options), feature_norm=feature_norm)
         self.preprocessing = Preprocessing(size=(int(input_hw[0]), int(input_hw[1])))
         self.fps = 1.0 / self.policy.frame_period_s
         self.frame_size: Optional[List[int]] = None
         self._stream_hidden: Optional[Tensor] = None
         self._stream_pos: Optional[Tuple[int, Optional[int]]] = None
-        self._stats: Dict[str, Tensor] = {}
-        self._recording_names: List[str] = []
+        self._metrics = StreamMetrics()
         self._initialised = False  # data-dependent init done (or weights come from a checkpoint)
         self.init_health: Dict[str, float] = {}
-        self.baseline: Dict[str, float] = {}  # best-constant MSE (1/km)^2 of the train / val labels
-        self._health: Dict[str, float] = {}
-        self._recent_sq: List[float] = []  # unweighted training MSE of recent steps
-        self._warned: set = set()
+        self.monitor = LearningMonitor(check_after_steps)
         self.label_range: Optional[List[float]] = None  # training labels' [min, max] 1/m, spikes left out
         self.curvature_limit: Optional[float] = None  # the export's clamp, from label_range
 
@@ -179,21 +161,13 @@ class PolicyModule(pl.LightningModule):
         datasets = getattr(datamodule, "datasets", {})
         recordings = [r for ds in datasets.values() for r in ds.recordings]
         if stage == "fit" and "train" in datasets:
-            self._label_limits([r.curvature for r in datasets["train"].recordings])
+            train = [r.curvature for r in datasets["train"].recordings]
+            self._label_limits(train)
             scale = self.hparams.label_scale_km
             if scale is None:
-                labels_km = np.concatenate([r.curvature for r in datasets["train"].recordings]) * 1000.0
-                scale = max(float(np.std(labels_km)), 1e-3)
-                if not self.policy.has_readout and self.label_range is not None:
-                    # a cell read out directly (the NCP's motor neuron) is bounded to +-1 by its
-                    # reversal potentials: the scale must reach the largest label, not one std
-                    scale = max(scale, 1000.0 * max(abs(v) for v in self.label_range))
-                scale = float(f"{scale:.2g}")
+                scale = readout_scale_km(train, self.label_range, direct=not self.policy.has_readout)
             self.policy.readout.scale_km.fill_(scale)  # a resumed run restores its own afterwards
-            for split in ("train", "val"):
-                if split in datasets and datasets[split].recordings:
-                    km = np.concatenate([r.curvature for r in datasets[split].recordings]) * 1000.0
-                    self.baseline[split] = float(np.var(km))  # the mean in hindsight: the best constant
+            self.monitor.set_baseline(datasets)
         if recordings and stage == "fit":
             sizes = {tuple(int(v) for v in r.info["source_size"]) for r in recordings}
             self.frame_size = list(sizes.pop()) if len(sizes) == 1 else None  # camera size, for export
@@ -202,20 +176,11 @@ class PolicyModule(pl.LightningModule):
             self.policy.frame_period_s = 1.0 / self.fps
 
     def _label_limits(self, curvatures: List[np.ndarray]) -> None:
-        """The training labels' range (single-frame spikes left out, see
-        :func:`drive.data.inspect.spike_frames`) and the export's curvature limit:
-        ``CURVATURE_MARGIN`` x the largest |label|, rounded up to 0.01 1/m (checkpoint meta)."""
-        from drive.data.inspect import spike_frames
-
-        lo, hi = math.inf, -math.inf
-        for k in curvatures:
-            k = np.delete(np.asarray(k, dtype=np.float64), spike_frames(k))
-            if not k.size:
-                continue
-            lo, hi = min(lo, float(k.min())), max(hi, float(k.max()))
-        if math.isfinite(lo):
-            self.label_range = [lo, hi]
-            self.curvature_limit = math.ceil(CURVATURE_MARGIN * max(abs(lo), abs(hi), 1e-3) * 100.0) / 100.0
+        """The training labels' range and the export's curvature limit (:mod:`drive.train.label_stats`)."""
+        labels = label_range(curvatures)
+        if labels is not None:
+            self.label_range = labels
+            self.curvature_limit = curvature_limit(labels)
 
     def drive_meta(self) -> Dict[str, Any]:
         """Checkpoint metadata (plain types): policy config, preprocessing, fps, units, family, and the
@@ -231,7 +196,7 @@ class PolicyModule(pl.LightningModule):
         checkpoint["drive"] = self.drive_meta()
         for key in ("hyper_parameters", "datamodule_hyper_parameters"):
             if key in checkpoint:
-                checkpoint[key] = _plain(dict(checkpoint[key]))
+                checkpoint[key] = plain(dict(checkpoint[key]))
 
     def on_load_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         # A checkpoint written before the head's feature normalisation existed (or with it off) loads
@@ -282,68 +247,9 @@ class PolicyModule(pl.LightningModule):
         n = target.shape[0]
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=n)
         self.log("train/mae_km", (pred - target).abs().mean().detach(), on_epoch=True, batch_size=n)
-        if self.hparams.get("check_after_steps", 300) > 0:
-            self._watch(features.detach(), pred.detach(), target, batch["weight"])
+        if self.monitor.check_after_steps > 0:
+            self.monitor.watch(self, features.detach(), pred.detach(), target, batch["weight"])
         return loss
-
-    # -- is it learning? ---------------------------------------------------------------------------
-    @torch.no_grad()
-    def _watch(self, features: Tensor, pred: Tensor, target: Tensor, weight: Tensor) -> None:
-        """Record recent training MSE and, every 25 steps, the head's health (logged as
-        ``train/dead_features`` and ``train/input_saturation``); check once at ``check_after_steps``."""
-        from drive.nn.init import feature_health
-
-        valid = weight > 0
-        self._recent_sq.append(float(((pred - target)[valid] ** 2).mean()) if bool(valid.any()) else float("nan"))
-        del self._recent_sq[:-50]
-        step = int(self.global_step)
-        check = int(self.hparams.get("check_after_steps", 300))
-        if step % 25 == 0 or step == check:
-            if self.policy.head_name == "ncp_conv":
-                self._health = feature_health(self.policy, features)
-                self.log("train/dead_features", self._health["dead"], batch_size=target.shape[0])
-                if not math.isnan(self._health["saturated"]):
-                    self.log("train/input_saturation", self._health["saturated"], batch_size=target.shape[0])
-        if step == check:
-            self.check_learning()
-
-    def _warn(self, key: str, message: str) -> None:
-        if key in self._warned:
-            return
-        self._warned.add(key)
-        from lightning.pytorch.utilities import rank_zero_warn
-
-        rank_zero_warn(f"drive fit: {message}", category=NotLearningWarning)
-
-    def check_learning(self, val_mse: Optional[float] = None) -> None:
-        """Warn (once each) when the model does not beat the best constant predictor or its head is unhealthy.
-
-        Called at ``check_after_steps`` with the recent training MSE and after every later validation
-        with ``val_mse``. Thresholds: MSE >= 0.9 x the best constant's (training) or >= 1.0 x
-        (validation); more than half of the head's features dead; more than half of the LTC's
-        sensory sigmoids saturated (below 0.02 or above 0.98).
-        """
-        step = int(self.global_step)
-        hint = " (docs/training.md, \"Feature scale\")"
-        recent = [v for v in self._recent_sq if not math.isnan(v)]
-        if val_mse is None and recent and "train" in self.baseline:
-            mse, const = float(np.mean(recent)), self.baseline["train"]
-            if mse >= 0.9 * const:
-                self._warn("train", f"the model is not learning: training MSE {mse:.4g} (1/km)^2 over the last "
-                           f"{len(recent)} steps (step {step}) is no better than the best constant predictor's "
-                           f"{const:.4g}" + hint)
-        if val_mse is not None and "val" in self.baseline and val_mse >= self.baseline["val"]:
-            self._warn("val", f"the model is not learning: validation MSE {val_mse:.4g} (1/km)^2 after {step} "
-                       f"steps is no better than the best constant predictor's {self.baseline['val']:.4g}" + hint)
-        health = self._health
-        if health.get("dead", 0.0) > 0.5:
-            self._warn("dead", f"{health['dead']:.0%} of the head's features are exactly 0 on every frame of a "
-                       f"batch (dead ReLU units; largest feature {health['feature_max']:.3g}) at step {step}: the "
-                       "cell sees almost nothing of the image; use model.feature_norm batch and model.init data" + hint)
-        if health.get("saturated", 0.0) > 0.5:
-            self._warn("saturated", f"{health['saturated']:.0%} of the LTC's sensory sigmoids are saturated (< 0.02 "
-                       f"or > 0.98) at step {step}, so its inputs carry no gradient; use model.feature_norm batch "
-                       "and model.init data" + hint)
 
     def on_fit_start(self) -> None:
         precision = str(self.trainer.precision)
@@ -359,8 +265,6 @@ class PolicyModule(pl.LightningModule):
     def data_init(self) -> None:
         """Data-dependent initialisation (:func:`drive.nn.init.data_init`) from evenly spaced training
         windows; under DDP rank 0's result is broadcast so every replica starts from the same weights."""
-        from drive.nn.init import data_init, sample_frames
-
         datasets = getattr(getattr(self.trainer, "datamodule", None), "datasets", {})
         if "train" not in datasets:
             return
@@ -420,59 +324,35 @@ class PolicyModule(pl.LightningModule):
         return torch.cat(outputs, 0)
 
     def _eval_step(self, batch: Mapping[str, Tensor]) -> None:
-        target = batch["curvature"].float() * 1000.0
-        pred = self._stream(batch)
-        mask = batch["mask"].bool() if "mask" in batch else torch.ones_like(target, dtype=torch.bool)
-        weight = batch["weight"].float() * mask if "weight" in batch else mask.float()
-        err = (pred - target) * mask
-        rec = batch["recording"].long().view(-1, 1).expand_as(target) if "recording" in batch \
-            else torch.zeros_like(target, dtype=torch.long)
-        n_rec = max(len(self._recording_names), int(rec.max()) + 1)
-        values = {"sq": err**2, "abs": err.abs(), "n": mask.float(), "wsq": weight * err**2, "w": weight}
-        for key, value in values.items():
-            acc = self._stats.get(key)
-            if acc is None or acc.numel() < n_rec:
-                grown = torch.zeros(n_rec, device=value.device)
-                if acc is not None:
-                    grown[: acc.numel()] += acc
-                acc = grown
-            self._stats[key] = acc.index_add(0, rec.reshape(-1), value.reshape(-1).float())
+        self._metrics.add(batch, self._stream(batch))
 
     def _start_stream(self, split: str) -> None:
-        self._stream_hidden, self._stream_pos, self._stats = None, None, {}
+        self._stream_hidden, self._stream_pos = None, None
         datamodule = getattr(self.trainer, "datamodule", None)
         try:
-            self._recording_names = [str(n) for n in datamodule.recordings(split)]
+            names = [str(n) for n in datamodule.recordings(split)]
         except (AttributeError, KeyError, ValueError):
-            self._recording_names = []
+            names = []
+        self._metrics.start(names)
 
     def _end_stream(self, prefix: str) -> None:
-        stats = self._stats
-        if self.trainer.world_size > 1:  # every rank joins the reductions, also one that got no windows
-            stats = {k: stats.get(k, torch.zeros(0, device=self.device)) for k in ("sq", "abs", "n", "wsq", "w")}
-            size = torch.tensor(float(stats["n"].numel()), device=stats["n"].device)
-            longest = int(self.trainer.strategy.reduce(size, reduce_op="max").item())
-            stats = {k: self.trainer.strategy.reduce(torch.nn.functional.pad(v, (0, longest - v.numel())),
-                                                     reduce_op="sum") for k, v in stats.items()}
-        if not stats or not stats["n"].numel():
+        stats = self._metrics.totals(self.trainer, self.device)
+        if stats is None:
             return
         total = stats["n"].sum().clamp_min(1.0)
         self.log(f"{prefix}/loss", stats["wsq"].sum() / stats["w"].sum().clamp_min(1e-12), prog_bar=True)
         self.log(f"{prefix}/mse_km", stats["sq"].sum() / total, prog_bar=True)
         self.log(f"{prefix}/mae_km", stats["abs"].sum() / total)
-        if prefix == "val" and "val" in self.baseline:
-            mse = float(stats["sq"].sum() / total)
-            self.log("val/best_constant_mse_km", self.baseline["val"])
-            self.log("val/mse_vs_constant", mse / max(self.baseline["val"], 1e-12), prog_bar=True)
-            check = int(self.hparams.get("check_after_steps", 300))
-            if check > 0 and self.global_step >= check and not self.trainer.sanity_checking:
-                self.check_learning(val_mse=mse)
+        if prefix == "val":
+            self.monitor.validated(self, float(stats["sq"].sum() / total))
+        names = self._metrics.names
         for i in range(stats["n"].numel()):
             if stats["n"][i] > 0:
-                name = self._recording_names[i] if i < len(self._recording_names) else str(i)
+                name = names[i] if i < len(names) else str(i)
                 self.log(f"{prefix}_recording/{name}/mse_km", stats["sq"][i] / stats["n"][i])
                 self.log(f"{prefix}_recording/{name}/mae_km", stats["abs"][i] / stats["n"][i])
-        self._stats, self._stream_hidden, self._stream_pos = {}, None, None
+        self._metrics.start([])
+        self._stream_hidden, self._stream_pos = None, None
 
     def on_validation_epoch_start(self) -> None:
         self._start_stream("val")
@@ -511,27 +391,8 @@ class PolicyModule(pl.LightningModule):
         steps_per_epoch = max(1, total // max(1, self.trainer.max_epochs or 1))
 
         def factor(step: int) -> float:
-            if step < hp.warmup_steps:
-                return (step + 1) / hp.warmup_steps
-            if hp.lr_schedule == "cosine":
-                progress = min(1.0, (step - hp.warmup_steps) / max(1, total - hp.warmup_steps))
-                return hp.lr_min_ratio + (1 - hp.lr_min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-            if hp.lr_schedule == "step":
-                return hp.lr_gamma ** (step // (steps_per_epoch * hp.lr_step_epochs))
-            return 1.0
+            return lr_factor(step, hp.lr_schedule, total, steps_per_epoch, warmup_steps=hp.warmup_steps,
+                             min_ratio=hp.lr_min_ratio, gamma=hp.lr_gamma, step_epochs=hp.lr_step_epochs)
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-
-def _plain(value: Any) -> Any:
-    """Hyperparameters as weights_only-safe plain types (tuples -> lists, dataclasses -> dicts)."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _plain(dataclasses.asdict(value))
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return str(value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import math
 import re
 from pathlib import Path, PureWindowsPath
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -23,7 +24,8 @@ from drive.data.labels import LabelSpec
 from drive.io.recording import CameraCalibration, FrameSource, Recording, RecordingError, RecordingMeta, SubsetFrames
 
 __all__ = ["ReaderOptions", "CsvTable", "read_csv_table", "reroot", "build_recording", "SubsetFrames",
-           "IMAGE_EXTENSIONS", "estimate_fps", "rows_as_float", "resolve_images"]
+           "IMAGE_EXTENSIONS", "estimate_fps", "rows_as_float", "resolve_images",
+           "NoFrames"]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp", ".tif", ".tiff")
 
@@ -146,8 +148,6 @@ class FieldOfViewCamera:
             raise ValueError(f"reader option camera: height_m must be positive, got {self.height_m}")
 
     def resolve(self, width: int, height: int) -> CameraCalibration:
-        import math
-
         fx = 0.5 * width / math.tan(math.radians(self.hfov_deg) / 2.0)
         fy = fx if self.vfov_deg is None else 0.5 * height / math.tan(math.radians(self.vfov_deg) / 2.0)
         return CameraCalibration(fx=fx, fy=fy, cx=(width - 1) / 2.0, cy=(height - 1) / 2.0,
@@ -337,3 +337,16 @@ def resolve_images(table: CsvTable, index: int, base: Path, problems: Problems) 
         else:
             paths.append(found)
     return paths, keep
+
+
+class NoFrames:
+    """A frame source for validating label rows that have no frames of their own."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def read(self, index: int) -> np.ndarray:
+        raise IndexError("label rows have no frames")

@@ -46,60 +46,29 @@ reads one message at a time (sequential reads stream, random reads seek by times
 
 Every problem names ``<bag> <topic>`` as the file and the message's 0-based index on that topic
 as the row.
+
+Decoding single messages (images, steering, speed, stamps) lives in
+:mod:`drive.data.readers.ros_messages`; this module opens bags, picks topics and aligns them.
 """
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
-import cv2
 import numpy as np
 
 from drive.data.errors import Problems
-from drive.data.labels import to_curvature_per_m
-from drive.data.readers.base import ReaderOptions, build_recording
+from drive.data.readers.base import NoFrames, ReaderOptions, build_recording
+from drive.data.readers.ros_messages import (ACKERMANN_MSGS, IMAGE_TYPES, SPEED_TYPES, STEERING_TYPES,
+                                             Series, decode_image, has_header, message_values, raw_steer,
+                                             speed_values, stamp_ns, steering_curvature, typestore)
 from drive.io.recording import Recording, RecordingError
 
 __all__ = ["read", "detect", "list_topics", "BagFrames", "decode_image", "typestore", "BAG_SUFFIXES",
            "IMAGE_TYPES", "STEERING_TYPES", "SPEED_TYPES", "ACKERMANN_MSGS"]
 
 BAG_SUFFIXES = (".bag", ".mcap", ".db3")
-IMAGE_TYPES = ("sensor_msgs/msg/CompressedImage", "sensor_msgs/msg/Image")
-STEERING_TYPES = ("ackermann_msgs/msg/AckermannDriveStamped", "ackermann_msgs/msg/AckermannDrive",
-                  "geometry_msgs/msg/TwistStamped", "geometry_msgs/msg/Twist",
-                  "std_msgs/msg/Float32", "std_msgs/msg/Float64")
-SPEED_TYPES = STEERING_TYPES + ("nav_msgs/msg/Odometry",)
-
-# ackermann_msgs is not in rosbags' built-in typestores; its definitions (ROS 2, identical in ROS 1
-# apart from the Header) are registered from text for bags that carry no definitions of their own.
-ACKERMANN_MSGS = {
-    "ackermann_msgs/msg/AckermannDrive": "float32 steering_angle\nfloat32 steering_angle_velocity\n"
-                                         "float32 speed\nfloat32 acceleration\nfloat32 jerk\n",
-    "ackermann_msgs/msg/AckermannDriveStamped": "std_msgs/Header header\nackermann_msgs/AckermannDrive drive\n",
-}
-DEFAULT_MIN_SPEED_MPS = 0.5
 GAP_FACTOR = 3.0
-# ROS names the Bayer pattern by its first row; OpenCV by the second row's first two pixels, so
-# ROS "rggb" is OpenCV "BayerBG" (https://docs.opencv.org/4.x/de/d25/imgproc_color_conversions.html).
-_BAYER = {"bayer_rggb8": cv2.COLOR_BayerBG2RGB, "bayer_bggr8": cv2.COLOR_BayerRG2RGB,
-          "bayer_gbrg8": cv2.COLOR_BayerGR2RGB, "bayer_grbg8": cv2.COLOR_BayerGB2RGB}
-
-
-@functools.lru_cache(maxsize=2)
-def typestore(ros1: bool = False) -> Any:
-    """rosbags' ROS 2 (or ROS 1 Noetic) typestore with ackermann_msgs registered."""
-    from rosbags.typesys import Stores, get_types_from_msg, get_typestore
-
-    store = get_typestore(Stores.ROS1_NOETIC if ros1 else Stores.LATEST)
-    types: Dict[str, Any] = {}
-    for name, text in ACKERMANN_MSGS.items():
-        types.update(get_types_from_msg(text, name))
-    store.register(types)
-    return store
-
-
 def detect(path: Path) -> bool:
     if path.is_file():
         return path.suffix.lower() in BAG_SUFFIXES
@@ -114,6 +83,7 @@ def detect(path: Path) -> bool:
 
 
 def _open(path: Path) -> Any:
+    # imported on first use: rosbags costs ~0.1 s of start-up to every drive command otherwise
     from rosbags.highlevel import AnyReader
 
     reader = AnyReader([path], default_typestore=typestore(ros1=path.suffix == ".bag"))
@@ -171,45 +141,6 @@ def _pick_topic(reader: Any, bag: Path, given: Optional[str], types: Sequence[st
 
 # ----------------------------------------------------------------------------------------------
 # images
-
-def decode_image(msg: Any, msgtype: str) -> np.ndarray:
-    """An image message as uint8 RGB [H, W, 3]; ValueError says what is wrong."""
-    if msgtype.endswith("CompressedImage"):
-        data = np.frombuffer(bytes(msg.data), dtype=np.uint8) if not isinstance(msg.data, np.ndarray) else msg.data
-        if "compressedDepth" in str(msg.format):
-            raise ValueError(f"format {msg.format!r} is a depth image, not a camera frame")
-        image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
-        if image is None:
-            raise ValueError(f"compressed image (format {msg.format!r}, {data.size} bytes) cannot be decoded")
-        return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
-    enc = str(msg.encoding).lower()
-    h, w, step = int(msg.height), int(msg.width), int(msg.step)
-    data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
-    channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "8uc1": 1, "8uc3": 3,
-                "yuv422": 2, "uyvy": 2, "yuv422_yuy2": 2, "yuyv": 2, **{b: 1 for b in _BAYER}}.get(enc)
-    if channels is None:
-        raise ValueError(f"image encoding {msg.encoding!r} is not supported (rgb8, bgr8, rgba8, bgra8, mono8, "
-                         f"bayer_*8, yuv422, yuv422_yuy2)")
-    if h <= 0 or w <= 0 or step < w * channels or data.size < step * h:
-        raise ValueError(f"{msg.encoding} image {w}x{h} with step {step} needs {step * h} bytes, has {data.size}")
-    rows = data[: step * h].reshape(h, step)[:, : w * channels]
-    img = np.ascontiguousarray(rows.reshape(h, w, channels) if channels > 1 else rows.reshape(h, w))
-    if enc in ("rgb8", "8uc3"):
-        return img
-    if enc == "bgr8":
-        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-    if enc == "rgba8":
-        return cv2.cvtColor(img, cv2.COLOR_RGBA2RGB)
-    if enc == "bgra8":
-        return cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
-    if enc in ("mono8", "8uc1"):
-        return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
-    if enc in ("yuv422", "uyvy"):
-        return cv2.cvtColor(img, cv2.COLOR_YUV2RGB_UYVY)
-    if enc in ("yuv422_yuy2", "yuyv"):
-        return cv2.cvtColor(img, cv2.COLOR_YUV2RGB_YUY2)
-    return cv2.cvtColor(img, _BAYER[enc])
-
 
 class BagFrames:
     """The frames of one camera topic, read from the bag one message at a time.
@@ -290,44 +221,7 @@ class BagFrames:
 # ----------------------------------------------------------------------------------------------
 # steering and speed
 
-@dataclass
-class _Series:
-    """One topic's samples: receive and header times (ns), values, 0-based message ordinals."""
-
-    topic: str
-    msgtype: str
-    bag_ns: np.ndarray
-    header_ns: Optional[np.ndarray]
-    ordinals: np.ndarray
-    values: Dict[str, np.ndarray]
-
-
-def _has_header(msgtype: str) -> bool:
-    return msgtype.endswith("Stamped") or msgtype in IMAGE_TYPES or msgtype == "nav_msgs/msg/Odometry"
-
-
-def _stamp_ns(msg: Any) -> int:
-    st = msg.header.stamp
-    return int(st.sec) * 1_000_000_000 + int(st.nanosec)
-
-
-def _fields(msg: Any, msgtype: str) -> Dict[str, float]:
-    """Raw physical values of a steering/speed message."""
-    short = msgtype.rsplit("/", 1)[-1]
-    if short == "AckermannDriveStamped":
-        return {"angle": msg.drive.steering_angle, "speed": msg.drive.speed}
-    if short == "AckermannDrive":
-        return {"angle": msg.steering_angle, "speed": msg.speed}
-    if short == "TwistStamped":
-        return {"yaw_rate": msg.twist.angular.z, "speed": msg.twist.linear.x}
-    if short == "Twist":
-        return {"yaw_rate": msg.angular.z, "speed": msg.linear.x}
-    if short == "Odometry":
-        return {"speed": msg.twist.twist.linear.x}
-    return {"value": msg.data}
-
-
-def _scan(reader: Any, bag: Path, topics: Dict[str, str], problems: Problems) -> Dict[str, _Series]:
+def _scan(reader: Any, bag: Path, topics: Dict[str, str], problems: Problems) -> Dict[str, Series]:
     """One streaming pass over the chosen topics: timestamps (and scalar values) only."""
     wanted = set(topics.values())
     conns = [c for c in reader.connections if c.topic in wanted]
@@ -341,8 +235,8 @@ def _scan(reader: Any, bag: Path, topics: Dict[str, str], problems: Problems) ->
         a = acc[topic]
         try:
             msg = reader.deserialize(raw, conn.msgtype)
-            hdr = _stamp_ns(msg) if _has_header(conn.msgtype) else None
-            vals = None if conn.msgtype in IMAGE_TYPES else _fields(msg, conn.msgtype)
+            hdr = stamp_ns(msg) if has_header(conn.msgtype) else None
+            vals = None if conn.msgtype in IMAGE_TYPES else message_values(msg, conn.msgtype)
         except Exception as e:
             problems.report(f"{bag} {topic}", ordinal, "unreadable_message", f"cannot deserialize ({e})")
             continue
@@ -356,61 +250,19 @@ def _scan(reader: Any, bag: Path, topics: Dict[str, str], problems: Problems) ->
         mt = types[topic]
         vals = a["vals"]
         keys = list(vals[0]) if vals and vals[0] is not None else []
-        out[topic] = _Series(topic, mt, np.asarray(a["bag"], dtype=np.int64),
-                             np.asarray(a["hdr"], dtype=np.int64) if _has_header(mt) else None,
+        out[topic] = Series(topic, mt, np.asarray(a["bag"], dtype=np.int64),
+                             np.asarray(a["hdr"], dtype=np.int64) if has_header(mt) else None,
                              np.asarray(a["ord"], dtype=np.int64),
                              {k: np.asarray([v[k] for v in vals], dtype=np.float64) for k in keys})
     return out
 
 
-def _times_s(series: _Series, use_header: bool, t0_ns: int) -> np.ndarray:
+def _times_s(series: Series, use_header: bool, t0_ns: int) -> np.ndarray:
     ns = series.header_ns if use_header else series.bag_ns
     t = (ns - t0_ns).astype(np.float64) * 1e-9
     if use_header:
         t[series.header_ns == 0] = np.nan  # an unset stamp: reported as a bad timestamp
     return t
-
-
-def _steering_curvature(series: _Series, options: ReaderOptions, bag: Path, problems: Problems
-                        ) -> Tuple[np.ndarray, Optional[np.ndarray], Dict[str, Any]]:
-    """(curvature 1/m [N], speed m/s [N] or None, label description for meta)."""
-    short = series.msgtype.rsplit("/", 1)[-1]
-    label = dict(options.label or {})
-    if short.startswith("AckermannDrive"):
-        unknown = set(label) - {"wheelbase_m", "sign"}
-        if unknown:
-            raise ValueError(f"{bag} {series.topic}: {series.msgtype} steering_angle is a road-wheel angle in rad; "
-                             f"label may set only wheelbase_m and sign, not {sorted(unknown)}")
-        spec = options.label_spec(unit="wheel_rad", **label)
-        return (to_curvature_per_m(series.values["angle"], spec), series.values["speed"],
-                {"from": series.msgtype, "conversion": "tan(steering_angle) / wheelbase_m",
-                 "wheelbase_m": spec.wheelbase_m, "sign": spec.sign})
-    if short.startswith("Twist"):
-        min_speed = float(label.pop("min_speed_mps", DEFAULT_MIN_SPEED_MPS))
-        sign = float(label.pop("sign", 1.0))
-        if label:
-            raise ValueError(f"{bag} {series.topic}: {series.msgtype} gives yaw rate and speed; label may set only "
-                             f"sign and min_speed_mps, not {sorted(label)}")
-        v, w = series.values["speed"], series.values["yaw_rate"]
-        slow = np.abs(v) < min_speed
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kappa = np.where(slow, np.nan, sign * w / np.where(slow, 1.0, v))
-        # one problem per run of standstill samples (they have no curvature), not one per message
-        edges = np.flatnonzero(np.diff(np.concatenate([[0], slow.astype(np.int8), [0]])))
-        for start, stop in zip(edges[::2], edges[1::2]):
-            problems.report(f"{bag} {series.topic}", int(series.ordinals[start]), "standstill",
-                            f"{stop - start} message(s) from here have |linear.x| < {min_speed:g} m/s: yaw rate / speed "
-                            f"gives no curvature (frames there are unlabelled; label: {{min_speed_mps: ...}} lowers it)")
-        return kappa, v, {"from": series.msgtype, "conversion": "angular.z / linear.x", "sign": sign,
-                          "min_speed_mps": min_speed}
-    spec = options.label_spec()
-    return (to_curvature_per_m(series.values["value"], spec), None,
-            {"from": series.msgtype, "unit": spec.unit, "sign": spec.sign})
-
-
-def _speed(series: _Series) -> np.ndarray:
-    v = series.values
-    return v["speed"] if "speed" in v else v["value"]
 
 
 def _unlabelled_in_gaps(frame_t: np.ndarray, lt: np.ndarray) -> np.ndarray:
@@ -468,17 +320,15 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         problems.report(f"{path} {steer}", None, "empty", f"{len(ss.bag_ns)} readable steering message(s); "
                                                          "need at least two to interpolate")
         return []
-    kappa, own_speed, label_meta = _steering_curvature(ss, options, path, problems)
+    kappa, own_speed, label_meta = steering_curvature(ss, options, path, problems)
     _, _, default_speed = options.units()
     lt = _times_s(ss, use_header, t0)
     raw_speed = own_speed if own_speed is not None else np.full(len(lt), default_speed)
-    standstill = np.isnan(kappa) & np.isfinite(raw_speed) & ~np.isnan(_raw_steer(ss))
+    standstill = np.isnan(kappa) & np.isfinite(raw_speed) & ~np.isnan(raw_steer(ss))
     keep = ~standstill
-    from drive.data.readers.video_csv import _NoFrames
-
     labels = build_recording(file=f"{path} {steer}", rows=ss.ordinals,
                              log={"timestamp_s": lt, "curvature": kappa, "speed_mps": raw_speed},
-                             source=_NoFrames(len(lt)), problems=problems,
+                             source=NoFrames(len(lt)), problems=problems,
                              meta={"fps": 1.0, "width": 1, "height": 1}, keep=keep)
     if labels is None:
         return []
@@ -486,8 +336,9 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     if sp is not None:
         pt = _times_s(sp, use_header, t0)
         speeds = build_recording(file=f"{path} {speed_topic}", rows=sp.ordinals,
-                                 log={"timestamp_s": pt, "curvature": np.zeros(len(pt)), "speed_mps": _speed(sp)},
-                                 source=_NoFrames(len(pt)), problems=problems,
+                                 log={"timestamp_s": pt, "curvature": np.zeros(len(pt)),
+                                      "speed_mps": speed_values(sp)},
+                                 source=NoFrames(len(pt)), problems=problems,
                                  meta={"fps": 1.0, "width": 1, "height": 1})
         if speeds is None:
             return []
@@ -529,6 +380,3 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     return [rec] if rec is not None else []
 
 
-def _raw_steer(series: _Series) -> np.ndarray:
-    v = series.values
-    return v.get("angle", v.get("yaw_rate", v.get("value")))

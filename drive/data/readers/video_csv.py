@@ -16,7 +16,7 @@ import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
-from drive.data.readers.base import ReaderOptions, build_recording, read_csv_table, rows_as_float
+from drive.data.readers.base import NoFrames, ReaderOptions, build_recording, read_csv_table, rows_as_float
 from drive.data.readers.folder_csv import _STEER_NAMES, _TIME_NAMES, _SPEED_NAMES, _pick
 from drive.io.recording import Recording, VideoFrames
 
@@ -77,7 +77,7 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     # Validate the label samples themselves (bad rows named by CSV line), then interpolate.
     labels = build_recording(file=str(csv_path), rows=np.asarray(table.lines),
                              log={"timestamp_s": t, "curvature": curv, "speed_mps": speed},
-                             source=_NoFrames(len(table)), problems=problems,
+                             source=NoFrames(len(table)), problems=problems,
                              meta={"fps": 1.0, "width": 1, "height": 1})
     if labels is None:
         return []
@@ -96,16 +96,3 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     rec = build_recording(file=str(path), rows=np.arange(count), log=log, source=VideoFrames(path, count=count),
                           problems=problems, meta=meta, keep=keep, path=path)
     return [rec] if rec is not None else []
-
-
-class _NoFrames:
-    """A frame source for validating label rows that have no frames of their own."""
-
-    def __init__(self, n: int):
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def read(self, index: int) -> np.ndarray:
-        raise IndexError("label rows have no frames")
