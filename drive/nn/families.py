@@ -1,4 +1,4 @@
-"""Model families: the named policies ``drive fit`` trains (REFERENCE.md §2, the NCP paper's table).
+"""Model families: the named policies ``drive fit`` trains (the NCP paper's networks; docs/references.md).
 
 | family    | head                | recurrent compartment                                     |
 |-----------|---------------------|-----------------------------------------------------------|
