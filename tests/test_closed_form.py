@@ -23,7 +23,7 @@ def _numpy_params(module: ClosedFormLTC) -> Dict[str, np.ndarray]:
 
 
 def _ode_rhs(p: Dict[str, np.ndarray], u: np.ndarray):
-    """The conductance LTC (REFERENCE.md §3) with the mapped input u = input_w x + input_b held."""
+    """The conductance LTC (LTC paper Eq. 1) with the mapped input u = input_w x + input_b held."""
     sens = _sigmoid(p["sensory_sigma"] * (u[:, None] - p["sensory_mu"]))
 
     def rhs(_t: float, v: np.ndarray) -> np.ndarray:

@@ -236,6 +236,7 @@ def test_frames_stream_from_the_bag_with_random_access_and_pickling(kind, tmp_pa
     np.testing.assert_array_equal(clone.read(42), seq[42])
 
 
+@pytest.mark.slow
 def test_training_on_bags_learns_the_steering(tmp_path):
     """A tiny run straight from bags of all three kinds: the policy learns the bar -> curvature map."""
     import lightning.pytorch as pl

@@ -40,6 +40,7 @@ def _fit(logs: Path, root: Path, workers: int) -> dict:
     return ckpt["state_dict"]
 
 
+@pytest.mark.slow
 def test_demo_profile_budget_is_steps_and_two_runs_give_identical_weights(tiny_logs: Path, tmp_path: Path) -> None:
     config = DEFAULT_CONFIG.read_text()
     assert "max_time" not in config and "max_steps:" in config
@@ -55,6 +56,7 @@ def test_demo_profile_budget_is_steps_and_two_runs_give_identical_weights(tiny_l
     assert not changed, f"weights differ between identical runs: {changed[:5]}"
 
 
+@pytest.mark.slow
 def test_reduced_demo_runs_every_stage_and_names_the_failed_criteria(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     cmd = [sys.executable, "-m", "drive.cli", "demo", "--out", str(out), "--train-minutes", "0.5",

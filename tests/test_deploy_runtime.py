@@ -126,6 +126,7 @@ def cpp_ppm(runtime, exported, tmp_path_factory) -> Tuple[subprocess.CompletedPr
     return done, read_commands(out)
 
 
+@pytest.mark.slow
 def test_cpp_runtime_matches_python_on_a_ppm_folder(cpp_ppm, portable_reference):
     done, got = cpp_ppm
     # the runtime freezes the module and uses oneDNN convolutions; Python's reference is the portable file
@@ -134,6 +135,7 @@ def test_cpp_runtime_matches_python_on_a_ppm_folder(cpp_ppm, portable_reference)
     assert "latency p50" in done.stderr and "p99" in done.stderr and "family ncp_ltc" in done.stderr
 
 
+@pytest.mark.slow
 def test_cpp_runtime_reads_raw_frames_and_rejects_a_wrong_size(runtime, exported, cpp_ppm, tmp_path):
     done = run_runtime(runtime, exported["ts"], exported["raw"], tmp_path / "raw.csv")
     assert done.returncode == 0, done.stderr
@@ -183,6 +185,7 @@ def ffmpeg() -> str:
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
+@pytest.mark.slow
 def test_cpp_runtime_decodes_a_video_with_ffmpeg(runtime, exported, ffmpeg, tmp_path):
     scene = road_scene(40, CAMERA)
     scene[BLACK] = 0
@@ -202,6 +205,7 @@ def test_cpp_runtime_decodes_a_video_with_ffmpeg(runtime, exported, ffmpeg, tmp_
     assert got[BLACK][1] == 2 and "40 steps" in done.stderr
 
 
+@pytest.mark.slow
 def test_cpp_runtime_refuses_a_video_of_another_size_or_without_ffmpeg(runtime, exported, ffmpeg, tmp_path):
     video = write_mp4(tmp_path / "small.mp4", road_scene(3, (64, CAMERA[1])))
     out = tmp_path / "x.csv"
@@ -274,6 +278,7 @@ def cpu_aoti(exported, tmp_path_factory) -> Path:
     return export_policy(exported["ckpt"], tmp_path_factory.mktemp("aoti") / "policy.pt2", format="aoti")
 
 
+@pytest.mark.slow
 def test_cpu_aoti_package_is_frozen_with_prepacked_convs_and_blas_matmuls(cpu_aoti):
     """The CPU package's generated C++ (Inductor stores it in the package): weights frozen, the five
     convolutions prepacked for oneDNN with ReLU fused, every matmul a plain BLAS ``addmm`` (oneDNN's
@@ -288,6 +293,7 @@ def test_cpu_aoti_package_is_frozen_with_prepacked_convs_and_blas_matmuls(cpu_ao
     assert torch._C.has_mkl == HAS_MKL  # restored after the export
 
 
+@pytest.mark.slow
 def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported, reference, cpu_aoti, tmp_path):
     pt2 = cpu_aoti
     assert_same_commands(python_reference(pt2, exported["frames"]), reference, 1e-5)
@@ -320,6 +326,7 @@ def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported, re
     assert len(read_commands(tmp_path / "odd.csv")) == 1  # the good frame before it was stepped
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("half", [False, True], ids=["fp32", "fp16"])
 def test_cpp_runtime_on_cuda_matches_python_on_cuda(runtime, exported, tmp_path, half):
@@ -362,6 +369,7 @@ def _edited_package(src: Path, dst: Path, **changes: str) -> Path:
     return dst
 
 
+@pytest.mark.slow
 def test_aoti_metadata_is_read_from_the_archive_and_unrunnable_packages_are_refused(cpu_aoti, tmp_path):
     # metadata in a fresh process: the package's loader (native code) is never imported or run
     script = (f"import sys; from drive.export import read_metadata; m = read_metadata({str(cpu_aoti)!r}); "

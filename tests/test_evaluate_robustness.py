@@ -244,6 +244,7 @@ def _cli(ckpts, recordings, out, *extra):
                        "--out", str(out), *extra])
 
 
+@pytest.mark.slow
 def test_cli_parallel_closed_loop_run_in_variance_units_equals_a_one_worker_run(study, tmp_path):
     root, out, _, config, models = study
     args = ["--noise", "0", "0.04", "--variance", "--other", "blur=2", "--closed-loop", "--km", "0.02",

@@ -217,6 +217,7 @@ def _record_toy_drives(root: Path, drives: int, seconds: float):
                 assert not terminated
 
 
+@pytest.mark.slow
 def test_a_trained_policy_drives_an_env_drive_did_not_write(tmp_path, capsys):
     import lightning.pytorch as pl
     import torch

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from drive.data.sampling import RecordingShards
@@ -60,6 +61,7 @@ def _logged(root: Path) -> dict:
     return values
 
 
+@pytest.mark.slow
 def test_ddp_two_cpu_processes_train_and_write_a_loadable_checkpoint(tmp_path: Path) -> None:
     small = Camera.default(width=100, height=40)
     simulate(tmp_path / "train", minutes=0.4, seed=5, fps=10.0, camera=small, recording_minutes=0.2)

@@ -59,6 +59,7 @@ def _trainer(root: Path, callbacks: List[pl.Callback] = (), **kw) -> pl.Trainer:
     return pl.Trainer(**opts)
 
 
+@pytest.mark.slow
 def test_trained_policy_drives_far_better_than_constant_steering(logs: Path, tmp_path: Path) -> None:
     pl.seed_everything(0)
     module = PolicyModule(family="ncp_ltc", input_hw=(40, 100), lr=3e-3, lr_schedule="cosine")
@@ -103,6 +104,7 @@ class _Steps(pl.Callback):
         self.batches.append((batch["recording"] * 100000 + batch["start"]).tolist())
 
 
+@pytest.mark.slow
 def test_resume_after_kill_continues_exactly_where_the_run_stopped(logs: Path, tmp_path: Path) -> None:
     """Killed mid-epoch in the second epoch and resumed from last.ckpt, the run ends with the
     weights of the run that was never interrupted: same step, LR schedule, batches and augmentation

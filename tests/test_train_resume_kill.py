@@ -70,6 +70,7 @@ def uninterrupted(logs: Path, tmp_path_factory) -> Dict[int, Dict[str, torch.Ten
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("kill_at, saved", [(5, {"epoch": 0, "batches": 4}), (11, {"epoch": 1, "batches": 2})])
 def test_killed_and_resumed_run_ends_bitwise_equal_to_an_uninterrupted_one(

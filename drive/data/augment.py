@@ -9,7 +9,7 @@ Noise pixels are always fresh per frame.
   (``adjust_brightness``/``adjust_contrast``/``adjust_saturation``, same grey weights), fused into
   one 3x3 colour matrix plus offset per frame (no clamping between the three steps); hue turns the
   chroma plane of YIQ (torchvision's exact HSV hue costs ~10x the whole rest of the pipeline).
-- NCP shadow bands (REFERENCE.md §2): a band of random thickness (10-99 px at 200 px width) at a
+- NCP shadow bands (Lechner et al. 2020): a band of random thickness (10-99 px at 200 px width) at a
   random angle and offset, blurred with a 3/5/7 box; inside, img ** g with g = 1 + U(0, gmax), two
   thirds darker, one third lighter (g -> 1/g). Blending uses the exponent g ** mask, so gamma
   jitter and shadow cost one ``pow``.

@@ -34,7 +34,7 @@ __all__ = ["SequenceDataset", "sample_weights"]
 
 
 def sample_weights(curvature_per_m: np.ndarray, curve_factor: float) -> np.ndarray:
-    """NCP weighted-MSE sample weights exp(|y| c) with y = curvature in 1/km (REFERENCE.md §2)."""
+    """NCP weighted-MSE sample weights exp(|y| c) with y = curvature in 1/km (Lechner et al. 2020)."""
     return np.exp(np.abs(np.asarray(curvature_per_m) * 1000.0) * curve_factor)
 
 

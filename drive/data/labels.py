@@ -1,6 +1,6 @@
 """Label semantics: every steering signal becomes curvature in 1/m, positive = turning left.
 
-Kinematic bicycle model (REFERENCE.md §6): ``kappa = tan(delta) / wheelbase`` with ``delta`` the
+Kinematic bicycle model (docs/references.md): ``kappa = tan(delta) / wheelbase`` with ``delta`` the
 road-wheel angle; a steering-wheel angle is divided by the steering ratio first; normalized
 steering in [-1, 1] is scaled by the maximum road-wheel angle. ``sign`` maps the log's convention
 onto ours: the Udacity simulator steers right for positive values, so its sign is -1.

@@ -15,7 +15,7 @@ replay the same noise sequence (one frame after another, as a drive sees it).
 Kinds and what ``level`` means:
 
 - ``gaussian``: zero-mean Gaussian noise on [0, 1] pixel values, clipped; level = standard
-  deviation (the NCP authors' code, REFERENCE.md §2). Build with ``variance=True`` to give the
+  deviation (the NCP authors' code, Lechner et al. 2020). Build with ``variance=True`` to give the
   variance sigma^2 instead, as the CfC paper's Fig. 5 does (0.35 -> sigma 0.59).
 - ``salt_pepper``: level = fraction of pixels set to black or white (half each).
 - ``blur``: Gaussian blur, level = sigma in pixels.

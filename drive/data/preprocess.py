@@ -5,7 +5,7 @@ The data cache (drive.data) and exported deployment modules (drive.export) both 
 in training and on the vehicle. Resizing is bilinear with antialiasing (area-like when shrinking),
 rounded back to uint8.
 
-The NCP paper's setup (REFERENCE.md §2): 1920x1208 frames cropped to rows 590:950 and columns
+The NCP paper's setup (Lechner et al. 2020): 1920x1208 frames cropped to rows 590:950 and columns
 520:1440, resized to 200x78 (W x H): ``Preprocessing.ncp()``.
 """
 from __future__ import annotations

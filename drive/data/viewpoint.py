@@ -1,11 +1,11 @@
 """Viewpoint synthesis: what the camera would see after a lateral shift and a yaw, and the label
-that steers back (REFERENCE.md §5).
+that steers back (plane-induced homography, pure pursuit; docs/references.md).
 
 Geometry (camera axes x right, y down, z forward; ground plane ``n^T X = d`` with ``d`` the
 camera height and ``n = (0, cos p, sin p)`` for a camera pitched down by ``p``). The new camera
 sits at ``C`` (the lateral shift, ``C = (-shift, 0, 0)``, shift > 0 = LEFT) and is yawed by
 ``yaw`` (> 0 = LEFT) about the vertical. Ground pixels map by the plane-induced homography
-H = R^T (I - C n^T / d)  (the ``R - t n^T / d`` of the reference), whose inverse, used to sample,
+H = R^T (I - C n^T / d)  (the textbook ``R - t n^T / d``), whose inverse, used to sample,
 is (I + C n^T / d) R; above the horizon the scene is treated as infinitely far (rotation only).
 Both are the single formula ``q = R r + C max(n^T R r, 0) / d`` for a target ray ``r``, which is
 continuous across the horizon.
@@ -20,7 +20,7 @@ Rotation is about the camera centre (mounting offsets and roll are ignored).
 
 Label correction, pure pursuit toward the original path at look-ahead ``L``:
 kappa' = kappa + 2 (-L sin(yaw) - shift cos(yaw)) / (L^2 + shift^2), i.e. for small angles
-kappa - 2 shift / (L^2 + shift^2) - 2 yaw / L (left-positive curvature, REFERENCE.md §5).
+kappa - 2 shift / (L^2 + shift^2) - 2 yaw / L (left-positive curvature; Coulter 1992).
 """
 from __future__ import annotations
 

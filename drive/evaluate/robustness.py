@@ -10,7 +10,7 @@
 - **sensitivity profile** of the recurrent compartment: per neuron
   ``max_t |h(t+1) - h(t)| / ||x(t+1) - x(t)||`` over a drive (h = the neurons' outputs, x = the
   head's features), sorted descending -- a faithful reconstruction of the NCP paper's Lipschitz
-  analysis (REFERENCE.md §2). Stepped in time exactly as the open-loop drive is.
+  analysis (Lechner et al. 2020). Stepped in time exactly as the open-loop drive is.
 
 :func:`robustness_report` runs it all (in parallel over models when the CPU allows) and writes
 ``REPORT.md``, ``results.csv`` and plots through :mod:`drive.evaluate.report`.

@@ -1,6 +1,6 @@
 """VisualBackProp: which input pixels a conv head's features come from (Bojarski et al., ICRA 2018).
 
-The algorithm (REFERENCE.md §4, the authors' ``vis.lua``):
+The algorithm (Bojarski et al. 2018 and the authors' ``vis.lua``; docs/references.md):
 
 1. one forward pass through the head's convolutions, keeping every post-ReLU feature map;
 2. average each layer's maps over channels;

@@ -1,5 +1,6 @@
-"""Model families: the named policies ``drive fit`` trains (the NCP paper's table), their options
-and their defaults, stated here once.
+"""Model families: the named policies ``drive fit`` trains (the NCP paper's networks;
+docs/references.md), their options and
+their defaults, stated here once.
 
 =========== ================== ================================================ ======================
 family      head               recurrent compartment                            options

@@ -1,7 +1,7 @@
 """Perception heads: camera frames in, features (or a steering value) out.
 
 Two heads from the NCP lane-keeping pipeline (Lechner et al., Nature Machine Intelligence 2020,
-REFERENCE.md §2):
+and its authors' code; docs/references.md):
 
 * :class:`NCPConvHead` -- the conv head shared by the recurrent policies (NCP, LTC, CfC, LSTM,
   CT-RNN): 5 SAME-padded ReLU convolutions giving 8 maps, each map flattened into its own
@@ -75,7 +75,7 @@ def _check_frames(frames: Tensor, input_size: Tuple[int, int], name: str) -> Non
 
 
 class NCPConvHead(nn.Module):
-    """NCP conv head: frames ``[N, 3, H, W]`` in [0, 1] -> features ``[N, 32]`` (REFERENCE.md §2).
+    """NCP conv head: frames ``[N, 3, H, W]`` in [0, 1] -> features ``[N, 32]`` (Lechner et al. 2020).
 
     24@5x5/2 -> 36@5x5/2 -> 48@3x3/2 -> 64@3x3/1 -> 8@3x3/1, padding k//2, ReLU: 8 maps of
     10x25 at 78x200. Map ``g`` is flattened and fed to its own ``Dense(250 -> 4, ReLU)``; the eight
@@ -163,7 +163,7 @@ class NCPConvHead(nn.Module):
 
 
 class PilotNetCNN(nn.Module):
-    """Feed-forward PilotNet-style CNN: frames ``[N, 3, H, W]`` in [0, 1] -> ``[N, 1]`` (REFERENCE.md §2).
+    """Feed-forward PilotNet-style CNN: frames ``[N, 3, H, W]`` in [0, 1] -> ``[N, 1]`` (Lechner et al. 2020).
 
     VALID convolutions 24@5x5/2, 36@5x5/2, 48@3x3/2, 64@3x3/1, 64@3x3/1 (4x19x64 at 78x200),
     dropout, FC 1000 (ReLU), FC 100 (ReLU), linear output without bias: 5,068,900 parameters at

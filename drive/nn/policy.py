@@ -1,6 +1,6 @@
 """Policy = perception head -> recurrent compartment -> readout: camera frames in, curvature out.
 
-The NCP lane-keeping pipeline (Lechner et al. 2020, REFERENCE.md §2): a conv head turns every frame
+The NCP lane-keeping pipeline (Lechner et al. 2020; docs/references.md): a conv head turns every frame
 into features, a recurrent module (LTC/NCP, CfC, LSTM, CT-RNN) integrates them over time, and its
 output is the steering curvature. The network works in the papers' units, 1/km (curvature x 1000);
 :meth:`Policy.forward` and :meth:`Policy.step` return 1/m, the units of the recordings and the world.

@@ -6,7 +6,7 @@ cycle, others random). With several seeds the segments take turns: segment ``i``
 ``i // len(seeds)`` of world ``seeds[i % len(seeds)]``. Every camera period the driver sees an :class:`Observation`
 (optionally with ``perturb(image)`` applied) and returns a curvature command in 1/m.
 
-Intervention (REFERENCE.md section 7, the NCP paper's safety driver): when
+Intervention (VISTA's pi/10 heading limit, the NCP paper's safety driver): when
 ``|lateral offset| > max_lateral_m`` (1.0 m) or ``|heading error| > max_heading_rad``
 (pi/10), it is counted, the car is put back on the lane centre at that point, aligned
 with the lane, and ``driver.reset()`` gives it a fresh hidden state.

@@ -1,6 +1,6 @@
 """PolicyModule: the learning logic for a steering policy (Lightning), nothing else.
 
-Training follows the NCP lane-keeping recipe (Lechner et al. 2020): Adam
+Training follows the NCP lane-keeping recipe (Lechner et al. 2020 and its code): Adam
 (lr 5e-4), batches of sequences (20 x 16 frames, set by the datamodule), global grad-norm clip 10
 (``trainer.gradient_clip_val``), and the curve-weighted MSE in 1/km
 
@@ -49,7 +49,7 @@ __all__ = ["PolicyModule", "weighted_mse", "curve_weights", "NotLearningWarning"
 
 
 def weighted_mse(pred_km: Tensor, target_km: Tensor, weight: Tensor) -> Tensor:
-    """Weighted MSE normalised by the weights (the NCP paper's loss), in (1/km)^2; all ``[B, L]``."""
+    """Weighted MSE normalised by the weights (Lechner et al. 2020), in (1/km)^2; all ``[B, L]``."""
     return (weight * (pred_km - target_km) ** 2).sum() / weight.sum().clamp_min(1e-12)
 
 

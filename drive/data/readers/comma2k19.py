@@ -1,4 +1,4 @@
-"""Reader for comma2k19 segments (REFERENCE.md §6): ``video.hevc`` (20 fps, 1164x874) plus
+"""Reader for comma2k19 segments (Schafer et al. 2018): ``video.hevc`` (20 fps, 1164x874) plus
 per-signal arrays saved with numpy, each a pair of files ``t`` (seconds, boot time) and ``value``:
 
     <segment>/video.hevc

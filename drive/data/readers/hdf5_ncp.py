@@ -1,5 +1,5 @@
 """Reader for the NCP authors' HDF5 drives: ``camera_front`` [N, H, W, 3] uint8 RGB,
-``inverse_r`` [N] curvature in 1/m, ``timestamp`` [N] seconds (REFERENCE.md §2).
+``inverse_r`` [N] curvature in 1/m, ``timestamp`` [N] seconds (Lechner et al. 2020).
 
 The file stays closed until a frame is read (and reopens in each DataLoader worker), so the source
 pickles. An optional ``speed`` dataset is used when present, otherwise ``speed_mps`` from the

@@ -1,4 +1,4 @@
-"""Reader for the Udacity simulator's ``driving_log.csv`` (REFERENCE.md §6).
+"""Reader for the Udacity simulator's ``driving_log.csv`` (docs/references.md, log formats).
 
 Columns ``center, left, right, steering, throttle, brake, speed``, with or without a header.
 Image paths are often absolute paths from the recording machine (Unix or Windows); they are

@@ -1,6 +1,6 @@
 """Closed-form LTC: a trained LTC run without an ODE solver (docs/closed_form.md).
 
-The LTC in conductance form (REFERENCE.md §3; LTC paper Eq. 1) for post-synaptic neuron j:
+The LTC in conductance form (LTC paper Eq. 1, as ncps's LTCCell writes it) for post-synaptic neuron j:
 
     cm_j dv_j/dt = gleak_j (vleak_j - v_j) + sum_i w_ij s_ij (erev_ij - v_j)
                                            + sum_f sensory_w_fj s_fj (sensory_erev_fj - v_j),
@@ -97,7 +97,8 @@ class ClosedFormLTC(RecurrentModule):
 
     Parameters carry the LTC's names and *effective* values (set by :func:`convert`); only the
     wiring's synapses are evaluated (entries of absent synapses are ignored). A module built directly
-    starts from the LTC's initial ranges (drive.nn.ltc.INIT_RANGES) with erev = the wiring's polarity.
+    starts from the LTC's initial ranges (drive.nn.ltc.INIT_RANGES, as ncps's LTCCell) with erev = the
+    wiring's polarity.
     ``forward(x[B, L, F], hidden=None, timespans=None[B, L] seconds) -> (y[B, L, M], hidden)``.
     """
 
