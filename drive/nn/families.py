@@ -1,6 +1,5 @@
 """Model families: the named policies ``drive fit`` trains (the NCP paper's networks;
-docs/references.md), their options and
-their defaults, stated here once.
+docs/references.md), their options and their defaults, stated here once.
 
 =========== ================== ================================================ ======================
 family      head               recurrent compartment                            options
