@@ -12,6 +12,7 @@ of consecutive uint8 RGB frames at the camera's native size. Output matches the 
 stderr. Status bits: 1 non-finite frame, 2 black frame (command held), 4 clamped, 8 hidden
 reset, 16 non-finite network output (held).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,13 +38,17 @@ def read_metadata(model: Path) -> Dict:
         raise SystemExit(f"{model}: no such file")
     if model.suffix == ".pt2" and zipfile.is_zipfile(model):
         with zipfile.ZipFile(model) as zf:
-            for name in sorted(n for n in zf.namelist() if n.endswith("_metadata.json") and "/aotinductor/" in n):
+            for name in sorted(
+                n for n in zf.namelist() if n.endswith("_metadata.json") and "/aotinductor/" in n
+            ):
                 strings = json.loads(zf.read(name))
                 if isinstance(strings, dict) and "metadata_json" in strings:
                     return json.loads(strings["metadata_json"])
         raise SystemExit(f"{model}: no drive metadata in the package; export it with `drive export`")
     if not zipfile.is_zipfile(model):
-        raise SystemExit(f"{model}: not a TorchScript file (.ts, a zip archive) or an AOTInductor package (.pt2)")
+        raise SystemExit(
+            f"{model}: not a TorchScript file (.ts, a zip archive) or an AOTInductor package (.pt2)"
+        )
     with zipfile.ZipFile(model) as zf:
         name = next((n for n in zf.namelist() if n.endswith("extra/drive_meta.json")), None)
         if name is None:
@@ -56,20 +61,25 @@ def read_ppm(path: Path) -> torch.Tensor:
     data = path.read_bytes()
     fields, pos = [], 0
     while len(fields) < 4 and pos < len(data):
-        while data[pos:pos + 1].isspace():
+        while data[pos : pos + 1].isspace():
             pos += 1
-        if data[pos:pos + 1] == b"#":
+        if data[pos : pos + 1] == b"#":
             pos = data.find(b"\n", pos) + 1 or len(data)
             continue
         end = pos
-        while end < len(data) and not data[end:end + 1].isspace():
+        while end < len(data) and not data[end : end + 1].isspace():
             end += 1
         fields.append(data[pos:end])
         pos = end
-    if len(fields) < 4 or fields[0] != b"P6" or not all(f.isdigit() for f in fields[1:]) or int(fields[3]) != 255:
+    if (
+        len(fields) < 4
+        or fields[0] != b"P6"
+        or not all(f.isdigit() for f in fields[1:])
+        or int(fields[3]) != 255
+    ):
         raise SystemExit(f"{path}: only binary 8-bit PPM (P6, maxval 255)")
     w, h = int(fields[1]), int(fields[2])
-    pixels = data[pos + 1:pos + 1 + w * h * 3]
+    pixels = data[pos + 1 : pos + 1 + w * h * 3]
     if len(pixels) != w * h * 3:
         raise SystemExit(f"{path}: truncated ({len(pixels)} of {w * h * 3} pixel bytes)")
     return torch.frombuffer(bytearray(pixels), dtype=torch.uint8).reshape(h, w, 3)
@@ -125,8 +135,10 @@ def frames_from(source: Path, size: Tuple[int, int]) -> Iterator[torch.Tensor]:
     count = 0
     for name, frame in _read_frames(source, size):
         if tuple(frame.shape) != (*size, 3):
-            raise SystemExit(f"{name}: frame is {frame.shape[1]}x{frame.shape[0]}, the model expects the camera's "
-                             f"{size[1]}x{size[0]} (frame_size in its metadata); resize on the camera side, not here")
+            raise SystemExit(
+                f"{name}: frame is {frame.shape[1]}x{frame.shape[0]}, the model expects the camera's "
+                f"{size[1]}x{size[0]} (frame_size in its metadata); resize on the camera side, not here"
+            )
         count += 1
         yield frame
     if count == 0:
@@ -162,15 +174,21 @@ class Model:
     def initial_state(self) -> torch.Tensor:
         return torch.zeros((1, self.hidden_size), dtype=torch.float32, device=self.device)
 
-    def step(self, frame: torch.Tensor, hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def step(
+        self, frame: torch.Tensor, hidden: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(curvature_per_m [1], hidden [1, S], status [1]); inputs checked against the metadata first,
         because an AOTInductor package accepts wrong shapes and dtypes silently."""
         if tuple(frame.shape) != (1, *self.size, 3) or frame.dtype != torch.uint8:
-            raise ValueError(f"frame must be uint8 [1, {self.size[0]}, {self.size[1]}, 3]; got "
-                             f"{frame.dtype} {list(frame.shape)} (resize on the camera side, not here)")
+            raise ValueError(
+                f"frame must be uint8 [1, {self.size[0]}, {self.size[1]}, 3]; got "
+                f"{frame.dtype} {list(frame.shape)} (resize on the camera side, not here)"
+            )
         if tuple(hidden.shape) != (1, self.hidden_size) or hidden.dtype != torch.float32:
-            raise ValueError(f"hidden must be float32 [1, {self.hidden_size}] (hidden_size in the metadata; start "
-                             f"from initial_state()); got {hidden.dtype} {list(hidden.shape)}")
+            raise ValueError(
+                f"hidden must be float32 [1, {self.hidden_size}] (hidden_size in the metadata; start "
+                f"from initial_state()); got {hidden.dtype} {list(hidden.shape)}"
+            )
         return self.run(frame.to(self.device), hidden)
 
 
@@ -185,7 +203,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-pace", action="store_true", help="step as fast as possible, not at camera rate")
     ap.add_argument("--out", type=Path, help="write the CSV here too")
     ap.add_argument("--quiet", action="store_true", help="no per-frame lines on stdout")
-    ap.add_argument("--dump-ppm", type=Path, metavar="DIR", help="only write the frames as PPMs (for drive_runtime)")
+    ap.add_argument(
+        "--dump-ppm", type=Path, metavar="DIR", help="only write the frames as PPMs (for drive_runtime)"
+    )
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
@@ -225,9 +245,11 @@ def main(argv=None) -> int:
     if args.out:
         args.out.write_text("\n".join(rows) + "\n")
     lat = torch.tensor(latency, dtype=torch.float64)
-    print(f"# {len(latency)} steps: latency p50 {lat.quantile(0.5):.3f} ms, p99 {lat.quantile(0.99):.3f} ms, "
-          f"max {lat.max():.3f} ms; {int((lat > period * 1e3).sum())} over the {period * 1e3:.1f} ms frame period",
-          file=sys.stderr)
+    print(
+        f"# {len(latency)} steps: latency p50 {lat.quantile(0.5):.3f} ms, p99 {lat.quantile(0.99):.3f} ms, "
+        f"max {lat.max():.3f} ms; {int((lat > period * 1e3).sum())} over the {period * 1e3:.1f} ms frame period",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -16,6 +16,7 @@ tensors and plain types to load (a pickled payload) is rejected before anything 
 
 Driving with a checkpoint (or an exported file) is :mod:`drive.drivers`.
 """
+
 from __future__ import annotations
 
 import io
@@ -28,9 +29,9 @@ from typing import Any, Callable, Dict, Mapping, Tuple, Union
 import torch
 
 from drive import __version__
+from drive.data.preprocess import Preprocessing
 from drive.io.atomic import write_bytes
 from drive.nn.policy import Policy
-from drive.data.preprocess import Preprocessing
 
 __all__ = [
     "load_policy",
@@ -70,7 +71,8 @@ def _refusal(path: Path, err: BaseException) -> ValueError:
     detail = [line.strip() for line in str(err).splitlines() if "Unsupported global" in line]
     return ValueError(
         f"{path}: refusing to load: it holds pickled Python objects beyond tensors and plain "
-        f"types, which could run code; drive checkpoints never do. {' '.join(detail)}".strip())
+        f"types, which could run code; drive checkpoints never do. {' '.join(detail)}".strip()
+    )
 
 
 def checked_load(path: PathLike, load: Callable[[], Any]) -> Any:
@@ -85,15 +87,20 @@ def checked_load(path: PathLike, load: Callable[[], Any]) -> Any:
     except pickle.UnpicklingError as err:
         if "Weights only load failed" in str(err):
             raise _refusal(path, err) from None
-        raise ValueError(f"{path}: cannot load: not a checkpoint, or a corrupt one ({_one_line(err)})") from None
+        raise ValueError(
+            f"{path}: cannot load: not a checkpoint, or a corrupt one ({_one_line(err)})"
+        ) from None
     except MemoryError:
         raise
     except Exception as err:  # noqa: BLE001 (torch raises many types for a damaged archive)
         size = path.stat().st_size if path.is_file() else None
         if size == 0:
-            raise ValueError(f"{path}: cannot load: the file is empty (0 bytes; an interrupted write?)") from None
-        raise ValueError(f"{path}: cannot load: not a checkpoint, or a truncated or corrupt one "
-                         f"({_one_line(err)})") from None
+            raise ValueError(
+                f"{path}: cannot load: the file is empty (0 bytes; an interrupted write?)"
+            ) from None
+        raise ValueError(
+            f"{path}: cannot load: not a checkpoint, or a truncated or corrupt one ({_one_line(err)})"
+        ) from None
 
 
 def _is_torchscript(path: Path) -> bool:
@@ -117,8 +124,10 @@ def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = "cp
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint file")
     if path.suffix.lower() in EXPORT_SUFFIXES or _is_torchscript(path):
-        raise ValueError(f"{path}: an exported policy, not a checkpoint: give the .ckpt / .pt it was exported "
-                         "from (`drive evaluate --policy` runs exported files)")
+        raise ValueError(
+            f"{path}: an exported policy, not a checkpoint: give the .ckpt / .pt it was exported "
+            "from (`drive evaluate --policy` runs exported files)"
+        )
     ckpt = checked_load(path, lambda: torch.load(path, map_location=map_location, weights_only=True))
     if not isinstance(ckpt, dict) or "drive" not in ckpt or "state_dict" not in ckpt:
         raise ValueError(f"{path}: not a drive policy checkpoint (needs 'drive' metadata and a 'state_dict')")
@@ -128,7 +137,9 @@ def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = "cp
     return ckpt
 
 
-def load_policy(path: PathLike, map_location: Union[str, torch.device] = "cpu") -> Tuple[Policy, Dict[str, Any]]:
+def load_policy(
+    path: PathLike, map_location: Union[str, torch.device] = "cpu"
+) -> Tuple[Policy, Dict[str, Any]]:
     """Rebuild a trained policy from a checkpoint: ``(policy in eval mode, meta dict)``.
 
     Works for Lightning checkpoints from ``drive fit`` and files from :func:`save_policy`.
@@ -137,7 +148,7 @@ def load_policy(path: PathLike, map_location: Union[str, torch.device] = "cpu") 
     meta = dict(ckpt["drive"])
     policy = Policy.from_config(meta["policy_config"])
     prefix = "policy."
-    state = {k[len(prefix):]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
+    state = {k[len(prefix) :]: v for k, v in ckpt["state_dict"].items() if k.startswith(prefix)}
     policy.load_state_dict(state, strict=True)
     policy.to(map_location).eval()
     return policy, meta

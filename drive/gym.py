@@ -7,6 +7,7 @@ or, without the import, ``gymnasium.make("drive.gym:drive/LaneKeeping-v0", ...)`
 :mod:`drive.sim.gym_env` for spaces, episodes and ``info``, and :mod:`drive.sim.gym_eval` for
 driving a drive policy closed loop in any Gymnasium driving environment (``drive evaluate --env``).
 """
+
 from drive.sim.gym_env import ENV_ID, LaneKeepingEnv, register
 
 __all__ = ["ENV_ID", "LaneKeepingEnv", "register"]

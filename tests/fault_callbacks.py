@@ -1,5 +1,6 @@
 """Callbacks a `drive fit` subprocess loads by class path (tests put this folder on PYTHONPATH)
 to die the way a machine does: SIGKILL at an exact training step."""
+
 import os
 import signal
 

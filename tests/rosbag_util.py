@@ -3,6 +3,7 @@
 Nothing here uses drive's reader: the bags are what a vehicle's recorder would leave, with the
 camera and the steering on separate topics, each at its own rate and on its own clock.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,7 +16,7 @@ from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 
 ACKERMANN = {
     "ackermann_msgs/msg/AckermannDrive": "float32 steering_angle\nfloat32 steering_angle_velocity\n"
-                                         "float32 speed\nfloat32 acceleration\nfloat32 jerk\n",
+    "float32 speed\nfloat32 acceleration\nfloat32 jerk\n",
     "ackermann_msgs/msg/AckermannDriveStamped": "std_msgs/Header header\nackermann_msgs/AckermannDrive drive\n",
 }
 KINDS = ("rosbag1", "sqlite3", "mcap")
@@ -61,10 +62,13 @@ def serialize(ts, kind: str, msg, msgtype: str) -> bytes:
 def image_msg(ts, kind: str, t_ns: int, rgb: np.ndarray, encoding: str = "jpeg"):
     """A CompressedImage (encoding 'jpeg'/'png') or an Image (rgb8, bgr8, mono8, bayer_rggb8, ...)."""
     if encoding in ("jpeg", "png"):
-        ok, data = cv2.imencode("." + ("jpg" if encoding == "jpeg" else "png"), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+        ok, data = cv2.imencode(
+            "." + ("jpg" if encoding == "jpeg" else "png"), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+        )
         assert ok
-        return ts.types["sensor_msgs/msg/CompressedImage"](header=_header(ts, kind, t_ns), format=encoding,
-                                                           data=data.reshape(-1)), "sensor_msgs/msg/CompressedImage"
+        return ts.types["sensor_msgs/msg/CompressedImage"](
+            header=_header(ts, kind, t_ns), format=encoding, data=data.reshape(-1)
+        ), "sensor_msgs/msg/CompressedImage"
     h, w = rgb.shape[:2]
     if encoding == "rgb8":
         pix = rgb
@@ -85,33 +89,57 @@ def image_msg(ts, kind: str, t_ns: int, rgb: np.ndarray, encoding: str = "jpeg")
     step = w * channels + 4  # padded rows, as some drivers write them
     padded = np.zeros((h, step), np.uint8)
     padded[:, : w * channels] = pix.reshape(h, w * channels)
-    return ts.types["sensor_msgs/msg/Image"](header=_header(ts, kind, t_ns), height=h, width=w, encoding=encoding,
-                                             is_bigendian=0, step=step, data=padded.reshape(-1)), "sensor_msgs/msg/Image"
+    return ts.types["sensor_msgs/msg/Image"](
+        header=_header(ts, kind, t_ns),
+        height=h,
+        width=w,
+        encoding=encoding,
+        is_bigendian=0,
+        step=step,
+        data=padded.reshape(-1),
+    ), "sensor_msgs/msg/Image"
 
 
 def steering_msg(ts, kind: str, msgtype: str, t_ns: int, kappa: float, speed: float, wheelbase: float):
     """A steering message meaning curvature ``kappa`` (1/m) at ``speed`` (m/s)."""
     if msgtype == "ackermann_msgs/msg/AckermannDriveStamped":
         drive = ts.types["ackermann_msgs/msg/AckermannDrive"](
-            steering_angle=math.atan(kappa * wheelbase), steering_angle_velocity=0.0, speed=speed,
-            acceleration=0.0, jerk=0.0)
+            steering_angle=math.atan(kappa * wheelbase),
+            steering_angle_velocity=0.0,
+            speed=speed,
+            acceleration=0.0,
+            jerk=0.0,
+        )
         return ts.types[msgtype](header=_header(ts, kind, t_ns), drive=drive)
     if msgtype == "geometry_msgs/msg/TwistStamped":
         V = ts.types["geometry_msgs/msg/Vector3"]
-        twist = ts.types["geometry_msgs/msg/Twist"](linear=V(x=speed, y=0.0, z=0.0), angular=V(x=0.0, y=0.0, z=kappa * speed))
+        twist = ts.types["geometry_msgs/msg/Twist"](
+            linear=V(x=speed, y=0.0, z=0.0), angular=V(x=0.0, y=0.0, z=kappa * speed)
+        )
         return ts.types[msgtype](header=_header(ts, kind, t_ns), twist=twist)
     if msgtype in ("std_msgs/msg/Float32", "std_msgs/msg/Float64"):
         return ts.types[msgtype](data=kappa)
     raise ValueError(msgtype)
 
 
-def write_bag(path: Path, kind: str, *, frames: Sequence[Tuple[int, np.ndarray]],
-              steering: Sequence[Tuple[int, float, float]], steering_type: str = "ackermann_msgs/msg/AckermannDriveStamped",
-              encoding: str = "jpeg", wheelbase: float = 2.7, camera_topic: str = "/camera/image",
-              steering_topic: str = "/vehicle/steering", extra_topics: Optional[Dict[str, str]] = None,
-              receive_delay_ns: int = 3_000_000, camera_delay_ns: Optional[int] = None,
-              speed: Optional[Sequence[Tuple[int, float]]] = None, speed_type: str = "std_msgs/msg/Float32",
-              speed_topic: str = "/vehicle/speed") -> Path:
+def write_bag(
+    path: Path,
+    kind: str,
+    *,
+    frames: Sequence[Tuple[int, np.ndarray]],
+    steering: Sequence[Tuple[int, float, float]],
+    steering_type: str = "ackermann_msgs/msg/AckermannDriveStamped",
+    encoding: str = "jpeg",
+    wheelbase: float = 2.7,
+    camera_topic: str = "/camera/image",
+    steering_topic: str = "/vehicle/steering",
+    extra_topics: Optional[Dict[str, str]] = None,
+    receive_delay_ns: int = 3_000_000,
+    camera_delay_ns: Optional[int] = None,
+    speed: Optional[Sequence[Tuple[int, float]]] = None,
+    speed_type: str = "std_msgs/msg/Float32",
+    speed_topic: str = "/vehicle/speed",
+) -> Path:
     """Write ``frames`` [(stamp ns, rgb)] and ``steering`` [(stamp ns, kappa 1/m, speed m/s)].
 
     Messages are stored in receive order (bag time = stamp + ``receive_delay_ns``), the two topics
@@ -133,15 +161,22 @@ def write_bag(path: Path, kind: str, *, frames: Sequence[Tuple[int, np.ndarray]]
         if speed_type == "nav_msgs/msg/Odometry":
             V = ts.types["geometry_msgs/msg/Vector3"]
             tw = ts.types["geometry_msgs/msg/TwistWithCovariance"](
-                twist=ts.types["geometry_msgs/msg/Twist"](linear=V(x=v, y=0.0, z=0.0), angular=V(x=0.0, y=0.0, z=0.0)),
-                covariance=np.zeros(36))
+                twist=ts.types["geometry_msgs/msg/Twist"](
+                    linear=V(x=v, y=0.0, z=0.0), angular=V(x=0.0, y=0.0, z=0.0)
+                ),
+                covariance=np.zeros(36),
+            )
             P = ts.types["geometry_msgs/msg/Point"]
             Q = ts.types["geometry_msgs/msg/Quaternion"]
             pose = ts.types["geometry_msgs/msg/PoseWithCovariance"](
-                pose=ts.types["geometry_msgs/msg/Pose"](position=P(x=0.0, y=0.0, z=0.0),
-                                                        orientation=Q(x=0.0, y=0.0, z=0.0, w=1.0)),
-                covariance=np.zeros(36))
-            msg = ts.types[speed_type](header=_header(ts, kind, t_ns), child_frame_id="base_link", pose=pose, twist=tw)
+                pose=ts.types["geometry_msgs/msg/Pose"](
+                    position=P(x=0.0, y=0.0, z=0.0), orientation=Q(x=0.0, y=0.0, z=0.0, w=1.0)
+                ),
+                covariance=np.zeros(36),
+            )
+            msg = ts.types[speed_type](
+                header=_header(ts, kind, t_ns), child_frame_id="base_link", pose=pose, twist=tw
+            )
         else:
             msg = ts.types[speed_type](data=v)
         records.append((t_ns + receive_delay_ns, "speed", serialize(ts, kind, msg, speed_type)))
@@ -151,8 +186,10 @@ def write_bag(path: Path, kind: str, *, frames: Sequence[Tuple[int, np.ndarray]]
         records.append((t_first, topic, serialize(ts, kind, msg, msgtype)))
     records.sort(key=lambda r: r[0])
     with _writer(path, kind) as w:
-        conns = {"cam": w.add_connection(camera_topic, cam_type, typestore=ts),
-                 "steer": w.add_connection(steering_topic, steering_type, typestore=ts)}
+        conns = {
+            "cam": w.add_connection(camera_topic, cam_type, typestore=ts),
+            "steer": w.add_connection(steering_topic, steering_type, typestore=ts),
+        }
         for topic, msgtype in (extra_topics or {}).items():
             conns[topic] = w.add_connection(topic, msgtype, typestore=ts)
         if speed:
@@ -162,8 +199,13 @@ def write_bag(path: Path, kind: str, *, frames: Sequence[Tuple[int, np.ndarray]]
     return path
 
 
-def drive_frames(seconds: float, fps: float, t0_ns: int = 1_700_000_000_000_000_000, seed: int = 0,
-                 size: Tuple[int, int] = (64, 48)) -> List[Tuple[int, np.ndarray]]:
+def drive_frames(
+    seconds: float,
+    fps: float,
+    t0_ns: int = 1_700_000_000_000_000_000,
+    seed: int = 0,
+    size: Tuple[int, int] = (64, 48),
+) -> List[Tuple[int, np.ndarray]]:
     """Frames whose content encodes the steering: a bright bar whose position moves with curvature."""
     out = []
     n = int(round(seconds * fps))
@@ -173,7 +215,7 @@ def drive_frames(seconds: float, fps: float, t0_ns: int = 1_700_000_000_000_000_
         kappa = curvature_at(t)
         img = np.full((h, w, 3), 60, np.uint8)
         col = int(round((w - 8) * (0.5 + kappa * 10.0)))
-        img[:, max(0, col): col + 8] = (230, 200, 40)
+        img[:, max(0, col) : col + 8] = (230, 200, 40)
         out.append((t0_ns + int(round(t * 1e9)), img))
     return out
 
@@ -183,7 +225,15 @@ def curvature_at(t: float) -> float:
     return 0.04 * math.sin(2 * math.pi * t / 4.0)
 
 
-def steering_samples(seconds: float, hz: float, t0_ns: int = 1_700_000_000_000_000_000, speed: float = 8.0,
-                     start_s: float = -0.2) -> List[Tuple[int, float, float]]:
+def steering_samples(
+    seconds: float,
+    hz: float,
+    t0_ns: int = 1_700_000_000_000_000_000,
+    speed: float = 8.0,
+    start_s: float = -0.2,
+) -> List[Tuple[int, float, float]]:
     n = int(round((seconds - start_s + 0.4) * hz))
-    return [(t0_ns + int(round((start_s + i / hz) * 1e9)), curvature_at(start_s + i / hz), speed) for i in range(n)]
+    return [
+        (t0_ns + int(round((start_s + i / hz) * 1e9)), curvature_at(start_s + i / hz), speed)
+        for i in range(n)
+    ]

@@ -1,4 +1,5 @@
 """drive.io.atomic: outputs are whole or absent, never half-written, and no temporary file is left."""
+
 import os
 import stat
 from pathlib import Path
@@ -47,7 +48,10 @@ def test_files_get_the_umask_mode_not_a_private_one(tmp_path):
         os.umask(previous)
     want = stat.S_IMODE(plain.stat().st_mode)
     assert want == 0o644
-    assert stat.S_IMODE(out.stat().st_mode) == want and stat.S_IMODE((tmp_path / "policy.ts").stat().st_mode) == want
+    assert (
+        stat.S_IMODE(out.stat().st_mode) == want
+        and stat.S_IMODE((tmp_path / "policy.ts").stat().st_mode) == want
+    )
 
 
 def test_write_image_round_trips_and_names_a_file_it_cannot_encode(tmp_path):

@@ -1,4 +1,5 @@
 """Closed-form LTC kernels against scipy's ODE solutions (closed-form appendix Cor. 1, CfC Lemma 1)."""
+
 from __future__ import annotations
 
 from typing import Dict, List
@@ -138,8 +139,11 @@ def test_exact_sequence_at_one_dt_equals_stepping(wiring: str, dt, substeps: int
     kernel's states (per-row dt), in float64, batch > 1. The random wiring has uneven fan-outs (empty
     grid slots) and an input without synapses."""
     torch.manual_seed(4)
-    w = {"lane_keeping": lane_keeping_ncp, "fully_connected": lambda: FullyConnected(5, output_dim=2, seed=2, input_dim=3),
-         "random": lambda: Random(6, output_dim=2, sparsity=0.6, seed=3, input_dim=4)}[wiring]()
+    w = {
+        "lane_keeping": lane_keeping_ncp,
+        "fully_connected": lambda: FullyConnected(5, output_dim=2, seed=2, input_dim=3),
+        "random": lambda: Random(6, output_dim=2, sparsity=0.6, seed=3, input_dim=4),
+    }[wiring]()
     if wiring == "random":
         w.sensory_adjacency[1] = 0  # input 1 reaches no neuron
         fanout = np.count_nonzero(w.sensory_adjacency, axis=1)
@@ -183,7 +187,9 @@ def test_scripted_module_matches_eager_with_irregular_timespans(method: str) -> 
 @pytest.mark.parametrize("bad", [0.0, -0.1, float("nan"), float("inf")])
 def test_step_rejects_non_positive_or_non_finite_dt(bad: float) -> None:
     scripted = torch.jit.script(ClosedFormLTC(FullyConnected(3, output_dim=1, input_dim=2)))
-    with pytest.raises(torch.jit.Error, match="must be finite and > 0"):  # scripted code re-raises as jit.Error
+    with pytest.raises(
+        torch.jit.Error, match="must be finite and > 0"
+    ):  # scripted code re-raises as jit.Error
         scripted.step(torch.zeros(2, 2), scripted.initial_state(2), torch.tensor([1.0, bad]))
 
 
@@ -279,7 +285,9 @@ def test_gradients_through_the_in_place_kernels_match_finite_differences(method:
         params = (m.cm, m.w, m.sensory_mu, m.sensory_sigma, m.input_w, m.input_b)
         grads = torch.autograd.grad(m(x, None, ts)[0].sum(), params)
         for p, g in zip(params, grads):
-            idx = tuple(int(k) for k in (p.detach() * m.mask if p is m.w else p.detach()).abs().argmax().reshape(1))
+            idx = tuple(
+                int(k) for k in (p.detach() * m.mask if p is m.w else p.detach()).abs().argmax().reshape(1)
+            )
             idx = np.unravel_index(idx[0], p.shape)
             with torch.no_grad():
                 p[idx] += 1e-6
@@ -293,6 +301,7 @@ def test_gradients_through_the_in_place_kernels_match_finite_differences(method:
 
 def test_loading_weights_of_another_wiring_is_an_error():
     from drive.nn.wiring import NCP
+
     a = ClosedFormLTC(NCP(4, 3, 1, 2, 2, 2, 2, seed=0, input_dim=3))
     with pytest.raises(ValueError, match="wiring mismatch"):
         ClosedFormLTC(NCP(4, 3, 1, 2, 2, 2, 2, seed=1, input_dim=3)).load_state_dict(a.state_dict())

@@ -1,4 +1,5 @@
 """Converted policy checkpoints: load like any other, match a direct conversion, report fidelity."""
+
 from __future__ import annotations
 
 import json
@@ -7,12 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from drive.nn.closed_form.ltc import ClosedFormLTC, convert
+from drive.checkpoint import load_policy, policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
+from drive.drivers import load_driver
 from drive.evaluate.closed_form_fidelity import convert_checkpoint
 from drive.export.closed_form import convert_policy
-from drive.checkpoint import load_policy, policy_meta, save_policy
-from drive.drivers import load_driver
-from drive.data.preprocess import Preprocessing
+from drive.nn.closed_form.ltc import ClosedFormLTC, convert
 from drive.nn.families import build_policy
 
 
@@ -25,7 +26,9 @@ def converted(tmp_path_factory: pytest.TempPathFactory):
     policy = build_policy("ncp_ltc", frame_period_s=1.0 / 30.0, positivity="softplus")
     src = save_policy(root / "ltc.ckpt", policy, policy_meta(policy, Preprocessing(), 30.0, "ncp_ltc"))
     rec = record_drive(root / "test-rec", seed=3, index=0, split="test", minutes=0.02)
-    report = convert_checkpoint(src, "exact", root / "exact.ckpt", recordings=[rec], km=0.02, seed=1, rounds=2)
+    report = convert_checkpoint(
+        src, "exact", root / "exact.ckpt", recordings=[rec], km=0.02, seed=1, rounds=2
+    )
     return src, rec, report, root / "exact.ckpt"
 
 
@@ -89,8 +92,24 @@ def test_cli_writes_an_approx_conversion(converted, capsys: pytest.CaptureFixtur
 
     src, rec, _, _ = converted
     out = Path(converted[3]).with_name("approx.pt")
-    assert main(["closed-form", "--ckpt", str(src), "--method", "approx", "--out", str(out),
-                 "--recordings", str(rec), "--km", "0"]) == 0
+    assert (
+        main(
+            [
+                "closed-form",
+                "--ckpt",
+                str(src),
+                "--method",
+                "approx",
+                "--out",
+                str(out),
+                "--recordings",
+                str(rec),
+                "--km",
+                "0",
+            ]
+        )
+        == 0
+    )
     policy, meta = load_policy(out)
     assert policy.rnn.method == "approx" and policy.state_size == 2 * 19 + 1
     assert "closed_loop" not in json.loads(out.with_suffix(".fidelity.json").read_text())

@@ -13,6 +13,7 @@ rounding (6e-8 relative per op) grown over the ~30 ops of the head and 8 recurre
 orders of magnitude below that, while any change of a weight, an equation or a state layout moves
 curvature by far more.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,14 +37,17 @@ REFERENCE = dict(np.load(FIXTURES / "reference.npz"))
 INPUTS = dict(np.load(FIXTURES / "inputs.npz"))
 CHECKPOINTS = [f for f in INFO["files"] if not f.endswith(".ts")]
 EXPORTS = [f for f in INFO["files"] if f.endswith(".ts")]
-SAME_PLATFORM = (INFO["torch"] == torch.__version__
-                 and INFO["cpu_capability"] == torch.backends.cpu.get_cpu_capability())
+SAME_PLATFORM = (
+    INFO["torch"] == torch.__version__ and INFO["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+)
 
 
 def _assert_same(got: np.ndarray, want: np.ndarray, what: str) -> None:
     assert got.shape == want.shape, f"{what}: shape {got.shape} != recorded {want.shape}"
     if SAME_PLATFORM:
-        assert np.array_equal(got, want), f"{what}: not bitwise equal, max |diff| {np.abs(got - want).max():.3g}"
+        assert np.array_equal(got, want), (
+            f"{what}: not bitwise equal, max |diff| {np.abs(got - want).max():.3g}"
+        )
     else:
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=what)
 
@@ -63,10 +67,18 @@ def test_fixtures_cover_every_family_and_format() -> None:
         families.add(meta["family"])
         assert meta["policy_config"]["rnn"]["class"].startswith("drive.nn.")
     assert {"ncp_ltc", "cfc", "lstm", "ctrnn", "cnn", "ncp_ltc+closed_form_exact"} <= families
-    classes = {torch.load(FIXTURES / n, map_location="cpu", weights_only=True)["drive"]["policy_config"]["rnn"]["class"]
-               for n in CHECKPOINTS}
-    assert {"drive.nn.cfc.CfC", "drive.nn.wired_cfc.WiredCfC", "drive.nn.ltc.LTC",
-            "drive.nn.closed_form.ClosedFormLTC"} <= classes
+    classes = {
+        torch.load(FIXTURES / n, map_location="cpu", weights_only=True)["drive"]["policy_config"]["rnn"][
+            "class"
+        ]
+        for n in CHECKPOINTS
+    }
+    assert {
+        "drive.nn.cfc.CfC",
+        "drive.nn.wired_cfc.WiredCfC",
+        "drive.nn.ltc.LTC",
+        "drive.nn.closed_form.ClosedFormLTC",
+    } <= classes
     assert EXPORTS, "no TorchScript export among the fixtures"
 
 
@@ -112,8 +124,20 @@ np.savez(sys.argv[2], **out)
 def test_exports_load_in_a_fresh_process_and_give_the_recorded_outputs(tmp_path: Path) -> None:
     result = tmp_path / "exports.npz"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    subprocess.run([sys.executable, "-c", _EXPORT_SCRIPT, str(FIXTURES / "inputs.npz"), str(result),
-                    str(INFO["threads"]), *[str(FIXTURES / n) for n in EXPORTS]], check=True, env=env, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _EXPORT_SCRIPT,
+            str(FIXTURES / "inputs.npz"),
+            str(result),
+            str(INFO["threads"]),
+            *[str(FIXTURES / n) for n in EXPORTS],
+        ],
+        check=True,
+        env=env,
+        timeout=600,
+    )
     got: Dict[str, np.ndarray] = dict(np.load(result))
     for name in EXPORTS:
         for part in ("step", "hidden"):
@@ -139,11 +163,15 @@ def test_every_class_path_written_before_the_cfc_package_still_loads(tmp_path: P
     views = torch.from_numpy(INPUTS["views"]).permute(0, 3, 1, 2).float() / 255.0
     with torch.no_grad():
         curvature, _ = policy(views.unsqueeze(0), None, torch.from_numpy(INPUTS["dt_s"]).unsqueeze(0))
-    _assert_same(curvature.numpy(), REFERENCE["cfc_wired_mixed.ckpt/forward"], "drive.nn.cfc.WiredCfC forward")
+    _assert_same(
+        curvature.numpy(), REFERENCE["cfc_wired_mixed.ckpt/forward"], "drive.nn.cfc.WiredCfC forward"
+    )
 
 
 @pytest.mark.parametrize("name", EXPORTS)
-def test_exporting_the_fixture_checkpoint_again_gives_the_recorded_export_outputs(name: str, tmp_path: Path) -> None:
+def test_exporting_the_fixture_checkpoint_again_gives_the_recorded_export_outputs(
+    name: str, tmp_path: Path
+) -> None:
     """Today's export code on the checkpoint the fixture export was made from: same file behaviour."""
     from drive.export import export_policy
 
@@ -151,8 +179,20 @@ def test_exporting_the_fixture_checkpoint_again_gives_the_recorded_export_output
     out = export_policy(source, tmp_path / name, format="torchscript")
     result = tmp_path / "exports.npz"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    subprocess.run([sys.executable, "-c", _EXPORT_SCRIPT, str(FIXTURES / "inputs.npz"), str(result),
-                    str(INFO["threads"]), str(out)], check=True, env=env, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _EXPORT_SCRIPT,
+            str(FIXTURES / "inputs.npz"),
+            str(result),
+            str(INFO["threads"]),
+            str(out),
+        ],
+        check=True,
+        env=env,
+        timeout=600,
+    )
     got = dict(np.load(result))
     for part in ("step", "hidden"):
         _assert_same(got[f"{name}/{part}"], REFERENCE[f"{name}/{part}"], f"{name} re-exported {part}")

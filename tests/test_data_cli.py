@@ -1,4 +1,5 @@
 """`drive data inspect|convert` on real logs, and the DataModule's skip summary and determinism."""
+
 import json
 
 import cv2
@@ -30,8 +31,14 @@ def test_inspect_reports_counts_timing_and_problem_rows_as_json(tmp_path, capsys
     (rec,) = report["recordings"]
     assert rec["frames"] == 19 and rec["decodable_frames"] == 19 and rec["size"] == [320, 160]
     assert abs(rec["fps"] - 10.0) < 1e-3
-    assert report["problems"] == [{"file": str(tmp_path / "run1" / "driving_log.csv"), "row": 8,
-                                   "kind": "non_finite_label", "message": "curvature is nan"}]
+    assert report["problems"] == [
+        {
+            "file": str(tmp_path / "run1" / "driving_log.csv"),
+            "row": 8,
+            "kind": "non_finite_label",
+            "message": "curvature is nan",
+        }
+    ]
 
 
 def test_convert_writes_canonical_recordings_that_read_back_identically(tmp_path, capsys):
@@ -49,17 +56,29 @@ def test_convert_refuses_bad_rows_unless_skipping(tmp_path, capsys):
     _udacity(tmp_path / "run1", bad_row=3)
     assert main(["data", "convert", str(tmp_path / "run1"), "--out", str(tmp_path / "o")]) == 2
     captured = capsys.readouterr()
-    assert "drive data: error: " in captured.err and "driving_log.csv, row 4: curvature is nan" in captured.err
+    assert (
+        "drive data: error: " in captured.err and "driving_log.csv, row 4: curvature is nan" in captured.err
+    )
     assert captured.out == ""
     assert not (tmp_path / "o").exists()
-    assert main(["data", "convert", str(tmp_path / "run1"), "--out", str(tmp_path / "o"), "--on-error", "skip"]) == 0
+    assert (
+        main(["data", "convert", str(tmp_path / "run1"), "--out", str(tmp_path / "o"), "--on-error", "skip"])
+        == 0
+    )
     assert len(read_logs(str(tmp_path / "o"))[0]) == 19
 
 
 def test_datamodule_skip_prints_summary_and_trains_on_clean_windows_only(tmp_path, capsys):
     _udacity(tmp_path / "run1", n=40, bad_row=20)
-    dm = DriveDataModule(train=[str(tmp_path)], cache_dir=str(tmp_path / "c"), on_error="skip", num_workers=0,
-                         seq_len=8, stride=1, val_split="none")
+    dm = DriveDataModule(
+        train=[str(tmp_path)],
+        cache_dir=str(tmp_path / "c"),
+        on_error="skip",
+        num_workers=0,
+        seq_len=8,
+        stride=1,
+        val_split="none",
+    )
     dm.prepare_data()
     dm.setup("fit")
     assert "skipped 1 bad item(s): 1 non_finite_label" in capsys.readouterr().err
@@ -73,9 +92,17 @@ def test_augmented_batches_are_reproducible_with_workers(tmp_path):
     cam = {"fx": 277.0, "fy": 277.0, "cx": 159.5, "cy": 79.5, "height_m": 1.4, "pitch_rad": 0.05}
 
     def first_batch():
-        dm = DriveDataModule(train=[str(tmp_path)], cache_dir=str(tmp_path / "c"), num_workers=2, seq_len=8,
-                             batch_size=4, reader={"camera": cam}, augment=AugmentConfig(viewpoint_p=1.0),
-                             val_split="none", seed=5)
+        dm = DriveDataModule(
+            train=[str(tmp_path)],
+            cache_dir=str(tmp_path / "c"),
+            num_workers=2,
+            seq_len=8,
+            batch_size=4,
+            reader={"camera": cam},
+            augment=AugmentConfig(viewpoint_p=1.0),
+            val_split="none",
+            seed=5,
+        )
         dm.prepare_data()
         dm.setup("fit")
         return next(iter(dm.train_dataloader()))
@@ -102,16 +129,33 @@ def test_inspect_plot_draws_one_panel_per_recording(tmp_path, capsys):
 def test_reader_options_from_a_data_config_and_set(tmp_path, capsys):
     for i in range(3):
         cv2.imwrite(str(tmp_path / f"{i}.jpg"), np.full((8, 8, 3), 10 * i, np.uint8))
-    (tmp_path / "log.csv").write_text("image,time_ms,wheel\n" + "".join(f"{i}.jpg,{100 * i},{3.0 * i}\n" for i in range(3)))
+    (tmp_path / "log.csv").write_text(
+        "image,time_ms,wheel\n" + "".join(f"{i}.jpg,{100 * i},{3.0 * i}\n" for i in range(3))
+    )
     config = tmp_path / "data.yaml"
-    config.write_text("data:\n  reader:\n    timestamp_column: time_ms\n    time_unit: ms\n    steering_column: wheel\n")
+    config.write_text(
+        "data:\n  reader:\n    timestamp_column: time_ms\n    time_unit: ms\n    steering_column: wheel\n"
+    )
     assert main(["data", "inspect", str(tmp_path), "--json", "--reader", str(config)]) == 2  # unit not named
     captured = capsys.readouterr()
     assert "drive data: error: " in captured.err and "ambiguous" in captured.err and captured.out == ""
     assert main(["data", "inspect", str(tmp_path), "--reader", str(config), "--set", "label"]) == 2
     assert "drive data: error: --set expects KEY=VALUE, got 'label'" in capsys.readouterr().err
-    assert main(["data", "inspect", str(tmp_path), "--json", "--reader", str(config),
-                 "--set", "label={unit: wheel_deg, wheelbase_m: 2.0}"]) == 0
+    assert (
+        main(
+            [
+                "data",
+                "inspect",
+                str(tmp_path),
+                "--json",
+                "--reader",
+                str(config),
+                "--set",
+                "label={unit: wheel_deg, wheelbase_m: 2.0}",
+            ]
+        )
+        == 0
+    )
     (rec,) = json.loads(capsys.readouterr().out)["recordings"]
     assert abs(rec["curvature_per_m"]["max"] - np.tan(np.radians(6.0)) / 2.0) < 1e-12
     assert abs(rec["duration_s"] - 0.2) < 1e-12
@@ -137,12 +181,24 @@ def test_inspect_of_something_that_is_not_a_log_fails_and_says_what_is_recognise
     rec = tmp_path / "rec"
     with RecordingWriter(rec, RecordingMeta(fps=10.0, width=32, height=24)) as w:
         for i in range(3):
-            w.append(np.full((24, 32, 3), 40 + i, np.uint8), timestamp_s=i / 10.0, curvature=0.0, speed_mps=5.0)
+            w.append(
+                np.full((24, 32, 3), 40 + i, np.uint8), timestamp_s=i / 10.0, curvature=0.0, speed_mps=5.0
+            )
     root = str(Path(__file__).resolve().parents[1])
-    for target, extra in [(notes, ""), (empty, "the folder is empty"), (only_text, ""),
-                          (rec / "meta.json", f"part of the canonical log {rec}")]:
-        out = subprocess.run([sys.executable, "-m", "drive.cli", "data", "inspect", str(target)], capture_output=True,
-                             text=True, cwd=root, env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"}, timeout=120)
+    for target, extra in [
+        (notes, ""),
+        (empty, "the folder is empty"),
+        (only_text, ""),
+        (rec / "meta.json", f"part of the canonical log {rec}"),
+    ]:
+        out = subprocess.run(
+            [sys.executable, "-m", "drive.cli", "data", "inspect", str(target)],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
+            timeout=120,
+        )
         assert out.returncode == 2, (target, out.stdout, out.stderr)
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and "Traceback" not in out.stderr, out.stderr

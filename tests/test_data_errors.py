@@ -1,4 +1,5 @@
 """Bad input: each kind raises naming the file and row, or with on_error="skip" is dropped and counted."""
+
 import cv2
 import h5py
 import numpy as np
@@ -6,8 +7,8 @@ import pytest
 
 from drive.data.cache import cache_recordings
 from drive.data.errors import DataError, Problems
-from drive.data.readers import read_logs
 from drive.data.preprocess import Preprocessing
+from drive.data.readers import read_logs
 
 OPTS = {"label": {"unit": "curvature_per_m"}}
 
@@ -110,7 +111,9 @@ def test_hdf5_length_mismatch(tmp_path):
 
 def test_image_folder_count_mismatch(tmp_path):
     _folder(tmp_path, n=4)
-    (tmp_path / "log.csv").write_text("timestamp,curvature\n" + "\n".join(f"{0.1 * i},0" for i in range(6)) + "\n")
+    (tmp_path / "log.csv").write_text(
+        "timestamp,curvature\n" + "\n".join(f"{0.1 * i},0" for i in range(6)) + "\n"
+    )
     with pytest.raises(DataError, match="6 label rows but 4 images"):
         read_logs(str(tmp_path), options=OPTS)
 
@@ -127,11 +130,14 @@ def test_empty_recording(tmp_path):
 @pytest.mark.parametrize("storage", ["frames", "video"])
 def test_canonical_recording_with_more_frames_than_log_rows_is_refused(tmp_path, storage):
     from drive.io.recording import RecordingMeta, RecordingWriter
+
     root = tmp_path / "rec"
     meta = RecordingMeta(fps=10.0, width=32, height=24, storage=storage)
     with RecordingWriter(root, meta) as w:
         for i in range(6):
-            w.append(np.full((24, 32, 3), 30 * i, np.uint8), timestamp_s=i / 10.0, curvature=0.0, speed_mps=8.0)
+            w.append(
+                np.full((24, 32, 3), 30 * i, np.uint8), timestamp_s=i / 10.0, curvature=0.0, speed_mps=8.0
+            )
     log = (root / "log.csv").read_text().splitlines()
     (root / "log.csv").write_text("\n".join(log[:4]) + "\n")  # 3 rows left for 6 stored frames
     with pytest.raises(DataError, match=r"log.csv: 3 log rows but 6 frames in .*\[count_mismatch\]"):
@@ -152,11 +158,16 @@ def test_rows_named_after_dropped_rows_are_the_users_rows(tmp_path):
 
 def _canonical(root, storage="frames", n=8):
     from drive.io.recording import RecordingMeta, RecordingWriter
+
     meta = RecordingMeta(fps=10.0, width=32, height=24, storage=storage)
     with RecordingWriter(root, meta) as w:
         for i in range(n):
-            w.append(np.full((24, 32, 3), 25 * i + 10, np.uint8), timestamp_s=i / 10.0, curvature=0.001 * i,
-                     speed_mps=8.0)
+            w.append(
+                np.full((24, 32, 3), 25 * i + 10, np.uint8),
+                timestamp_s=i / 10.0,
+                curvature=0.001 * i,
+                speed_mps=8.0,
+            )
     return root
 
 
@@ -182,7 +193,10 @@ def test_one_bad_canonical_row_is_dropped_alone_not_the_whole_recording(tmp_path
     _edit_log(root, damage)
     (rec,), problems = _skip(str(root))
     log = str(root / "log.csv")
-    assert [(p.file, p.row, p.kind) for p in problems.items] == [(log, 4, "malformed_row"), (log, 7, "not_a_number")]
+    assert [(p.file, p.row, p.kind) for p in problems.items] == [
+        (log, 4, "malformed_row"),
+        (log, 7, "not_a_number"),
+    ]
     assert "curvature is not a number: 'abc'" in problems.items[1].message
     assert len(rec) == 6
     np.testing.assert_allclose(rec.curvature, [0.001 * i for i in (0, 1, 3, 4, 6, 7)])
@@ -194,6 +208,7 @@ def test_one_bad_canonical_row_is_dropped_alone_not_the_whole_recording(tmp_path
         read_logs(str(root))
     # the Recording API itself: strict by default, row by row with a report callback
     from drive.io.recording import Recording, RecordingError
+
     with pytest.raises(RecordingError, match=r"log.csv, row 4: 2 fields"):
         Recording.open(root)
     seen = []
@@ -219,6 +234,7 @@ def test_canonical_log_with_a_bom_or_blank_lines_reads_whole(tmp_path, damage):
     assert len(rec) == 8
     np.testing.assert_allclose(rec.curvature, [0.001 * i for i in range(8)])
     from drive.io.recording import Recording
+
     assert len(Recording.open(root)) == 8
     if damage == "blank_lines":  # the lines after a blank line keep their own numbers
         assert rec.origin_of(3)[1] == 6
@@ -246,23 +262,45 @@ def _faststart_mp4(path, frames, fps=10.0, movflags="+faststart"):
 
     imageio_ffmpeg = pytest.importorskip("imageio_ffmpeg")
     raw = path.with_name("raw-" + path.name)
-    vw = cv2.VideoWriter(str(raw), cv2.VideoWriter_fourcc(*"mp4v"), fps, (frames[0].shape[1], frames[0].shape[0]))
+    vw = cv2.VideoWriter(
+        str(raw), cv2.VideoWriter_fourcc(*"mp4v"), fps, (frames[0].shape[1], frames[0].shape[0])
+    )
     for f in frames:
         vw.write(cv2.cvtColor(f, cv2.COLOR_RGB2BGR))
     vw.release()
-    subprocess.run([imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", "-i", str(raw), "-c", "copy",
-                    "-movflags", movflags, str(path)], check=True, timeout=60)
+    subprocess.run(
+        [
+            imageio_ffmpeg.get_ffmpeg_exe(),
+            "-y",
+            "-loglevel",
+            "error",
+            "-i",
+            str(raw),
+            "-c",
+            "copy",
+            "-movflags",
+            movflags,
+            str(path),
+        ],
+        check=True,
+        timeout=60,
+    )
     raw.unlink()
 
 
 def _moving_frames(n=30, h=96, w=128):
     yy, xx = np.mgrid[0:h, 0:w]
-    return [np.stack([(xx * 2 + i * 5) % 256, (yy * 2 + i * 3) % 256, (xx + yy + i * 7) % 256], -1).astype(np.uint8)
-            for i in range(n)]
+    return [
+        np.stack([(xx * 2 + i * 5) % 256, (yy * 2 + i * 3) % 256, (xx + yy + i * 7) % 256], -1).astype(
+            np.uint8
+        )
+        for i in range(n)
+    ]
 
 
-@pytest.mark.parametrize("movflags", ["+faststart", "frag_keyframe+empty_moov+default_base_moof"],
-                         ids=["faststart", "fragmented"])
+@pytest.mark.parametrize(
+    "movflags", ["+faststart", "frag_keyframe+empty_moov+default_base_moof"], ids=["faststart", "fragmented"]
+)
 def test_truncated_mp4_drops_its_half_decoded_last_frame(tmp_path, movflags):
     """A cut-short MP4 used to keep its last, half-decoded frame (OpenCV returns it without an
     error): it is now detected from the container's sample table, reported once as
@@ -275,7 +313,9 @@ def test_truncated_mp4_drops_its_half_decoded_last_frame(tmp_path, movflags):
     assert complete_video_frames(video) == 30
     data = video.read_bytes()
     video.write_bytes(data[: int(len(data) * 0.77)])
-    (tmp_path / "drive.csv").write_text("timestamp,curvature\n" + "\n".join(f"{i / 10.0},0.001" for i in range(30)))
+    (tmp_path / "drive.csv").write_text(
+        "timestamp,curvature\n" + "\n".join(f"{i / 10.0},0.001" for i in range(30))
+    )
 
     # the damage is real: OpenCV decodes one frame more than the file holds whole, far off the original
     cap = cv2.VideoCapture(str(video))

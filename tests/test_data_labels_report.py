@@ -1,5 +1,6 @@
 """`drive data inspect` label statistics (range, single-frame spikes, values at a steering limit)
 and per-folder names of folder + CSV recordings (issue 25)."""
+
 from __future__ import annotations
 
 import json
@@ -66,8 +67,9 @@ def test_folder_csv_recordings_are_named_after_their_folders(tmp_path: Path) -> 
     _folder_log(tmp_path / "logs" / "tuesday", _labels(20))
     recs = read_logs([str(tmp_path / "logs" / "monday"), str(tmp_path / "logs" / "tuesday")])
     assert sorted(display_name(r) for r in recs) == ["monday", "tuesday"]
-    written = convert_logs([str(tmp_path / "logs" / "monday"), str(tmp_path / "logs" / "tuesday")],
-                           str(tmp_path / "out"))
+    written = convert_logs(
+        [str(tmp_path / "logs" / "monday"), str(tmp_path / "logs" / "tuesday")], str(tmp_path / "out")
+    )
     assert sorted(p.name for p in written) == ["monday", "tuesday"]
 
 
@@ -77,9 +79,20 @@ def test_viewpoint_synthesis_on_a_log_without_calibration(tmp_path: Path, camera
     from drive.data.datamodule import DriveDataModule
 
     _folder_log(tmp_path / "run", _labels(40))
-    augment = AugmentConfig(viewpoint_p=1.0, photometric_p=0.0, shadow_p=0.0, blur_p=0.0, noise_p=0.0, jpeg_p=0.0)
-    kw = dict(train=[str(tmp_path / "run")], image_size=[24, 32], seq_len=8, stride=8, batch_size=2,
-              num_workers=0, cache_dir=str(tmp_path / "cache"), val_split="none", augment=augment)
+    augment = AugmentConfig(
+        viewpoint_p=1.0, photometric_p=0.0, shadow_p=0.0, blur_p=0.0, noise_p=0.0, jpeg_p=0.0
+    )
+    kw = dict(
+        train=[str(tmp_path / "run")],
+        image_size=[24, 32],
+        seq_len=8,
+        stride=8,
+        batch_size=2,
+        num_workers=0,
+        cache_dir=str(tmp_path / "cache"),
+        val_split="none",
+        augment=augment,
+    )
     with pytest.raises(ValueError, match="camera calibration"):
         DriveDataModule(**kw).setup("fit")
     dm = DriveDataModule(**kw, reader={"camera": camera})

@@ -1,4 +1,5 @@
 """Cache, windows, splits, augmentation and the DataModule batch contract on real recordings."""
+
 import json
 import math
 import os
@@ -11,9 +12,9 @@ from drive.data.augment import AugmentConfig, Augmenter, color_matrix
 from drive.data.cache import build_cache
 from drive.data.datamodule import DriveDataModule
 from drive.data.dataset import sample_weights
+from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
 from drive.data.sequences import split_ranges, stateful_windows, train_windows
-from drive.data.preprocess import Preprocessing
 from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 from drive.sim.appearance import sample_appearance
 from drive.sim.render import render_view
@@ -25,10 +26,16 @@ YIQ = np.array([[0.299, 0.587, 0.114], [0.596, -0.274, -0.322], [0.211, -0.523, 
 
 def _write(root, name, times, h=120, w=160):
     rng = np.random.default_rng(len(times))
-    with RecordingWriter(root / name, RecordingMeta(fps=10, width=w, height=h, camera=CAM, source=name)) as wr:
+    with RecordingWriter(
+        root / name, RecordingMeta(fps=10, width=w, height=h, camera=CAM, source=name)
+    ) as wr:
         for i, t in enumerate(times):
-            wr.append(rng.integers(0, 255, (h, w, 3), dtype=np.uint8), timestamp_s=t,
-                      curvature=0.02 * math.sin(i / 5), speed_mps=8.0)
+            wr.append(
+                rng.integers(0, 255, (h, w, 3), dtype=np.uint8),
+                timestamp_s=t,
+                curvature=0.02 * math.sin(i / 5),
+                speed_mps=8.0,
+            )
     return root / name
 
 
@@ -54,9 +61,12 @@ def test_cache_rebuilds_on_log_image_or_preprocessing_change_only(tmp_path):
     (path / "log.csv").write_text("\n".join(log[:3] + [",".join(fields)] + log[4:]) + "\n")
     assert build_cache(read_logs(str(path))[0], pre, tmp_path / "c").curvature[2] == 0.5
     import cv2
+
     cv2.imwrite(str(path / "frames" / "000004.jpg"), np.zeros((120, 160, 3), np.uint8))
     assert np.asarray(build_cache(read_logs(str(path))[0], pre, tmp_path / "c").frames[4]).max() == 0
-    assert build_cache(read_logs(str(path))[0], Preprocessing(size=(15, 20)), tmp_path / "c").frames.shape[2:] == (15, 20)
+    assert build_cache(read_logs(str(path))[0], Preprocessing(size=(15, 20)), tmp_path / "c").frames.shape[
+        2:
+    ] == (15, 20)
     assert not list(first.directory.glob("*tmp*"))
     meta = json.loads((path / "meta.json").read_text())
     meta["camera"]["height_m"] = 1.7  # a corrected calibration
@@ -82,8 +92,14 @@ def test_windows_never_cross_gaps_or_invalid_frames(tmp_path):
 
 
 def test_ncp_split_validates_on_first_and_last_5_percent_of_each_drive(tmp_path):
-    recs = [build_cache(read_logs(str(_write(tmp_path, n, np.arange(40) * 0.1)))[0], Preprocessing(size=(12, 16)),
-                        tmp_path / "c") for n in ("a", "b")]
+    recs = [
+        build_cache(
+            read_logs(str(_write(tmp_path, n, np.arange(40) * 0.1)))[0],
+            Preprocessing(size=(12, 16)),
+            tmp_path / "c",
+        )
+        for n in ("a", "b")
+    ]
     train, val = split_ranges(recs, "ncp", 0.1)
     assert train == [(0, 2, 38), (1, 2, 38)] and val == [(0, 0, 2), (0, 38, 40), (1, 0, 2), (1, 38, 40)]
     t1, v1 = split_ranges(recs, "drives", 0.5, seed=3)
@@ -135,8 +151,19 @@ def test_hue_jitter_turns_the_yiq_chroma_plane_of_a_rendered_frame():
     grey = np.repeat(np.round(img @ YIQ[0]).astype(np.uint8)[..., None], 3, axis=-1)
     assert np.array_equal(_hue(grey, 0.05), grey) and np.array_equal(_hue(grey, -0.3), grey)
 
-    hue_only = AugmentConfig(photometric_p=1.0, brightness=0.0, contrast=0.0, saturation=0.0, hue=0.5, gamma=0.0,
-                             shadow_p=0.0, blur_p=0.0, noise_p=0.0, jpeg_p=0.0, viewpoint_p=0.0)
+    hue_only = AugmentConfig(
+        photometric_p=1.0,
+        brightness=0.0,
+        contrast=0.0,
+        saturation=0.0,
+        hue=0.5,
+        gamma=0.0,
+        shadow_p=0.0,
+        blur_p=0.0,
+        noise_p=0.0,
+        jpeg_p=0.0,
+        viewpoint_p=0.0,
+    )
     frames = torch.from_numpy(np.stack([img, grey])).permute(0, 3, 1, 2)  # one window of 2 frames
     out, _ = Augmenter(hue_only)(frames, np.zeros(2), np.full(2, 8.0), np.random.default_rng(1))
     out = out.permute(0, 2, 3, 1).numpy()
@@ -151,20 +178,28 @@ def test_augmentation_is_consistent_across_a_window_unless_per_frame():
     cfg = dict(viewpoint_p=0.0, photometric_p=1.0, shadow_p=1.0, noise_p=0.0, blur_p=0.0, jpeg_p=0.0)
     out, _ = Augmenter(AugmentConfig(**cfg))(frames, np.zeros(6), np.full(6, 8.0), np.random.default_rng(0))
     assert (out != 128).any() and all(torch.equal(out[0], out[i]) for i in range(6))
-    out, _ = Augmenter(AugmentConfig(per_frame=True, **cfg))(frames, np.zeros(6), np.full(6, 8.0),
-                                                             np.random.default_rng(0))
+    out, _ = Augmenter(AugmentConfig(per_frame=True, **cfg))(
+        frames, np.zeros(6), np.full(6, 8.0), np.random.default_rng(0)
+    )
     assert not torch.equal(out[0], out[1])
 
 
 def test_sample_weights_follow_ncp_formula():
-    np.testing.assert_allclose(sample_weights(np.array([0.0, 0.01, -0.02]), 0.1), [1.0, math.e, math.e ** 2])
+    np.testing.assert_allclose(sample_weights(np.array([0.0, 0.01, -0.02]), 0.1), [1.0, math.e, math.e**2])
 
 
 def test_datamodule_batch_contract_with_two_workers(tmp_path):
     for name in ("a", "b"):
         _write(tmp_path / "logs", name, np.arange(40) * 0.1)
-    dm = DriveDataModule(train=[str(tmp_path / "logs")], cache_dir=str(tmp_path / "cache"), batch_size=4,
-                         num_workers=2, augment=AugmentConfig(), seq_len=8, stride=4)
+    dm = DriveDataModule(
+        train=[str(tmp_path / "logs")],
+        cache_dir=str(tmp_path / "cache"),
+        batch_size=4,
+        num_workers=2,
+        augment=AugmentConfig(),
+        seq_len=8,
+        stride=4,
+    )
     dm.prepare_data()
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
@@ -191,31 +226,53 @@ def test_interrupted_cache_build_is_rebuilt(tmp_path):
 def test_device_side_augmentation_replaces_frames_labels_and_weights(tmp_path):
     for name in ("a", "b"):
         _write(tmp_path / "logs", name, np.arange(40) * 0.1)
-    dm = DriveDataModule(train=[str(tmp_path / "logs")], cache_dir=str(tmp_path / "cache"), batch_size=4,
-                         num_workers=0, seq_len=8, augment=AugmentConfig(viewpoint_p=1.0, max_shift_m=0.5),
-                         augment_on="device", val_split="none")
+    dm = DriveDataModule(
+        train=[str(tmp_path / "logs")],
+        cache_dir=str(tmp_path / "cache"),
+        batch_size=4,
+        num_workers=0,
+        seq_len=8,
+        augment=AugmentConfig(viewpoint_p=1.0, max_shift_m=0.5),
+        augment_on="device",
+        val_split="none",
+    )
     dm.prepare_data()
     dm.setup("fit")
     raw = next(iter(dm.train_dataloader()))
     ds = dm.datasets["train"]
-    plain = np.stack([ds.recordings[r].curvature[s:s + 8] for r, s in zip(raw["recording"].tolist(),
-                                                                         raw["start"].tolist())])
+    plain = np.stack(
+        [
+            ds.recordings[r].curvature[s : s + 8]
+            for r, s in zip(raw["recording"].tolist(), raw["start"].tolist())
+        ]
+    )
     np.testing.assert_allclose(raw["curvature"].numpy(), plain, rtol=1e-6)  # workers did not augment
     out = dm.augment_batch(raw)
     assert out["frames"].shape == raw["frames"].shape and out["frames"].dtype == torch.uint8
     assert not torch.equal(out["frames"], raw["frames"])
     shift_effect = out["curvature"].numpy() - plain
     assert np.abs(shift_effect).max() > 1e-3 and np.allclose(shift_effect, shift_effect[:, :1], atol=1e-6)
-    np.testing.assert_allclose(out["weight"].numpy(), sample_weights(out["curvature"].numpy(), 0.1), rtol=1e-5)
+    np.testing.assert_allclose(
+        out["weight"].numpy(), sample_weights(out["curvature"].numpy(), 0.1), rtol=1e-5
+    )
 
 
 def test_validate_and_test_stages_need_no_training_logs(tmp_path):
     _write(tmp_path / "logs", "a", np.arange(20) * 0.1)
-    dm = DriveDataModule(val=[str(tmp_path / "logs")], test=[str(tmp_path / "logs")],
-                         cache_dir=str(tmp_path / "cache"), num_workers=0, seq_len=8)
+    dm = DriveDataModule(
+        val=[str(tmp_path / "logs")],
+        test=[str(tmp_path / "logs")],
+        cache_dir=str(tmp_path / "cache"),
+        num_workers=0,
+        seq_len=8,
+    )
     dm.setup("validate")
     dm.setup("test")
     assert "train" not in dm.datasets
     for split in ("val", "test"):
         windows = dm.datasets[split].windows
-        assert [(w.start, w.length, w.reset) for w in windows] == [(0, 8, True), (8, 8, False), (16, 4, False)]
+        assert [(w.start, w.length, w.reset) for w in windows] == [
+            (0, 8, True),
+            (8, 8, False),
+            (16, 4, False),
+        ]

@@ -1,4 +1,5 @@
 """Readers: real files of every supported format written here and read back; units and alignment."""
+
 import math
 
 import cv2
@@ -36,8 +37,15 @@ def test_folder_csv_wheel_degrees_and_millisecond_timestamps(tmp_path):
         cv2.imwrite(str(tmp_path / f"f{i}.jpg"), _img(i))
     rows = ["file,t_ms,wheel,v"] + [f"f{i}.jpg,{1000 + 50 * i},{2.0 * i},{36}" for i in range(4)]
     (tmp_path / "labels.csv").write_text("\n".join(rows) + "\n")
-    opts = {"image_column": "file", "timestamp_column": "t_ms", "steering_column": "wheel", "speed_column": "v",
-            "time_unit": "ms", "speed_unit": "kph", "label": {"unit": "wheel_deg", "wheelbase_m": 2.5}}
+    opts = {
+        "image_column": "file",
+        "timestamp_column": "t_ms",
+        "steering_column": "wheel",
+        "speed_column": "v",
+        "time_unit": "ms",
+        "speed_unit": "kph",
+        "label": {"unit": "wheel_deg", "wheelbase_m": 2.5},
+    }
     (rec,) = read_logs(str(tmp_path), "folder", opts)
     np.testing.assert_allclose(rec.log["timestamp_s"], 1.0 + 0.05 * np.arange(4))
     np.testing.assert_allclose(rec.log["curvature"], np.tan(np.radians(2.0 * np.arange(4))) / 2.5)
@@ -63,8 +71,12 @@ def test_video_labels_interpolated_to_frame_times(tmp_path):
     t = np.arange(-0.5, 2.5, 0.01)
     lines = ["time,steer_deg,speed"] + [f"{100 + x:.3f},{30 * x:.4f},10" for x in t]
     (tmp_path / "drive.csv").write_text("\n".join(lines) + "\n")
-    opts = {"timestamp_column": "time", "steering_column": "steer_deg", "video_start_s": 100.0,
-            "label": {"unit": "steering_wheel_deg", "steering_ratio": 15.0, "wheelbase_m": 3.0}}
+    opts = {
+        "timestamp_column": "time",
+        "steering_column": "steer_deg",
+        "video_start_s": 100.0,
+        "label": {"unit": "steering_wheel_deg", "steering_ratio": 15.0, "wheelbase_m": 3.0},
+    }
     (rec,) = read_logs(str(tmp_path / "drive.mp4"), options=opts)
     ft = np.arange(n) / fps
     np.testing.assert_allclose(rec.log["timestamp_s"], 100 + ft)
@@ -138,16 +150,31 @@ def test_udacity_real_interpolated_csv(tmp_path):
 
 def test_donkeycar_tub_skips_deleted_records(tmp_path):
     import json
+
     (tmp_path / "images").mkdir()
     records = []
     for i in range(5):
         name = f"{i}_cam_image_array_.jpg"
         cv2.imwrite(str(tmp_path / "images" / name), _img(i))
-        records.append(json.dumps({"_index": i, "_timestamp_ms": 1600000000000 + 50 * i,
-                                   "cam/image_array": name, "user/angle": 0.2 * i - 0.4, "user/throttle": 0.3}))
+        records.append(
+            json.dumps(
+                {
+                    "_index": i,
+                    "_timestamp_ms": 1600000000000 + 50 * i,
+                    "cam/image_array": name,
+                    "user/angle": 0.2 * i - 0.4,
+                    "user/throttle": 0.3,
+                }
+            )
+        )
     (tmp_path / "catalog_0.catalog").write_text("\n".join(records) + "\n")
-    manifest = ['["cam/image_array", "user/angle", "user/throttle"]', '["image_array", "float", "float"]', "{}",
-                "{}", json.dumps({"paths": ["catalog_0.catalog"], "current_index": 5, "deleted_indexes": [2]})]
+    manifest = [
+        '["cam/image_array", "user/angle", "user/throttle"]',
+        '["image_array", "float", "float"]',
+        "{}",
+        "{}",
+        json.dumps({"paths": ["catalog_0.catalog"], "current_index": 5, "deleted_indexes": [2]}),
+    ]
     (tmp_path / "manifest.json").write_text("\n".join(manifest) + "\n")
     assert detect_format(tmp_path) == "donkeycar"
     (rec,) = read_logs(str(tmp_path))

@@ -1,4 +1,5 @@
 """Viewpoint synthesis against the built-in world's ground truth: images and corrected labels."""
+
 import math
 from pathlib import Path
 
@@ -37,23 +38,33 @@ def test_synthesized_view_matches_rendered_view_on_the_road(world, shift, yaw):
     src = render_view(road, app, 100.0)
     true = render_view(road, app, 100.0, shift, yaw)
     mask = np.zeros((CAM.height, CAM.width), bool)
-    mask[int(math.ceil(CAM.horizon_row)) + 3:, 10:-10] = True  # ground below the horizon, off the borders
+    mask[int(math.ceil(CAM.horizon_row)) + 3 :, 10:-10] = True  # ground below the horizon, off the borders
     err = road_region_error(_synth(src, shift, yaw), true, mask)
     baseline = road_region_error(src, true, mask)
-    print(f"shift {shift:+.1f} m yaw {math.degrees(yaw):+.0f} deg: mean |error| {err:.2f}/255 "
-          f"(unwarped {baseline:.2f})")
+    print(
+        f"shift {shift:+.1f} m yaw {math.degrees(yaw):+.0f} deg: mean |error| {err:.2f}/255 "
+        f"(unwarped {baseline:.2f})"
+    )
     assert err < 3.0 and err < 0.15 * baseline
 
 
 @pytest.fixture(scope="module")
 def shipped_augment(tmp_path_factory) -> AugmentConfig:
     """The augmentation of configs/data.yaml, parsed as `drive fit --config configs/data.yaml` parses it."""
-    from drive.data.datamodule import DriveDataModule
     from drive.cli.fit import DriveCLI
+    from drive.data.datamodule import DriveDataModule
     from drive.train.module import PolicyModule
 
-    args = ["--config", str(REPO / "configs" / "data.yaml"), "--seed_everything", "false",
-            "--trainer.logger", "false", "--trainer.default_root_dir", str(tmp_path_factory.mktemp("cli"))]
+    args = [
+        "--config",
+        str(REPO / "configs" / "data.yaml"),
+        "--seed_everything",
+        "false",
+        "--trainer.logger",
+        "false",
+        "--trainer.default_root_dir",
+        str(tmp_path_factory.mktemp("cli")),
+    ]
     return DriveCLI(PolicyModule, DriveDataModule, args=args, run=False).datamodule.augment
 
 
@@ -75,8 +86,14 @@ def test_corrected_label_agrees_with_expert_at_the_shifted_pose(world, shift, ya
         return expert.act(Observation(None, 0.1, v, 0.0, road, s, x, y, th, lat, psi))
 
     k0, k1 = command(0.0, 0.0), command(shift, yaw)
-    kc = corrected_curvature(np.array([k0]), np.array([shift]), np.array([yaw]), np.array([v]),
-                             expert.lookahead_s, expert.min_lookahead_m)[0]
+    kc = corrected_curvature(
+        np.array([k0]),
+        np.array([shift]),
+        np.array([yaw]),
+        np.array([v]),
+        expert.lookahead_s,
+        expert.min_lookahead_m,
+    )[0]
     assert np.sign(kc - k0) == np.sign(k1 - k0)
     assert abs((kc - k0) - (k1 - k0)) < 0.1 * abs(k1 - k0)
 
@@ -99,6 +116,9 @@ def test_warp_of_cropped_resized_frames_uses_the_source_camera_geometry(world):
     syn = syn.permute(1, 2, 0).round().clamp(0, 255).byte().numpy()
     horizon = (cam.horizon_row - 30 + 0.5) * 78 / 126 - 0.5
     mask = np.zeros((78, 200), bool)
-    mask[int(math.ceil(horizon)) + 3:, 10:-10] = True
-    err, baseline = road_region_error(syn, true, mask), road_region_error(cached[0].permute(1, 2, 0).byte().numpy(), true, mask)
+    mask[int(math.ceil(horizon)) + 3 :, 10:-10] = True
+    err, baseline = (
+        road_region_error(syn, true, mask),
+        road_region_error(cached[0].permute(1, 2, 0).byte().numpy(), true, mask),
+    )
     assert err < 3.0 and err < 0.15 * baseline

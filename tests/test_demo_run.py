@@ -1,6 +1,7 @@
 """`drive demo` end to end: the budget is optimizer steps (same settings, same weights), and a reduced
 demo runs every stage — closed-loop robustness and the exported file's drive included — so a crash in
 any stage fails the suite."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from drive.cli.fit import lightning_main
 from drive.demo.run import DEFAULT_CONFIG
 from drive.sim.record import simulate
-from drive.cli.fit import lightning_main
 
 STAGES = ("simulate", "train", "baselines", "drive", "saliency", "robustness", "closed_form", "export")
 
@@ -28,12 +29,29 @@ def tiny_logs(tmp_path_factory) -> Path:
 
 def _fit(logs: Path, root: Path, workers: int) -> dict:
     """The demo profile (configs/demo.yaml) for 6 optimizer steps on tiny logs; returns the final weights."""
-    argv = ["fit", "--config", str(DEFAULT_CONFIG), "--seed_everything", "3",
-            "--data.train", json.dumps(sorted(str(p) for p in (logs / "train").iterdir())),
-            "--data.val", json.dumps(sorted(str(p) for p in (logs / "val").iterdir())),
-            "--data.cache_dir", str(root / "cache"), "--data.num_workers", str(workers),
-            "--trainer.default_root_dir", str(root), "--trainer.max_steps", "6",
-            "--trainer.val_check_interval", "6", "--trainer.enable_progress_bar", "false"]
+    argv = [
+        "fit",
+        "--config",
+        str(DEFAULT_CONFIG),
+        "--seed_everything",
+        "3",
+        "--data.train",
+        json.dumps(sorted(str(p) for p in (logs / "train").iterdir())),
+        "--data.val",
+        json.dumps(sorted(str(p) for p in (logs / "val").iterdir())),
+        "--data.cache_dir",
+        str(root / "cache"),
+        "--data.num_workers",
+        str(workers),
+        "--trainer.default_root_dir",
+        str(root),
+        "--trainer.max_steps",
+        "6",
+        "--trainer.val_check_interval",
+        "6",
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
     assert lightning_main(argv) == 0
     ckpt = torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == 6
@@ -41,7 +59,9 @@ def _fit(logs: Path, root: Path, workers: int) -> dict:
 
 
 @pytest.mark.slow
-def test_demo_profile_budget_is_steps_and_two_runs_give_identical_weights(tiny_logs: Path, tmp_path: Path) -> None:
+def test_demo_profile_budget_is_steps_and_two_runs_give_identical_weights(
+    tiny_logs: Path, tmp_path: Path
+) -> None:
     config = DEFAULT_CONFIG.read_text()
     assert "max_time" not in config and "max_steps:" in config
     threads = torch.get_num_threads()
@@ -59,10 +79,38 @@ def test_demo_profile_budget_is_steps_and_two_runs_give_identical_weights(tiny_l
 @pytest.mark.slow
 def test_reduced_demo_runs_every_stage_and_names_the_failed_criteria(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    cmd = [sys.executable, "-m", "drive.cli", "demo", "--out", str(out), "--train-minutes", "0.5",
-           "--val-minutes", "0.25", "--recording-minutes", "0.25", "--max-steps", "4", "--baseline-steps", "2",
-           "--km", "0.3", "--test-seeds", "5,6", "--robustness-km", "0.05", "--robustness-frames", "40",
-           "--saliency-frames", "8", "--closed-form-km", "0.05", "--speed-rounds", "1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "drive.cli",
+        "demo",
+        "--out",
+        str(out),
+        "--train-minutes",
+        "0.5",
+        "--val-minutes",
+        "0.25",
+        "--recording-minutes",
+        "0.25",
+        "--max-steps",
+        "4",
+        "--baseline-steps",
+        "2",
+        "--km",
+        "0.3",
+        "--test-seeds",
+        "5,6",
+        "--robustness-km",
+        "0.05",
+        "--robustness-frames",
+        "40",
+        "--saliency-frames",
+        "8",
+        "--closed-form-km",
+        "0.05",
+        "--speed-rounds",
+        "1",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     # four optimizer steps cannot keep a lane: the demo runs to the end and says exactly what failed

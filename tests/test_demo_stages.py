@@ -1,4 +1,5 @@
 """`drive demo` stages are idempotent: same settings skip, changed settings or lost outputs re-run."""
+
 from __future__ import annotations
 
 import json
@@ -72,8 +73,25 @@ def test_a_bad_training_setting_is_one_error_line_naming_it(tmp_path: Path, caps
 
     config = tmp_path / "bad.yaml"
     config.write_text(DEFAULT_CONFIG.read_text().replace("data:\n", "data:\n  augment_on: bogus\n", 1))
-    code = main(["demo", "--out", str(tmp_path / "demo"), "--config", str(config), "--train-minutes", "0.05",
-                 "--val-minutes", "0.05", "--recording-minutes", "0.05", "--baselines", "", "--test-seeds", "3"])
+    code = main(
+        [
+            "demo",
+            "--out",
+            str(tmp_path / "demo"),
+            "--config",
+            str(config),
+            "--train-minutes",
+            "0.05",
+            "--val-minutes",
+            "0.05",
+            "--recording-minutes",
+            "0.05",
+            "--baselines",
+            "",
+            "--test-seeds",
+            "3",
+        ]
+    )
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("drive ")]
     assert code == 2 and "Traceback" not in err, err[-2000:]

@@ -7,6 +7,7 @@ once per session. Set DRIVE_DEPLOY_BUILD=/some/dir to reuse a build directory be
 test can run alone: what several compare against is a module-scoped fixture, never a file another
 test wrote.
 """
+
 from __future__ import annotations
 
 import csv
@@ -25,9 +26,9 @@ import numpy as np
 import pytest
 import torch
 
-from drive.export import export_policy, load_exported, read_metadata
 from drive.checkpoint import policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
+from drive.export import export_policy, load_exported, read_metadata
 from drive.nn.families import build_policy
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,8 +43,9 @@ Commands = List[Tuple[float, int]]  # (curvature_per_m, status) per frame
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),
-    pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("c++") is None,
-                       reason="needs cmake and a C++ compiler"),
+    pytest.mark.skipif(
+        shutil.which("cmake") is None or shutil.which("c++") is None, reason="needs cmake and a C++ compiler"
+    ),
 ]
 
 
@@ -52,7 +54,9 @@ def exported(tmp_path_factory):
     d = tmp_path_factory.mktemp("deploy")
     torch.manual_seed(3)
     policy = build_policy("ncp_ltc", frame_period_s=1.0 / FPS)
-    meta = policy_meta(policy, Preprocessing(size=(78, 200), crop=(1, 80, 2, 206)), FPS, "ncp_ltc", frame_size=list(CAMERA))
+    meta = policy_meta(
+        policy, Preprocessing(size=(78, 200), crop=(1, 80, 2, 206)), FPS, "ncp_ltc", frame_size=list(CAMERA)
+    )
     ckpt = save_policy(d / "ncp.ckpt", policy, meta)
     g = torch.Generator().manual_seed(1)
     frames = torch.randint(0, 256, (40, *CAMERA, 3), dtype=torch.uint8, generator=g)
@@ -63,21 +67,41 @@ def exported(tmp_path_factory):
         (ppm / f"{i:06d}.ppm").write_bytes(b"P6\n%d %d\n255\n" % (CAMERA[1], CAMERA[0]) + f.numpy().tobytes())
     raw = d / "frames.rgb"
     frames.numpy().tofile(raw)
-    return {"ckpt": ckpt, "ts": export_policy(ckpt, d / "policy.ts"), "frames": frames, "ppm": ppm, "raw": raw}
+    return {
+        "ckpt": ckpt,
+        "ts": export_policy(ckpt, d / "policy.ts"),
+        "frames": frames,
+        "ppm": ppm,
+        "raw": raw,
+    }
 
 
 @pytest.fixture(scope="module")
 def runtime(tmp_path_factory) -> Path:
     build = Path(os.environ.get("DRIVE_DEPLOY_BUILD") or tmp_path_factory.mktemp("build"))
     prefix = torch.utils.cmake_prefix_path
-    subprocess.run(["cmake", "-S", str(REPO / "deploy"), "-B", str(build), f"-DCMAKE_PREFIX_PATH={prefix}",
-                    "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True, text=True)
+    subprocess.run(
+        [
+            "cmake",
+            "-S",
+            str(REPO / "deploy"),
+            "-B",
+            str(build),
+            f"-DCMAKE_PREFIX_PATH={prefix}",
+            "-DCMAKE_BUILD_TYPE=Release",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     done = subprocess.run(["cmake", "--build", str(build), "-j", "2"], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     return build / "drive_runtime"
 
 
-def python_reference(path: Path, frames: torch.Tensor, optimize: bool = True, device: str = "cpu") -> Commands:
+def python_reference(
+    path: Path, frames: torch.Tensor, optimize: bool = True, device: str = "cpu"
+) -> Commands:
     model = load_exported(path, optimize=optimize, device=device)
     hidden, rows = model.initial_state(), []
     for frame in frames:
@@ -103,13 +127,31 @@ def read_commands(path: Path) -> Commands:
         return [(float(r["curvature_per_m"]), int(r["status"])) for r in csv.DictReader(f)]
 
 
-def run_runtime(binary: Path, model: Path, frames: Optional[Path], out: Path, *extra: str, device: str = "cpu",
-                **run: Any) -> subprocess.CompletedProcess:
+def run_runtime(
+    binary: Path, model: Path, frames: Optional[Path], out: Path, *extra: str, device: str = "cpu", **run: Any
+) -> subprocess.CompletedProcess:
     """drive_runtime on FRAMES (None: the source is in ``extra``, e.g. --video); ``run``: e.g. env, stdin."""
     source = [str(frames)] if frames is not None else []
-    return subprocess.run([str(binary), str(model), *source, "--no-pace", "--quiet", "--warmup", "3",
-                           "--device", device, "--out", str(out), *extra], capture_output=True, text=True, timeout=300,
-                          **run)
+    return subprocess.run(
+        [
+            str(binary),
+            str(model),
+            *source,
+            "--no-pace",
+            "--quiet",
+            "--warmup",
+            "3",
+            "--device",
+            device,
+            "--out",
+            str(out),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **run,
+    )
 
 
 def assert_same_commands(got: Commands, want: Commands, tol_per_km: float) -> None:
@@ -145,16 +187,24 @@ def test_cpp_runtime_reads_raw_frames_and_rejects_a_wrong_size(runtime, exported
     short = tmp_path / "short.rgb"
     short.write_bytes(exported["raw"].read_bytes()[: frame_bytes - 5])
     done = run_runtime(runtime, exported["ts"], short, tmp_path / "x.csv")
-    assert done.returncode == 1 and f"{short}: 49915 bytes is not a whole number of 80x208x3 frames" in done.stderr
+    assert (
+        done.returncode == 1
+        and f"{short}: 49915 bytes is not a whole number of 80x208x3 frames" in done.stderr
+    )
     # a pipe's when it comes, by the reader a video's ffmpeg pipe goes through too
     short.write_bytes(exported["raw"].read_bytes()[: 2 * frame_bytes + 1000])
     with open(short, "rb") as f:
         camera = subprocess.Popen(["cat"], stdin=f, stdout=subprocess.PIPE)
-        done = run_runtime(runtime, exported["ts"], Path("/dev/stdin"), tmp_path / "pipe.csv", stdin=camera.stdout)
+        done = run_runtime(
+            runtime, exported["ts"], Path("/dev/stdin"), tmp_path / "pipe.csv", stdin=camera.stdout
+        )
         camera.stdout.close()
         camera.wait()
     assert done.returncode == 1, done.stderr
-    assert "/dev/stdin: 100840 bytes is not a whole number of 80x208x3 frames: the stream ended mid-frame" in done.stderr
+    assert (
+        "/dev/stdin: 100840 bytes is not a whole number of 80x208x3 frames: the stream ended mid-frame"
+        in done.stderr
+    )
     assert read_commands(tmp_path / "pipe.csv") == cpp_ppm[1][:2]
 
 
@@ -169,7 +219,9 @@ def road_scene(n: int, size: Tuple[int, int]) -> np.ndarray:
 
 def write_mp4(path: Path, frames: np.ndarray) -> Path:
     """An MPEG-4 (mp4v) file of RGB frames, written by OpenCV as a camera recorder might."""
-    writer = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"mp4v"), FPS, (frames.shape[2], frames.shape[1]))
+    writer = cv2.VideoWriter(
+        str(path), cv2.VideoWriter_fourcc(*"mp4v"), FPS, (frames.shape[2], frames.shape[1])
+    )
     assert writer.isOpened(), "OpenCV cannot write mp4v here"
     for frame in frames:
         writer.write(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
@@ -182,6 +234,7 @@ def ffmpeg() -> str:
     """The static ffmpeg binary of the imageio-ffmpeg wheel (a dev dependency): no system ffmpeg needed.
     Imported here, so that a machine without the wheel (the lent GPU machine) still runs the rest."""
     import imageio_ffmpeg
+
     return imageio_ffmpeg.get_ffmpeg_exe()
 
 
@@ -191,14 +244,19 @@ def test_cpp_runtime_decodes_a_video_with_ffmpeg(runtime, exported, ffmpeg, tmp_
     scene[BLACK] = 0
     video = write_mp4(tmp_path / "drive.mp4", scene)
     # the frames the runtime gets: the same ffmpeg binary, decoding to raw RGB in Python
-    raw = subprocess.run([ffmpeg, "-v", "error", "-i", str(video), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
-                         capture_output=True, check=True).stdout
+    raw = subprocess.run(
+        [ffmpeg, "-v", "error", "-i", str(video), "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+        capture_output=True,
+        check=True,
+    ).stdout
     decoded = torch.frombuffer(bytearray(raw), dtype=torch.uint8).reshape(-1, *CAMERA, 3)
     assert decoded.shape[0] == len(scene)
     # lossy, but the scene in RGB order (swapped channels would be ~100 levels off on average)
     assert float((decoded.float() - torch.from_numpy(scene).float()).abs().mean()) < 8
 
-    done = run_runtime(runtime, exported["ts"], None, tmp_path / "video.csv", "--video", str(video), "--ffmpeg", ffmpeg)
+    done = run_runtime(
+        runtime, exported["ts"], None, tmp_path / "video.csv", "--video", str(video), "--ffmpeg", ffmpeg
+    )
     assert done.returncode == 0, done.stderr
     got = read_commands(tmp_path / "video.csv")
     assert_same_commands(got, python_reference(exported["ts"], decoded, optimize=False), 1e-6)
@@ -211,7 +269,10 @@ def test_cpp_runtime_refuses_a_video_of_another_size_or_without_ffmpeg(runtime, 
     out = tmp_path / "x.csv"
     done = run_runtime(runtime, exported["ts"], None, out, "--video", str(video), "--ffmpeg", ffmpeg)
     assert done.returncode == 1
-    assert f"{video}: video frames are 208x64 (width x height), the model expects the camera's 208x80" in done.stderr
+    assert (
+        f"{video}: video frames are 208x64 (width x height), the model expects the camera's 208x80"
+        in done.stderr
+    )
     done = run_runtime(runtime, exported["ts"], None, out, "--video", str(video), env={"PATH": str(tmp_path)})
     assert done.returncode == 1 and "--ffmpeg ffmpeg: not found on PATH" in done.stderr
     missing = tmp_path / "bin" / "ffmpeg"
@@ -224,8 +285,18 @@ def test_python_runner_needs_only_torch_and_matches(exported, reference, tmp_pat
     and no editable-install finder), the venv's site-packages on PYTHONPATH for torch, from an
     empty folder. That same process first shows `import drive` fails, then runs the runner."""
     out = tmp_path / "py.csv"
-    args = [str(exported["ts"]), str(exported["ppm"]), "--device", "cpu", "--no-pace", "--quiet", "--warmup", "2",
-            "--out", str(out)]  # cpu: the reference ran on the CPU (auto would pick a GPU where there is one)
+    args = [
+        str(exported["ts"]),
+        str(exported["ppm"]),
+        "--device",
+        "cpu",
+        "--no-pace",
+        "--quiet",
+        "--warmup",
+        "2",
+        "--out",
+        str(out),
+    ]  # cpu: the reference ran on the CPU (auto would pick a GPU where there is one)
     script = f"""
 import runpy, sys
 try:
@@ -238,8 +309,14 @@ sys.argv = [{str(RUNNER)!r}, *{args!r}]
 runpy.run_path(sys.argv[0], run_name='__main__')
 """
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(Path(torch.__file__).parents[1])}
-    done = subprocess.run([sys.executable, "-S", "-c", script], capture_output=True, text=True, cwd=tmp_path, env=env,
-                          timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert_same_commands(read_commands(out), reference, 1e-9)
 
@@ -255,18 +332,26 @@ def load_runner():
 def test_python_runner_names_bad_input(exported, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
-    done = subprocess.run([sys.executable, str(RUNNER), str(exported["ts"]), str(empty), "--no-pace", "--quiet"],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(RUNNER), str(exported["ts"]), str(empty), "--no-pace", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 1 and f"{empty}: no frames" in done.stderr and "Traceback" not in done.stderr
     runner = load_runner()
     odd = tmp_path / "odd"
     odd.mkdir()
     runner.write_ppm(odd / "000000.ppm", torch.zeros(CAMERA[0] - 2, CAMERA[1], 3, dtype=torch.uint8))
-    with pytest.raises(SystemExit, match=r"000000.ppm: frame is 208x78, the model expects the camera's 208x80"):
+    with pytest.raises(
+        SystemExit, match=r"000000.ppm: frame is 208x78, the model expects the camera's 208x80"
+    ):
         list(runner.frames_from(odd, CAMERA))
     model = runner.Model(exported["ts"], torch.device("cpu"))
     frame, size = exported["frames"][:1], model.hidden_size
-    with pytest.raises(ValueError, match=rf"hidden must be float32 \[1, {size}\].*got torch.float32 \[1, {size - 1}\]"):
+    with pytest.raises(
+        ValueError, match=rf"hidden must be float32 \[1, {size}\].*got torch.float32 \[1, {size - 1}\]"
+    ):
         model.step(frame, torch.zeros(1, size - 1))
     with pytest.raises(ValueError, match=rf"hidden must be float32 \[1, {size}\].*got torch.float64"):
         model.step(frame, torch.zeros(1, size, dtype=torch.float64))
@@ -319,7 +404,9 @@ def test_aoti_package_matches_torchscript_and_loads_in_cpp(runtime, exported, re
     odd = tmp_path / "odd"
     odd.mkdir()
     for i, height in enumerate((CAMERA[0], CAMERA[0] - 2)):
-        (odd / f"{i:06d}.ppm").write_bytes(b"P6\n%d %d\n255\n" % (CAMERA[1], height) + bytes(CAMERA[1] * height * 3))
+        (odd / f"{i:06d}.ppm").write_bytes(
+            b"P6\n%d %d\n255\n" % (CAMERA[1], height) + bytes(CAMERA[1] * height * 3)
+        )
     done = run_runtime(runtime, pt2, odd, tmp_path / "odd.csv")
     assert done.returncode == 1
     assert f"{odd / '000001.ppm'}: frame is 208x78, the model expects the camera's 208x80" in done.stderr
@@ -342,11 +429,16 @@ def test_cpp_runtime_on_cuda_matches_python_on_cuda(runtime, exported, tmp_path,
     # the default on CUDA: the step captured in a CUDA graph (at::cuda::CUDAGraph); plain stepping
     # in another process gives the same commands (up to cuDNN's per-process algorithm choice)
     assert "# stepping in a CUDA graph" in done.stderr, done.stderr
-    plain = run_runtime(runtime, path, exported["ppm"], tmp_path / "plain.csv", "--no-cuda-graph", device="cuda")
+    plain = run_runtime(
+        runtime, path, exported["ppm"], tmp_path / "plain.csv", "--no-cuda-graph", device="cuda"
+    )
     assert plain.returncode == 0 and "CUDA graph" not in plain.stderr, plain.stderr
     assert_same_commands(read_commands(tmp_path / "plain.csv"), read_commands(tmp_path / "cuda.csv"), 1e-3)
     for run in (done, plain):  # shown by `pytest -rP`
-        print("graph" if run is done else "plain", *(line for line in run.stderr.splitlines() if "latency p50" in line))
+        print(
+            "graph" if run is done else "plain",
+            *(line for line in run.stderr.splitlines() if "latency p50" in line),
+        )
 
 
 def _edited_package(src: Path, dst: Path, **changes: str) -> Path:
@@ -372,11 +464,18 @@ def _edited_package(src: Path, dst: Path, **changes: str) -> Path:
 @pytest.mark.slow
 def test_aoti_metadata_is_read_from_the_archive_and_unrunnable_packages_are_refused(cpu_aoti, tmp_path):
     # metadata in a fresh process: the package's loader (native code) is never imported or run
-    script = (f"import sys; from drive.export import read_metadata; m = read_metadata({str(cpu_aoti)!r}); "
-              "assert m['format'] == 'aoti' and m['device'] == 'cpu', m; "
-              "assert 'torch._inductor.package' not in sys.modules, 'the package loader was imported'; print('ok')")
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    script = (
+        f"import sys; from drive.export import read_metadata; m = read_metadata({str(cpu_aoti)!r}); "
+        "assert m['format'] == 'aoti' and m['device'] == 'cpu', m; "
+        "assert 'torch._inductor.package' not in sys.modules, 'the package loader was imported'; print('ok')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
     from drive.export.runtime import check_aoti_loadable, read_aoti_strings
 
@@ -384,18 +483,39 @@ def test_aoti_metadata_is_read_from_the_archive_and_unrunnable_packages_are_refu
     assert strings["AOTI_DEVICE_KEY"] == "cpu" and json.loads(strings["metadata_json"])["format"] == "aoti"
     check_aoti_loadable(cpu_aoti)  # this package runs here
     other_torch = _edited_package(cpu_aoti, tmp_path / "old.pt2", torch_version="2.11.0")
-    with pytest.raises(ValueError, match=r"old.pt2: AOTInductor package compiled by torch 2.11.0, this is torch"):
+    with pytest.raises(
+        ValueError, match=r"old.pt2: AOTInductor package compiled by torch 2.11.0, this is torch"
+    ):
         load_exported(other_torch)
     other_isa = _edited_package(cpu_aoti, tmp_path / "isa.pt2", AOTI_CPU_ISA="NEON")
-    with pytest.raises(ValueError, match=r"isa.pt2: .*compiled for the NEON instruction set, which this CPU lacks"):
+    with pytest.raises(
+        ValueError, match=r"isa.pt2: .*compiled for the NEON instruction set, which this CPU lacks"
+    ):
         load_exported(other_isa)
     if not torch.cuda.is_available():
         gpu = _edited_package(cpu_aoti, tmp_path / "gpu.pt2", AOTI_DEVICE_KEY="cuda", device="cuda")
-        with pytest.raises(ValueError, match=r"gpu.pt2: AOTInductor package compiled for CUDA, but torch sees no CUDA"):
+        with pytest.raises(
+            ValueError, match=r"gpu.pt2: AOTInductor package compiled for CUDA, but torch sees no CUDA"
+        ):
             load_exported(gpu)
-        done = subprocess.run([sys.executable, "-m", "drive.cli", "evaluate", "--policy", str(gpu), "--km", "0.1",
-                               "--out", str(tmp_path / "eval")], capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "drive.cli",
+                "evaluate",
+                "--policy",
+                str(gpu),
+                "--km",
+                "0.1",
+                "--out",
+                str(tmp_path / "eval"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        )
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert "gpu.pt2: AOTInductor package compiled for CUDA, but torch sees no CUDA device" in done.stderr
     not_zip = tmp_path / "junk.pt2"

@@ -1,4 +1,5 @@
 """The robustness report: every model x level measured and written; a blind model is perfectly stable."""
+
 import csv
 import json
 import re
@@ -9,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
+from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.cli import main as drive_main
+from drive.data.perturb import KINDS, Perturbation
+from drive.data.preprocess import Preprocessing
+from drive.drivers import PolicyDriver
 from drive.evaluate.report import COLUMNS, LEVEL_AXIS
 from drive.evaluate.robustness import RobustnessConfig, evaluate_model, robustness_report, sensitivity_profile
+from drive.io.recording import CameraCalibration, Recording, RecordingMeta, RecordingWriter
 from drive.nn import LSTM, LTC, lane_keeping_ncp
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
-from drive.data.perturb import KINDS, Perturbation
-from drive.checkpoint import load_policy, policy_meta, save_policy
-from drive.drivers import PolicyDriver
-from drive.data.preprocess import Preprocessing
-from drive.io.recording import CameraCalibration, Recording, RecordingMeta, RecordingWriter
 
 FPS = 30.0
 
@@ -27,8 +28,9 @@ FPS = 30.0
 def _recording(path, n=40, seed=0):
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:78, 0:200]
-    meta = RecordingMeta(fps=FPS, width=200, height=78, source="test",
-                         camera=CameraCalibration(fx=100, fy=100, cx=100, cy=20))
+    meta = RecordingMeta(
+        fps=FPS, width=200, height=78, source="test", camera=CameraCalibration(fx=100, fy=100, cx=100, cy=20)
+    )
     with RecordingWriter(path, meta) as w:
         for i in range(n):
             bar = (np.abs(xx - (60 + 2 * i)) < 8) * 120
@@ -79,16 +81,24 @@ def _rows(out, model):
 
 
 def _profiles(report_dir):
-    return {res["name"]: res["profile"] for res in json.loads((report_dir / "results.json").read_text())["results"]}
+    return {
+        res["name"]: res["profile"]
+        for res in json.loads((report_dir / "results.json").read_text())["results"]
+    }
 
 
 def test_every_model_and_level_is_in_the_csv_and_report(study):
     root, out, *_ = study
     rows = list(csv.DictReader(open(out["csv"])))
     assert {(r["model"], r["kind"], float(r["level"])) for r in rows} == {
-        (m, k, lvl) for m in ("seeing", "blind") for k, lvl in (("gaussian", 0.0), ("gaussian", 0.2), ("blur", 2.0))}
+        (m, k, lvl)
+        for m in ("seeing", "blind")
+        for k, lvl in (("gaussian", 0.0), ("gaussian", 0.2), ("blur", 2.0))
+    }
     report = out["report"].read_text()
-    assert "| seeing |" in report and "| blind |" in report and "gaussian 0.2" in report and "blur 2" in report
+    assert (
+        "| seeing |" in report and "| blind |" in report and "gaussian 0.2" in report and "blur 2" in report
+    )
     assert (root / "report" / "mse.png").stat().st_size > 1000
 
 
@@ -150,8 +160,9 @@ def test_a_reused_folder_shows_only_what_this_run_produced(study, tmp_path):
     folder = tmp_path / "report"
     shutil.copytree(root / "report", folder)
     (folder / "models").mkdir()  # not a report output (the demo keeps its checkpoint links here)
-    robustness_report([blind], recs, folder, RobustnessConfig(noise_levels=(0.0,), other={}, saliency_frames=2),
-                      workers=1)
+    robustness_report(
+        [blind], recs, folder, RobustnessConfig(noise_levels=(0.0,), other={}, saliency_frames=2), workers=1
+    )
     assert sorted(p.name for p in folder.glob("*.png")) == ["mae.png", "mse.png", "ssim_mean.png"]
     report = (folder / "REPORT.md").read_text()
     assert "sensitivity_profile.png" not in report and "lipschitz" not in report
@@ -164,20 +175,34 @@ def test_another_perturbation_measured_at_several_levels_gets_its_own_curves(stu
     the report; a later run in the same folder without them removes those plots."""
     root, _, recs, config, (seeing, _) = study
     assert set(LEVEL_AXIS) == set(KINDS) - {"gaussian"}  # every kind has an axis label
-    blur = RobustnessConfig(noise_levels=(), other={"blur": (0.5, 2.0, 4.0), "occlusion": (0.1,)},
-                            seed=config.seed, saliency_frames=2)
+    blur = RobustnessConfig(
+        noise_levels=(),
+        other={"blur": (0.5, 2.0, 4.0), "occlusion": (0.1,)},
+        seed=config.seed,
+        saliency_frames=2,
+    )
     out = robustness_report([seeing], recs, tmp_path, blur, workers=1)
     names = sorted(p.name for p in tmp_path.glob("*.png"))
-    assert names == ["lipschitz_max_blur.png", "mae_blur.png", "mse_blur.png", "sensitivity_profile.png",
-                     "ssim_mean_blur.png"]
+    assert names == [
+        "lipschitz_max_blur.png",
+        "mae_blur.png",
+        "mse_blur.png",
+        "sensitivity_profile.png",
+        "ssim_mean_blur.png",
+    ]
     assert all(p.stat().st_size > 1000 for p in tmp_path.glob("*.png"))
     report = (tmp_path / "REPORT.md").read_text()
     assert "![mse, blur](mse_blur.png)" in report and "](mse.png)" not in report
     assert "| gaussian" not in report and "blur 4" in report and "occlusion 0.1" in report
     mse = {r["level"]: r["mse"] for r in out["rows"] if r["kind"] == "blur"}
     assert len(set(mse.values())) == 3  # three different points on the curve
-    robustness_report([seeing], recs, tmp_path, RobustnessConfig(noise_levels=(0.0,), other={}, saliency_frames=2),
-                      workers=1)
+    robustness_report(
+        [seeing],
+        recs,
+        tmp_path,
+        RobustnessConfig(noise_levels=(0.0,), other={}, saliency_frames=2),
+        workers=1,
+    )
     assert not list(tmp_path.glob("*_blur.png")) and (tmp_path / "mse.png").exists()
 
 
@@ -186,7 +211,9 @@ def test_evaluating_in_process_leaves_the_callers_thread_count_alone(study):
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        evaluate_model(blind, recs, RobustnessConfig(noise_levels=(0.0,), other={}, saliency_frames=2), log=False)
+        evaluate_model(
+            blind, recs, RobustnessConfig(noise_levels=(0.0,), other={}, saliency_frames=2), log=False
+        )
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
@@ -240,15 +267,29 @@ def test_sensitivity_profile_is_empty_without_memory():
 
 
 def _cli(ckpts, recordings, out, *extra):
-    return drive_main(["robustness", "--ckpt", *map(str, ckpts), "--recordings", str(recordings),
-                       "--out", str(out), *extra])
+    return drive_main(
+        ["robustness", "--ckpt", *map(str, ckpts), "--recordings", str(recordings), "--out", str(out), *extra]
+    )
 
 
 @pytest.mark.slow
 def test_cli_parallel_closed_loop_run_in_variance_units_equals_a_one_worker_run(study, tmp_path):
     root, out, _, config, models = study
-    args = ["--noise", "0", "0.04", "--variance", "--other", "blur=2", "--closed-loop", "--km", "0.02",
-            "--saliency-frames", "8", "--seed", str(config.seed)]
+    args = [
+        "--noise",
+        "0",
+        "0.04",
+        "--variance",
+        "--other",
+        "blur=2",
+        "--closed-loop",
+        "--km",
+        "0.02",
+        "--saliency-frames",
+        "8",
+        "--seed",
+        str(config.seed),
+    ]
     assert _cli(models, root / "recs", tmp_path / "two", *args, "--workers", "2") == 0
     assert _cli(models, root / "recs", tmp_path / "one", *args, "--workers", "1") == 0
     text = (tmp_path / "two" / "results.csv").read_text()
@@ -256,26 +297,44 @@ def test_cli_parallel_closed_loop_run_in_variance_units_equals_a_one_worker_run(
     rows = list(csv.DictReader(text.splitlines()))
     assert list(rows[0]) == COLUMNS
     assert [(r["model"], r["kind"], float(r["level"])) for r in rows] == [
-        (m, k, lvl) for m in ("seeing", "blind") for k, lvl in (("gaussian", 0.0), ("gaussian", 0.04), ("blur", 2.0))]
+        (m, k, lvl)
+        for m in ("seeing", "blind")
+        for k, lvl in (("gaussian", 0.0), ("gaussian", 0.04), ("blur", 2.0))
+    ]
     assert all(float(r["lateral_rms_m"]) > 0 and float(r["interventions_per_km"]) >= 0 for r in rows)
     # variance 0.04 is sigma 0.2: the same noise as the study's std 0.2 at the same seed
     variance_row = next(r for r in rows if r["model"] == "seeing" and float(r["level"]) == 0.04)
-    assert float(variance_row["mse"]) == pytest.approx(_rows(out, "seeing")[("gaussian", 0.2)]["mse"], rel=1e-12)
+    assert float(variance_row["mse"]) == pytest.approx(
+        _rows(out, "seeing")[("gaussian", 0.2)]["mse"], rel=1e-12
+    )
     assert "Gaussian levels are the noise variance sigma^2" in (tmp_path / "two" / "REPORT.md").read_text()
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--other", "fog=0.1"], "--other 'fog=0.1': expected KIND=L1,L2"),
-    (["--other", "blur"], "--other 'blur': expected KIND=L1,L2"),
-    (["--other", "blur=1,x"], "--other 'blur=1,x': levels must be numbers"),
-    (["--other", "salt_pepper=2"], "--other 'salt_pepper=2': salt_pepper level is a fraction"),
-    (["--other", "blur=1", "blur=2"], "--other 'blur=2': blur is given twice"),
-    (["--noise", "0", "-0.1"], "--noise levels must be finite and >= 0"),
-    (["--km", "0.5"], "--km applies to the closed loop only"),
-    (["--closed-loop", "--km", "0"], "--km must be positive"),
-    (["--workers", "0"], "--workers must be >= 1"),
-], ids=["unknown-kind", "no-levels", "not-a-number", "out-of-range", "twice", "negative-noise", "km-alone",
-        "zero-km", "zero-workers"])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--other", "fog=0.1"], "--other 'fog=0.1': expected KIND=L1,L2"),
+        (["--other", "blur"], "--other 'blur': expected KIND=L1,L2"),
+        (["--other", "blur=1,x"], "--other 'blur=1,x': levels must be numbers"),
+        (["--other", "salt_pepper=2"], "--other 'salt_pepper=2': salt_pepper level is a fraction"),
+        (["--other", "blur=1", "blur=2"], "--other 'blur=2': blur is given twice"),
+        (["--noise", "0", "-0.1"], "--noise levels must be finite and >= 0"),
+        (["--km", "0.5"], "--km applies to the closed loop only"),
+        (["--closed-loop", "--km", "0"], "--km must be positive"),
+        (["--workers", "0"], "--workers must be >= 1"),
+    ],
+    ids=[
+        "unknown-kind",
+        "no-levels",
+        "not-a-number",
+        "out-of-range",
+        "twice",
+        "negative-noise",
+        "km-alone",
+        "zero-km",
+        "zero-workers",
+    ],
+)
 def test_cli_bad_arguments_are_named_before_anything_runs(study, tmp_path, extra, message, capsys):
     root, *_, models = study
     assert _cli(models, root / "recs", tmp_path / "out", *extra) == 2  # one line on stderr, exit 2

@@ -1,4 +1,5 @@
 """VisualBackProp: the published algorithm on drive's heads, checked against an independent loop."""
+
 import pytest
 import torch
 from torch import nn
@@ -68,8 +69,11 @@ def test_mask_peaks_on_the_only_region_that_drives_the_activations(cls, method):
     assert inside > 0.3 and outside.max() < 0.05
 
 
-@pytest.mark.parametrize("head", [NCPConvHead(), PilotNetCNN(), NCPConvHead(input_hw=(61, 97))],
-                         ids=["ncp-78x200", "pilotnet-78x200", "ncp-61x97"])
+@pytest.mark.parametrize(
+    "head",
+    [NCPConvHead(), PilotNetCNN(), NCPConvHead(input_hw=(61, 97))],
+    ids=["ncp-78x200", "pilotnet-78x200", "ncp-61x97"],
+)
 def test_batched_masks_equal_the_straightforward_reference(head):
     head.eval()
     torch.manual_seed(0)
@@ -80,13 +84,23 @@ def test_batched_masks_equal_the_straightforward_reference(head):
 
 
 @pytest.mark.parametrize("method", ["bojarski", "ncp"])
-@pytest.mark.parametrize("cls, hw", [(NCPConvHead, (78, 200)), (NCPConvHead, (66, 200)), (NCPConvHead, (120, 161)),
-                                     (PilotNetCNN, (78, 200)), (PilotNetCNN, (77, 199))])
+@pytest.mark.parametrize(
+    "cls, hw",
+    [
+        (NCPConvHead, (78, 200)),
+        (NCPConvHead, (66, 200)),
+        (NCPConvHead, (120, 161)),
+        (PilotNetCNN, (78, 200)),
+        (PilotNetCNN, (77, 199)),
+    ],
+)
 def test_masks_have_the_input_size_and_span_exactly_0_to_1(cls, hw, method):
     head = cls(input_hw=hw).eval()
     mask = visual_backprop(head, torch.rand(3, 3, *hw), method=method)
     assert mask.shape == (3, *hw) and mask.dtype == torch.float32
-    assert torch.allclose(mask.amin(dim=(1, 2)), torch.zeros(3)) and torch.allclose(mask.amax(dim=(1, 2)), torch.ones(3))
+    assert torch.allclose(mask.amin(dim=(1, 2)), torch.zeros(3)) and torch.allclose(
+        mask.amax(dim=(1, 2)), torch.ones(3)
+    )
 
 
 def test_each_image_is_normalised_on_its_own():
@@ -192,9 +206,12 @@ def _paper_vbp(layers: nn.Sequential, frames: torch.Tensor) -> torch.Tensor:
 def _plain_sequential(seed: int = 0) -> nn.Sequential:
     torch.manual_seed(seed)
     return nn.Sequential(
-        nn.Conv2d(3, 8, 5, stride=2), nn.ReLU(),
-        nn.Conv2d(8, 12, 3, stride=2, padding=1), nn.ReLU(inplace=True),
-        nn.Conv2d(12, 16, 3, stride=1), nn.ReLU(),
+        nn.Conv2d(3, 8, 5, stride=2),
+        nn.ReLU(),
+        nn.Conv2d(8, 12, 3, stride=2, padding=1),
+        nn.ReLU(inplace=True),
+        nn.Conv2d(12, 16, 3, stride=1),
+        nn.ReLU(),
         nn.Flatten(),
     ).eval()
 
@@ -240,9 +257,14 @@ def test_a_users_head_with_functional_relus_is_explained_too():
 @pytest.mark.parametrize(
     "head, message",
     [
-        (nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 4, 3), nn.ReLU()),
-         r"layer '2' \(MaxPool2d\) sits between '0'\+ReLU and the next Conv2d '3'"),
-        (nn.Sequential(nn.Conv2d(3, 4, 3), nn.Tanh()), r"layer '0' is followed by Tanh \('1'\), not by a ReLU"),
+        (
+            nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(4, 4, 3), nn.ReLU()),
+            r"layer '2' \(MaxPool2d\) sits between '0'\+ReLU and the next Conv2d '3'",
+        ),
+        (
+            nn.Sequential(nn.Conv2d(3, 4, 3), nn.Tanh()),
+            r"layer '0' is followed by Tanh \('1'\), not by a ReLU",
+        ),
         (nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Conv2d(4, 4, 3)), r"layer '2' is the last layer"),
         (nn.Sequential(nn.MaxPool2d(2), nn.Conv2d(3, 4, 3), nn.ReLU()), r"first Conv2d sees \(8, 8\)"),
         (nn.Sequential(nn.Conv2d(3, 4, 3, dilation=2), nn.ReLU()), "dilated"),

@@ -1,4 +1,5 @@
 """Saliency along a recording: policy saliency stream, noise, videos read back with OpenCV, CLI."""
+
 from pathlib import Path
 
 import cv2
@@ -6,15 +7,15 @@ import numpy as np
 import pytest
 import torch
 
+from drive.checkpoint import policy_meta, save_policy
 from drive.cli import main as drive_main
+from drive.data.preprocess import Preprocessing
 from drive.explain.policy_saliency import policy_saliency
 from drive.explain.video import contact_sheet_path, saliency_video
 from drive.explain.visual_backprop import visual_backprop
+from drive.io.recording import Recording, RecordingMeta, RecordingWriter
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
-from drive.checkpoint import policy_meta, save_policy
-from drive.data.preprocess import Preprocessing
-from drive.io.recording import Recording, RecordingMeta, RecordingWriter
 
 FPS = 15.0
 PREPROCESSING = Preprocessing(size=(78, 200), crop=(20, 110, 0, 240))
@@ -57,9 +58,26 @@ def test_cli_side_by_side_video_has_the_frame_count_size_and_fps_of_the_recordin
     policy = _policy()
     ckpt = save_policy(tmp_path / "policy.pt", policy, policy_meta(policy, PREPROCESSING, FPS, "cnn"))
     out = tmp_path / "videos" / "saliency.mp4"
-    code = drive_main(["saliency", "--ckpt", str(ckpt), "--recording", str(recording), "--out", str(out),
-                       "--side-by-side", "--noise", "0.2", "--max-frames", "9",
-                       "--still", str(tmp_path / "still.png"), "--still-frame", "4"])
+    code = drive_main(
+        [
+            "saliency",
+            "--ckpt",
+            str(ckpt),
+            "--recording",
+            str(recording),
+            "--out",
+            str(out),
+            "--side-by-side",
+            "--noise",
+            "0.2",
+            "--max-frames",
+            "9",
+            "--still",
+            str(tmp_path / "still.png"),
+            "--still-frame",
+            "4",
+        ]
+    )
     assert code == 0
     (count, fps, width, height), decoded = _read_back(out)
     assert (count, decoded, fps) == (9, 9, FPS)
@@ -74,8 +92,9 @@ def test_cli_side_by_side_video_has_the_frame_count_size_and_fps_of_the_recordin
 def test_single_row_video_covers_the_whole_recording(tmp_path):
     recording = _write_recording(tmp_path / "rec", frames=7)
     policy = _policy()
-    result = saliency_video(policy, policy_meta(policy, PREPROCESSING, FPS, "cnn"), recording, tmp_path / "v.mp4",
-                            method="ncp")
+    result = saliency_video(
+        policy, policy_meta(policy, PREPROCESSING, FPS, "cnn"), recording, tmp_path / "v.mp4", method="ncp"
+    )
     assert result["frames"] == 7 and result["size"] == [1800, 234] and result["rows"] == ["clean"]
     assert _read_back(tmp_path / "v.mp4") == ((7, FPS, 1800, 234), 7)
 
@@ -115,7 +134,6 @@ def test_a_failing_run_leaves_no_video_behind(tmp_path):
     with pytest.raises((AssertionError, RuntimeError), match="input_size"):
         saliency_video(policy, wrong_size, recording, tmp_path / "v.mp4")
     assert list(tmp_path.iterdir()) == [tmp_path / "rec"]
-
 
 
 def test_recurrent_state_and_elapsed_time_are_carried_across_chunks():

@@ -1,4 +1,5 @@
 """drive.export: the TorchScript vehicle file equals its checkpoint, loads without drive, fails safe."""
+
 from __future__ import annotations
 
 import builtins
@@ -11,15 +12,23 @@ import numpy as np
 import pytest
 import torch
 
+from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.cli import main as drive_main
-from drive.export import STATUS, DeployedPolicy, build_deployed, decode_status, export_policy, load_exported, read_metadata
+from drive.data.preprocess import Preprocessing
+from drive.drivers import PolicyDriver
+from drive.export import (
+    STATUS,
+    DeployedPolicy,
+    build_deployed,
+    decode_status,
+    export_policy,
+    load_exported,
+    read_metadata,
+)
 from drive.export.formats import _export_program
 from drive.nn.closed_form.ltc import convert
-from drive.nn.policy import Policy
-from drive.checkpoint import load_policy, policy_meta, save_policy
-from drive.drivers import PolicyDriver
-from drive.data.preprocess import Preprocessing
 from drive.nn.families import build_policy
+from drive.nn.policy import Policy
 
 FPS = 30.0
 
@@ -63,13 +72,24 @@ def lstm_file(tmp_path_factory) -> tuple:
     return ckpt, export_policy(ckpt, d / "lstm.ts")
 
 
-FAMILIES = [("ncp_ltc", {}), ("cfc", {}), ("cfc", {"wired": True, "mode": "pure"}), ("lstm", {}),
-            ("ctrnn", {}), ("cnn", {}), ("ncp_ltc", {"closed_form": True}), ("ncp_ltc", {"feature_norm": "batch"}),
-            ("ncp_ltc", {"closed_form": True, "feature_norm": "batch"})]
+FAMILIES = [
+    ("ncp_ltc", {}),
+    ("cfc", {}),
+    ("cfc", {"wired": True, "mode": "pure"}),
+    ("lstm", {}),
+    ("ctrnn", {}),
+    ("cnn", {}),
+    ("ncp_ltc", {"closed_form": True}),
+    ("ncp_ltc", {"feature_norm": "batch"}),
+    ("ncp_ltc", {"closed_form": True, "feature_norm": "batch"}),
+]
 
 
-@pytest.mark.parametrize("family,opts", FAMILIES, ids=[f + ("_" + "_".join(map(str, o.values())) if o else "")
-                                                      for f, o in FAMILIES])
+@pytest.mark.parametrize(
+    "family,opts",
+    FAMILIES,
+    ids=[f + ("_" + "_".join(map(str, o.values())) if o else "") for f, o in FAMILIES],
+)
 def test_scripted_file_matches_checkpoint_over_300_steps(tmp_path, family, opts):
     ckpt = make_checkpoint(tmp_path / "p.ckpt", family, **opts)
     exported = load_exported(export_policy(ckpt, tmp_path / "p.ts"))
@@ -90,8 +110,11 @@ def test_scripted_file_matches_checkpoint_over_300_steps(tmp_path, family, opts)
 VALUE_READS = ("aten::Float", "aten::Bool", "aten::Int", "aten::item")  # a tensor's value to the host
 
 
-@pytest.mark.parametrize("family,opts", FAMILIES, ids=[f + ("_" + "_".join(map(str, o.values())) if o else "")
-                                                      for f, o in FAMILIES])
+@pytest.mark.parametrize(
+    "family,opts",
+    FAMILIES,
+    ids=[f + ("_" + "_".join(map(str, o.values())) if o else "") for f, o in FAMILIES],
+)
 def test_deployed_step_never_reads_a_value_back_mid_step(tmp_path, family, opts):
     """The module guarantees its cell's inputs (finite features and state, dt > 0), so the cell's own
     value checks are off: the frozen step reads no tensor value to the host (a GPU would sync there
@@ -99,19 +122,28 @@ def test_deployed_step_never_reads_a_value_back_mid_step(tmp_path, family, opts)
     (which broke the CUDA AOTInductor export: a float64 sum on the GPU differs between passes)."""
     ckpt = make_checkpoint(tmp_path / "p.ckpt", family, **opts)
     graph = load_exported(export_policy(ckpt, tmp_path / "p.ts"))._module.step_with_status.graph
-    reads = [n for kind in VALUE_READS for n in graph.findAllNodes(kind)
-             if any(isinstance(i.type(), torch._C.TensorType) for i in n.inputs())]
+    reads = [
+        n
+        for kind in VALUE_READS
+        for n in graph.findAllNodes(kind)
+        if any(isinstance(i.type(), torch._C.TensorType) for i in n.inputs())
+    ]
     assert reads == []
     program = _export_program(build_deployed(*load_policy(ckpt)), torch.device("cpu"))
-    scalar_ops = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default,
-                  torch.ops.aten._assert_scalar.default)
+    scalar_ops = (
+        torch.ops.aten.item.default,
+        torch.ops.aten._local_scalar_dense.default,
+        torch.ops.aten._assert_scalar.default,
+    )
     assert [n for n in program.graph.nodes if n.target in scalar_ops] == []
 
 
 def test_a_hidden_row_with_a_negative_gap_steps_one_frame_period(tmp_path):
     """The cell's dt is at least one frame period whatever the caller's hidden holds (its value
     checks are off inside the module)."""
-    module = torch.jit.load(str(export_policy(make_checkpoint(tmp_path / "p.ckpt", "cfc"), tmp_path / "p.ts")))
+    module = torch.jit.load(
+        str(export_policy(make_checkpoint(tmp_path / "p.ckpt", "cfc"), tmp_path / "p.ts"))
+    )
     frame, hidden = camera_frames(1)[0], module.initial_state(1)
     odd = hidden.clone()
     odd[0, -1] = -5.0  # the seconds-since-last-good-frame slot
@@ -122,7 +154,11 @@ def test_metadata_is_readable_from_the_file_and_its_methods(lstm_file):
     _, path = lstm_file
     meta = read_metadata(path)
     assert meta["frame_size"] == list(CAMERA) and meta["crop"] == list(CROP)
-    assert meta["model_input_size"] == [78, 200] and meta["fps"] == FPS and meta["dt_s"] == pytest.approx(1 / FPS)
+    assert (
+        meta["model_input_size"] == [78, 200]
+        and meta["fps"] == FPS
+        and meta["dt_s"] == pytest.approx(1 / FPS)
+    )
     assert meta["label_units"] == "1/m" and meta["family"] == "lstm" and meta["drive_version"]
     assert meta["hidden_size"] == meta["state_size"] + 3 == 2 * 16 + 3  # LSTM packs h and c
     assert meta["curvature_limit_per_m"] == 0.2 and meta["status_bits"] == STATUS
@@ -153,11 +189,13 @@ except ImportError:
     pass
 import numpy, torch
 m = torch.jit.load({str(path)!r})
-c, h = m.step(torch.from_numpy(numpy.load({str(tmp_path / 'frame.npy')!r})), m.initial_state(1))
+c, h = m.step(torch.from_numpy(numpy.load({str(tmp_path / "frame.npy")!r})), m.initial_state(1))
 assert not any(k == 'drive' or k.startswith('drive.') for k in sys.modules)
 print(repr(float(c[0])))
 """
-    out = subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-I", "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert float(out.stdout.strip()) == pytest.approx(float(expected[0]), abs=1e-9)
 
@@ -178,12 +216,16 @@ def test_unusable_frame_holds_last_command_and_flags_it(lstm_file, bad):
     module = torch.jit.load(str(lstm_file[1]))
     frames = camera_frames(3)
     c0, h0, st0 = module.step_with_status(frames[0], module.initial_state(1))
-    image = torch.full((96, 240, 3), float("nan")) if bad == "nan" else torch.zeros(96, 240, 3, dtype=torch.uint8)
+    image = (
+        torch.full((96, 240, 3), float("nan")) if bad == "nan" else torch.zeros(96, 240, 3, dtype=torch.uint8)
+    )
     c1, h1, st1 = module.step_with_status(image, h0)
     assert float(c1) == float(c0) and int(st0) == 0
     assert decode_status(int(st1)) == (["FRAME_NONFINITE"] if bad == "nan" else ["FRAME_BLACK"])
     assert torch.equal(h1[:, :32], h0[:, :32])  # recurrent state kept
-    assert float(h1[0, 33]) == int(st1) and float(h1[0, 34]) == pytest.approx(1 / FPS)  # skipped time remembered
+    assert float(h1[0, 33]) == int(st1) and float(h1[0, 34]) == pytest.approx(
+        1 / FPS
+    )  # skipped time remembered
     # the next good frame integrates both periods: same as the policy stepping with dt = 2 / fps
     c2, h2, st2 = module.step_with_status(frames[1], h1)
     policy, meta = load_policy(lstm_file[0])
@@ -215,7 +257,11 @@ def test_float_frames_outside_0_1_are_flagged_and_held_not_driven_white(lstm_fil
     # per row: a batch with one bad stream holds only that stream
     batch = torch.stack([frames[1].float() / 255.0, frames[1].float()])
     c, h, st = module.step_with_status(batch, torch.cat([h0, h0]))
-    assert st.tolist() == [0, STATUS["FRAME_RANGE"]] and float(c[1]) == float(c0) and float(c[0]) == float(ref[0])
+    assert (
+        st.tolist() == [0, STATUS["FRAME_RANGE"]]
+        and float(c[1]) == float(c0)
+        and float(c[0]) == float(ref[0])
+    )
 
 
 def test_an_empty_batch_is_a_clear_error(lstm_file):
@@ -249,8 +295,12 @@ def test_non_finite_hidden_row_is_reset_without_touching_other_rows(lstm_file):
     fresh_c, fresh_h, _ = module.step_with_status(frames[2:3], module.initial_state(1))
     clean_c, clean_h, _ = module.step_with_status(frames[3:4], warm[1:])
     assert status.tolist() == [STATUS["HIDDEN_RESET"], 0]
-    assert float(c[0]) == pytest.approx(float(fresh_c), abs=1e-9) and torch.allclose(h[0, :32], fresh_h[0, :32], atol=1e-6)
-    assert float(c[1]) == pytest.approx(float(clean_c), abs=1e-9) and torch.allclose(h[1], clean_h[0], atol=1e-6)
+    assert float(c[0]) == pytest.approx(float(fresh_c), abs=1e-9) and torch.allclose(
+        h[0, :32], fresh_h[0, :32], atol=1e-6
+    )
+    assert float(c[1]) == pytest.approx(float(clean_c), abs=1e-9) and torch.allclose(
+        h[1], clean_h[0], atol=1e-6
+    )
 
 
 def test_non_finite_network_output_holds_and_restarts_the_state(tmp_path):
@@ -271,7 +321,11 @@ def test_half_precision_head_keeps_cell_and_hidden_in_fp32(tmp_path):
     path = export_policy(ckpt, tmp_path / "half.ts", half=True)
     module = torch.jit.load(str(path))
     assert read_metadata(path)["half"] is True
-    named = {n: t for n, t in list(module.named_parameters()) + list(module.named_buffers()) if t.is_floating_point()}
+    named = {
+        n: t
+        for n, t in list(module.named_parameters()) + list(module.named_buffers())
+        if t.is_floating_point()
+    }
     assert {t.dtype for n, t in named.items() if n.startswith("head.")} == {torch.float16}
     assert {t.dtype for n, t in named.items() if n.startswith("policy.rnn.")} == {torch.float32}
     full = load_exported(export_policy(ckpt, tmp_path / "full.ts"))
@@ -284,7 +338,9 @@ def test_half_precision_head_keeps_cell_and_hidden_in_fp32(tmp_path):
     assert torch.allclose(h_half, h_full, atol=5e-3), (h_half - h_full).abs().max()
 
 
-@pytest.mark.parametrize("family", ["ncp_ltc", "cnn"])  # NCPConvHead -> DeployedNCPHead; PilotNet -> DeployedHead
+@pytest.mark.parametrize(
+    "family", ["ncp_ltc", "cnn"]
+)  # NCPConvHead -> DeployedNCPHead; PilotNet -> DeployedHead
 def test_building_the_module_leaves_the_callers_policy_untouched(family):
     torch.manual_seed(0)
     policy = build_policy(family, frame_period_s=1.0 / FPS)
@@ -293,8 +349,10 @@ def test_building_the_module_leaves_the_callers_policy_untouched(family):
     with torch.no_grad():
         before = policy.eval().step(frame, hidden, dt)
     policy.train()
-    tensors = {n: (t.detach().clone(), t.stride(), t.requires_grad)
-               for n, t in list(policy.named_parameters()) + list(policy.named_buffers())}
+    tensors = {
+        n: (t.detach().clone(), t.stride(), t.requires_grad)
+        for n, t in list(policy.named_parameters()) + list(policy.named_buffers())
+    }
     head = policy.head
     # half=True converts the deployed head to fp16 and channels-last in place: it must be a copy's
     DeployedPolicy(policy, (78, 200), [], FPS, 0.2, half=True)
@@ -330,7 +388,11 @@ def test_cli_exports_verifies_and_reports(tmp_path, capsys):
     out = tmp_path / "deploy" / "policy.ts"
     assert drive_main(["export", "--ckpt", str(ckpt), "--out", str(out), "--curvature-limit", "0.1"]) == 0
     text = capsys.readouterr().out
-    assert "frames uint8 240x96 RGB at 30 fps" in text and "verify: torchscript vs eager" in text and "(ok" in text
+    assert (
+        "frames uint8 240x96 RGB at 30 fps" in text
+        and "verify: torchscript vs eager" in text
+        and "(ok" in text
+    )
     assert read_metadata(out)["curvature_limit_per_m"] == 0.1
     assert [p.name for p in out.parent.iterdir()] == ["policy.ts"]  # no temporary left behind
 

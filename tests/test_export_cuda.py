@@ -1,13 +1,14 @@
 """drive.export on a GPU (skipped without CUDA): the CUDA file matches CPU eager within 1e-4 (fp32),
 and the fp16 conv head stays within a stated tolerance while the cell and hidden stay fp32."""
+
 from __future__ import annotations
 
 import pytest
 import torch
 
-from drive.export import build_deployed, export_policy, load_exported
 from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
+from drive.export import build_deployed, export_policy, load_exported
 from drive.nn.families import build_policy
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -19,13 +20,16 @@ FP16_STATE_ATOL = 5e-3  # LTC state in [-1, 1]; fp16 features carry ~1e-3 relati
 def ckpt(tmp_path_factory):
     torch.manual_seed(0)
     policy = build_policy("ncp_ltc", frame_period_s=1 / 30)
-    meta = policy_meta(policy, Preprocessing(size=(78, 200), crop=(10, 130, 20, 300)), 30.0, "ncp_ltc",
-                       frame_size=[160, 320])
+    meta = policy_meta(
+        policy, Preprocessing(size=(78, 200), crop=(10, 130, 20, 300)), 30.0, "ncp_ltc", frame_size=[160, 320]
+    )
     return save_policy(tmp_path_factory.mktemp("cuda") / "p.ckpt", policy, meta)
 
 
 def frames(n: int) -> torch.Tensor:
-    return torch.randint(0, 256, (n, 160, 320, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    return torch.randint(
+        0, 256, (n, 160, 320, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+    )
 
 
 def run(step, hidden, xs):

@@ -1,19 +1,19 @@
 """drive.export beyond one step: ONNX parity with onnxruntime, closed-loop driving in the built-in
 world identical to the checkpoint, and a soak with bounded state and flat memory."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
 
+from drive.checkpoint import policy_meta, save_policy
+from drive.data.preprocess import Preprocessing
+from drive.drivers import load_driver
 from drive.export import export_policy, load_exported, read_metadata
 from drive.export.soak import soak
-from drive.checkpoint import policy_meta, save_policy
-from drive.drivers import load_driver
-from drive.data.preprocess import Preprocessing
-from drive.sim.closed_loop import evaluate
 from drive.nn.families import build_policy
-
+from drive.sim.closed_loop import evaluate
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

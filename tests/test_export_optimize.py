@@ -1,6 +1,7 @@
 """Load-time specialisation of exported TorchScript files (oneDNN convolutions + torch.jit.freeze)
 and the deployed head's rearranged arithmetic give the same numbers as the portable file and the
 training head."""
+
 from __future__ import annotations
 
 import json
@@ -10,12 +11,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from drive.export import PRESERVED, build_deployed, decode_status, export_policy, optimize_loaded
-from drive.export.head import DeployedNCPHead
-from drive.nn.heads import NCPConvHead
 from drive.checkpoint import policy_meta, save_policy
 from drive.data.preprocess import Preprocessing, preprocess_frames
+from drive.export import PRESERVED, build_deployed, decode_status, export_policy, optimize_loaded
+from drive.export.head import DeployedNCPHead
 from drive.nn.families import build_policy
+from drive.nn.heads import NCPConvHead
 
 FPS = 30.0
 
@@ -26,7 +27,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def ncp_checkpoint(path: Path, crop=None, camera=(78, 200)) -> Path:
     torch.manual_seed(5)
     policy = build_policy("ncp_ltc", frame_period_s=1.0 / FPS)
-    meta = policy_meta(policy, Preprocessing(size=(78, 200), crop=crop), FPS, "ncp_ltc", frame_size=list(camera))
+    meta = policy_meta(
+        policy, Preprocessing(size=(78, 200), crop=crop), FPS, "ncp_ltc", frame_size=list(camera)
+    )
     return save_policy(path, policy, meta)
 
 

@@ -1,6 +1,7 @@
 """Files survive kills and full disks: checkpoints (drive fit), exported policies (drive export)
 and drive.io.atomic's writers. Real subprocesses, real file-size limits (RLIMIT_FSIZE, any user) and,
 where the tests run as root, a real full tmpfs with TMPDIR on another file system (/dev/shm)."""
+
 from __future__ import annotations
 
 import os
@@ -14,26 +15,34 @@ from typing import List, Optional
 import pytest
 import torch
 
-from drive.io.atomic import WriteError, write_bytes, write_text
 from drive.checkpoint import policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
+from drive.io.atomic import WriteError, write_bytes, write_text
+from drive.nn.families import build_policy
 from drive.sim.record import simulate
 from drive.sim.render import Camera
-from drive.nn.families import build_policy
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
 
 def _run(args: List[str], fsize: Optional[int] = None, **env: str) -> subprocess.CompletedProcess:
-    environ = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]), **env)
+    environ = dict(
+        os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]), **env
+    )
 
     def limit() -> None:
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
-    return subprocess.run([sys.executable, "-m", "drive.cli", *args], env=environ, capture_output=True, text=True,
-                          timeout=600, preexec_fn=limit)
+    return subprocess.run(
+        [sys.executable, "-m", "drive.cli", *args],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=limit,
+    )
 
 
 def _one_error_line(err: str, command: str) -> str:
@@ -42,7 +51,9 @@ def _one_error_line(err: str, command: str) -> str:
     lines = [line for line in err.splitlines() if line.strip()]
     assert "Traceback" not in err and "terminate called" not in err, err[-3000:]
     ours = [line for line in lines if line.startswith("drive ")]
-    assert len(ours) == 1 and lines[-1] == ours[0] and ours[0].startswith(f"drive {command}: error: "), err[-3000:]
+    assert len(ours) == 1 and lines[-1] == ours[0] and ours[0].startswith(f"drive {command}: error: "), err[
+        -3000:
+    ]
     if command != "fit":
         assert len(lines) == 1, err[-3000:]
     return ours[0]
@@ -51,18 +62,49 @@ def _one_error_line(err: str, command: str) -> str:
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("io-logs")
-    simulate(root, minutes=0.2, seed=3, fps=10.0, camera=Camera.default(width=48, height=16), recording_minutes=0.2)
+    simulate(
+        root, minutes=0.2, seed=3, fps=10.0, camera=Camera.default(width=48, height=16), recording_minutes=0.2
+    )
     return root
 
 
 def _fit_args(logs: Path, root: Path, steps: int, *extra: str) -> List[str]:
-    return ["fit", "--model.family", "ncp_ltc", "--model.input_hw", "[16, 48]", "--data.train", f"[{logs}]",
-            "--data.image_size", "[16, 48]", "--data.seq_len", "8", "--data.batch_size", "4",
-            "--data.num_workers", "0", "--data.cache_dir", str(logs.parent / "cache"), "--data.val_split", "none",
-            "--trainer.accelerator", "cpu", "--trainer.max_steps", str(steps),
-            "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false",
-            "--trainer.logger", "false", "--trainer.enable_model_summary", "false",
-            "--last_checkpoint.every_n_train_steps", "2", *extra]
+    return [
+        "fit",
+        "--model.family",
+        "ncp_ltc",
+        "--model.input_hw",
+        "[16, 48]",
+        "--data.train",
+        f"[{logs}]",
+        "--data.image_size",
+        "[16, 48]",
+        "--data.seq_len",
+        "8",
+        "--data.batch_size",
+        "4",
+        "--data.num_workers",
+        "0",
+        "--data.cache_dir",
+        str(logs.parent / "cache"),
+        "--data.val_split",
+        "none",
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.max_steps",
+        str(steps),
+        "--trainer.default_root_dir",
+        str(root),
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--last_checkpoint.every_n_train_steps",
+        "2",
+        *extra,
+    ]
 
 
 def _two_steps(logs: Path, root: Path) -> Path:
@@ -77,7 +119,9 @@ def test_failed_checkpoint_write_keeps_the_previous_checkpoint_and_says_so(logs,
     stops with one line naming last.ckpt; the step-2 checkpoint is intact and no temporary is left."""
     last = _two_steps(logs, tmp_path / "run")
     before = last.read_bytes()
-    done = _run(_fit_args(logs, tmp_path / "run", 4, "--ckpt_path", "last"), fsize=len(before) // 2, TMPDIR="/dev/shm")
+    done = _run(
+        _fit_args(logs, tmp_path / "run", 4, "--ckpt_path", "last"), fsize=len(before) // 2, TMPDIR="/dev/shm"
+    )
     assert done.returncode == 2
     line = _one_error_line(done.stderr, "fit")
     assert str(last) in line and "File too large" in line and "previous file is left intact" in line
@@ -90,9 +134,18 @@ def test_kill_in_the_middle_of_a_checkpoint_write_keeps_the_previous_checkpoint(
     TMPDIR on another file system: last.ckpt is still the complete step-2 checkpoint and resumes."""
     last = _two_steps(logs, tmp_path / "run")
     before = last.read_bytes()
-    done = _run(_fit_args(logs, tmp_path / "run", 4, "--ckpt_path", "last",
-                          "--trainer.callbacks+=fault_callbacks.DieOnFileSizeLimit"),
-                fsize=len(before) // 2, TMPDIR="/dev/shm")
+    done = _run(
+        _fit_args(
+            logs,
+            tmp_path / "run",
+            4,
+            "--ckpt_path",
+            "last",
+            "--trainer.callbacks+=fault_callbacks.DieOnFileSizeLimit",
+        ),
+        fsize=len(before) // 2,
+        TMPDIR="/dev/shm",
+    )
     assert done.returncode == -signal.SIGXFSZ, done.stderr[-3000:]
     assert last.read_bytes() == before
     assert torch.load(last, weights_only=True)["global_step"] == 2
@@ -111,8 +164,13 @@ def small_tmpfs(tmp_path):
     """A real full-disk: a 1 MiB tmpfs (needs root; skipped otherwise)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=1M", "tmpfs", str(mount)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a small tmpfs needs root")
     yield mount
     subprocess.run(["umount", str(mount)], check=False)
@@ -164,6 +222,9 @@ def test_export_on_a_full_disk_is_one_line_and_leaves_nothing(checkpoint, small_
 def test_atomic_writers_fail_whole_on_a_full_disk(small_tmpfs) -> None:
     out = small_tmpfs / "report.txt"
     write_text(out, "old report\n")
-    with pytest.raises(WriteError, match=f"{out}: could not be written: No space left on device.*previous file is left intact"):
+    with pytest.raises(
+        WriteError,
+        match=f"{out}: could not be written: No space left on device.*previous file is left intact",
+    ):
         write_bytes(out, b"x" * (2 << 20))
     assert out.read_text() == "old report\n" and os.listdir(small_tmpfs) == ["report.txt"]

@@ -1,5 +1,6 @@
 """Feature scale between the conv head and the cell (issue 25): data-dependent initialisation, the
 head's batch normalisation, and that both survive export, scripting and old checkpoints."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,26 +11,43 @@ import torch
 
 from drive.data.datamodule import DriveDataModule
 from drive.export.head import DeployedNCPHead
+from drive.nn.families import build_policy
 from drive.nn.heads import NCPConvHead
 from drive.nn.init import data_init, feature_health, sample_frames
 from drive.nn.policy import Policy
 from drive.sim.synthetic import LaneScene, write_synthetic_lanes
-from drive.nn.families import build_policy
 from drive.train.module import PolicyModule
 
 HW = (40, 100)
 # a camera, look and label range unlike the built-in world's: high, narrow, dark and orange-tinted
-SCENE = LaneScene(width=100, height=40, hfov_deg=50.0, camera_height_m=2.6, pitch_rad=0.3, exposure=0.6,
-                  ground_rgb=(0.5, 0.35, 0.2), road_rgb=(0.2, 0.18, 0.15), sky_rgb=(0.9, 0.7, 0.4),
-                  max_curvature_per_m=1 / 15)
+SCENE = LaneScene(
+    width=100,
+    height=40,
+    hfov_deg=50.0,
+    camera_height_m=2.6,
+    pitch_rad=0.3,
+    exposure=0.6,
+    ground_rgb=(0.5, 0.35, 0.2),
+    road_rgb=(0.2, 0.18, 0.15),
+    sky_rgb=(0.9, 0.7, 0.4),
+    max_curvature_per_m=1 / 15,
+)
 
 
 @pytest.fixture(scope="module")
 def frames(tmp_path_factory) -> torch.Tensor:
     root = tmp_path_factory.mktemp("scale")
     write_synthetic_lanes(root / "train", SCENE, frames=160, seed=1)
-    dm = DriveDataModule(train=[str(root / "train")], image_size=list(HW), seq_len=16, stride=8, batch_size=4,
-                         num_workers=0, cache_dir=str(root / "cache"), val_split="none")
+    dm = DriveDataModule(
+        train=[str(root / "train")],
+        image_size=list(HW),
+        seq_len=16,
+        stride=8,
+        batch_size=4,
+        num_workers=0,
+        cache_dir=str(root / "cache"),
+        val_split="none",
+    )
     dm.setup("fit")
     out = sample_frames(dm.datasets["train"])
     assert out is not None and out.dtype == torch.uint8 and out.shape[1:] == (3, *HW)

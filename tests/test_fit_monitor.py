@@ -1,5 +1,6 @@
 """`drive fit` says when it is not learning (issue 25): best-constant baseline beside val/mse_km,
 one clear warning per problem (no better than a constant, dead features, saturated cell inputs)."""
+
 from __future__ import annotations
 
 import warnings
@@ -25,12 +26,29 @@ def logs(tmp_path_factory) -> Path:
 
 def _fit(logs: Path, tmp: Path, lr: float, steps: int, check: int) -> tuple:
     pl.seed_everything(0)
-    dm = DriveDataModule(train=[str(logs / "train")], val=[str(logs / "val")], image_size=[40, 100], seq_len=16,
-                         stride=8, batch_size=4, num_workers=0, cache_dir=str(tmp / "cache"), curve_factor=0.0)
+    dm = DriveDataModule(
+        train=[str(logs / "train")],
+        val=[str(logs / "val")],
+        image_size=[40, 100],
+        seq_len=16,
+        stride=8,
+        batch_size=4,
+        num_workers=0,
+        cache_dir=str(tmp / "cache"),
+        curve_factor=0.0,
+    )
     module = PolicyModule(family="ncp_ltc", input_hw=(40, 100), lr=lr, check_after_steps=check)
-    trainer = pl.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_progress_bar=False,
-                         enable_checkpointing=False, enable_model_summary=False, val_check_interval=check,
-                         check_val_every_n_epoch=None, num_sanity_val_steps=0)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=steps,
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        val_check_interval=check,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.fit(module, datamodule=dm)
@@ -42,7 +60,9 @@ def test_a_model_that_does_not_learn_is_reported_once_with_the_baseline(logs: Pa
     metrics = trainer.callback_metrics
     const = module.monitor.baseline["val"]
     assert float(metrics["val/best_constant_mse_km"]) == pytest.approx(const, rel=1e-5)
-    assert float(metrics["val/mse_vs_constant"]) == pytest.approx(float(metrics["val/mse_km"]) / const, rel=1e-4)
+    assert float(metrics["val/mse_vs_constant"]) == pytest.approx(
+        float(metrics["val/mse_km"]) / const, rel=1e-4
+    )
     assert "train/dead_features" in metrics and "train/input_saturation" in metrics
     train = [m for m in messages if "training MSE" in m]
     val = [m for m in messages if "validation MSE" in m]

@@ -1,6 +1,7 @@
 """Gymnasium: the built-in world as `drive/LaneKeeping-v0` (Gymnasium's own checker, the same drive as
 `evaluate`), and `drive evaluate --env` driving a trained policy in an environment drive did not
 write (a toy lane-keeping env below, with its own action convention, info keys and image layout)."""
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,22 @@ from gymnasium.utils.env_checker import check_env
 
 from drive.cli import main
 
-
 # --------------------------------------------------------------------------------------------------
 # drive's own env
+
 
 def test_lane_keeping_env_passes_gymnasiums_checker_and_reports_lane_errors():
     import drive.gym  # noqa: F401  registers the id
 
-    env = gymnasium.make("drive/LaneKeeping-v0", seed=2, conditions="winter,evening", fps=10, speed_kmh=40,
-                         episode_km=0.05, render_mode="rgb_array")
+    env = gymnasium.make(
+        "drive/LaneKeeping-v0",
+        seed=2,
+        conditions="winter,evening",
+        fps=10,
+        speed_kmh=40,
+        episode_km=0.05,
+        render_mode="rgb_array",
+    )
     check_env(env.unwrapped, skip_render_check=False)
     obs, info = env.reset(seed=5)
     assert obs.dtype == np.uint8 and obs.shape == (78, 200, 3) and env.observation_space.contains(obs)
@@ -61,7 +69,9 @@ def test_lane_keeping_env_passes_gymnasiums_checker_and_reports_lane_errors():
 
 
 def test_module_colon_id_imports_drive_for_the_user_and_episodes_walk_the_roads():
-    env = gymnasium.make("drive.gym:drive/LaneKeeping-v0", fps=15, width=120, height=48, conditions="summer,winter")
+    env = gymnasium.make(
+        "drive.gym:drive/LaneKeeping-v0", fps=15, width=120, height=48, conditions="summer,winter"
+    )
     obs, info = env.reset(seed=0)
     assert obs.shape == (48, 120, 3) and env.unwrapped.metadata["render_fps"] == 15
     seasons = [info["conditions"]["season"]]
@@ -88,11 +98,14 @@ def test_evaluate_through_the_gym_env_matches_the_built_in_closed_loop(tmp_path,
     for key in ("km", "lateral_rms_m", "lateral_max_abs_m", "heading_rms_rad", "autonomy_pct", "time_s"):
         assert gym[key] == pytest.approx(world[key], rel=1e-6, abs=1e-9), key
     assert gym["per_condition"].keys() == world["per_condition"].keys()
-    assert [s["interventions"] for s in gym["per_segment"]] == [s["interventions"] for s in world["per_segment"]]
+    assert [s["interventions"] for s in gym["per_segment"]] == [
+        s["interventions"] for s in world["per_segment"]
+    ]
 
 
 # --------------------------------------------------------------------------------------------------
 # an environment drive did not write
+
 
 class ToyLaneEnv(gymnasium.Env):
     """A lane on a winding road, written for this test in the style of third-party driving envs.
@@ -109,14 +122,19 @@ class ToyLaneEnv(gymnasium.Env):
     H, W, HORIZON, F, CAM_H = 48, 96, 14, 70.0, 1.3
 
     def __init__(self, episode_m: float = 400.0):
-        self.observation_space = spaces.Dict({
-            "camera": spaces.Box(0, 255, (self.H, self.W, 3), np.uint8),
-            "speed": spaces.Box(0, 100, (1,), np.float32)})
+        self.observation_space = spaces.Dict(
+            {
+                "camera": spaces.Box(0, 255, (self.H, self.W, 3), np.uint8),
+                "speed": spaces.Box(0, 100, (1,), np.float32),
+            }
+        )
         self.action_space = spaces.Box(-1.0, 1.0, (2,), np.float32)
         self.episode_m = episode_m
         rows = np.arange(self.H)
         with np.errstate(divide="ignore"):
-            self._dist = np.where(rows > self.HORIZON, self.F * self.CAM_H / np.maximum(rows - self.HORIZON, 1e-9), np.inf)
+            self._dist = np.where(
+                rows > self.HORIZON, self.F * self.CAM_H / np.maximum(rows - self.HORIZON, 1e-9), np.inf
+            )
 
     def road_curvature(self, s: np.ndarray) -> np.ndarray:
         return 0.025 * np.sin(2 * np.pi * s / 180.0 + self.phase)
@@ -130,7 +148,7 @@ class ToyLaneEnv(gymnasium.Env):
     def lane_centre(self, d: np.ndarray) -> np.ndarray:
         """Lateral position (left +) of the lane centre at distance d ahead, in the car's frame."""
         k = self.road_curvature(self.s + d)
-        return -self.y - self.psi * d + 0.5 * k * d ** 2
+        return -self.y - self.psi * d + 0.5 * k * d**2
 
     def step(self, action):
         a = np.asarray(action, dtype=np.float64)
@@ -149,8 +167,11 @@ class ToyLaneEnv(gymnasium.Env):
         return self._obs(), 1.0, terminated, truncated, self._info()
 
     def _info(self):
-        return {"lane": {"offset_cm": -self.y * 100.0, "yaw_deg": -math.degrees(self.psi)},
-                "kmh": self.SPEED * 3.6, "odometer_m": self.s}
+        return {
+            "lane": {"offset_cm": -self.y * 100.0, "yaw_deg": -math.degrees(self.psi)},
+            "kmh": self.SPEED * 3.6,
+            "odometer_m": self.s,
+        }
 
     def _obs(self):
         img = np.empty((self.H, self.W, 3), np.uint8)
@@ -208,8 +229,10 @@ def _record_toy_drives(root: Path, drives: int, seconds: float):
             for i in range(int(seconds * 10)):
                 lookahead = 8.0
                 target = float(env.lane_centre(np.array(lookahead)))
-                label = 2.0 * target / lookahead ** 2  # pure pursuit curvature (1/m)
-                w.append(obs["camera"][:, :, ::-1].copy(), timestamp_s=i * 0.1, curvature=label, speed_mps=10.0)
+                label = 2.0 * target / lookahead**2  # pure pursuit curvature (1/m)
+                w.append(
+                    obs["camera"][:, :, ::-1].copy(), timestamp_s=i * 0.1, curvature=label, speed_mps=10.0
+                )
                 noise = 0.9 * noise + rng.normal(0, 0.006)
                 executed = label + noise
                 action = np.array([-math.atan(executed * env.WHEELBASE) / env.MAX_STEER, 0.4], np.float32)
@@ -230,13 +253,31 @@ def test_a_trained_policy_drives_an_env_drive_did_not_write(tmp_path, capsys):
     _record_toy_drives(tmp_path / "logs", drives=3, seconds=50)
     pl.seed_everything(0)
     torch.set_num_threads(1)
-    dm = DriveDataModule(train=[str(tmp_path / "logs")], val=[], image_size=[40, 100], seq_len=16, stride=4,
-                         batch_size=8, eval_batch_size=8, num_workers=0, cache_dir=str(tmp_path / "cache"),
-                         curve_factor=0.0)
+    dm = DriveDataModule(
+        train=[str(tmp_path / "logs")],
+        val=[],
+        image_size=[40, 100],
+        seq_len=16,
+        stride=4,
+        batch_size=8,
+        eval_batch_size=8,
+        num_workers=0,
+        cache_dir=str(tmp_path / "cache"),
+        curve_factor=0.0,
+    )
     module = PolicyModule(family="ncp_ltc", input_hw=(40, 100), lr=5e-3, lr_schedule="constant")
-    trainer = pl.Trainer(default_root_dir=tmp_path, accelerator="cpu", devices=1, logger=False,
-                         enable_progress_bar=False, enable_model_summary=False, max_steps=200,
-                         gradient_clip_val=10.0, limit_val_batches=0, num_sanity_val_steps=0)
+    trainer = pl.Trainer(
+        default_root_dir=tmp_path,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        max_steps=200,
+        gradient_clip_val=10.0,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+    )
     trainer.fit(module, datamodule=dm)
     ckpt = tmp_path / "toy.ckpt"
     trainer.save_checkpoint(ckpt)
@@ -248,11 +289,28 @@ def test_a_trained_policy_drives_an_env_drive_did_not_write(tmp_path, capsys):
     results = {}
     for name, policy in (("learned", str(ckpt)), ("exported", str(exported)), ("constant", "constant:0")):
         out = tmp_path / name
-        assert main(["evaluate", "--env", TOY_ID, "--env-config", str(config), "--policy", policy,
-                     "--km", "0.8", "--seed", "7", "--out", str(out)]) in (0, 1)
+        assert main(
+            [
+                "evaluate",
+                "--env",
+                TOY_ID,
+                "--env-config",
+                str(config),
+                "--policy",
+                policy,
+                "--km",
+                "0.8",
+                "--seed",
+                "7",
+                "--out",
+                str(out),
+            ]
+        ) in (0, 1)
         results[name] = json.loads((out / "metrics.json").read_text())
     learned, constant = results["learned"], results["constant"]
-    print({k: (learned[k], constant[k]) for k in ("interventions_per_km", "lateral_rms_m", "steering_rate_rms")})
+    print(
+        {k: (learned[k], constant[k]) for k in ("interventions_per_km", "lateral_rms_m", "steering_rate_rms")}
+    )
     assert learned["km"] == pytest.approx(0.8, abs=0.002) and learned["env"] == TOY_ID
     assert learned["criteria"]["intervention"] == "drive's limits"
     assert constant["interventions_per_km"] >= 5
@@ -266,14 +324,30 @@ def test_a_trained_policy_drives_an_env_drive_did_not_write(tmp_path, capsys):
 
 def test_env_mapping_errors_are_one_line_and_name_the_yaml(tmp_path, capsys):
     _register_toy()
-    base = ["evaluate", "--env", TOY_ID, "--policy", "constant:0", "--km", "0.05", "--out", str(tmp_path / "o")]
+    base = [
+        "evaluate",
+        "--env",
+        TOY_ID,
+        "--policy",
+        "constant:0",
+        "--km",
+        "0.05",
+        "--out",
+        str(tmp_path / "o"),
+    ]
     assert main(base) == 2
     assert "give --env-config YAML" in capsys.readouterr().err
     cases = {
         "info:\n  lateral_offset_m: lane.offset_cm\n": "info.heading_error_rad is required",
-        TOY_YAML.replace("lane.offset_cm", "lane.offset_m"): "the env's info has no 'lane.offset_m' (at 'offset_m'; keys: ['offset_cm', 'yaw_deg'])",
-        TOY_YAML.replace("fill: [0.0, 0.4]", "fill: [0.0]"): "action.fill has 1 values, the env's action has 2",
-        TOY_YAML.replace("type: wheel_angle", "type: angle"): "action.type must be curvature, wheel_angle or yaw_rate",
+        TOY_YAML.replace(
+            "lane.offset_cm", "lane.offset_m"
+        ): "the env's info has no 'lane.offset_m' (at 'offset_m'; keys: ['offset_cm', 'yaw_deg'])",
+        TOY_YAML.replace(
+            "fill: [0.0, 0.4]", "fill: [0.0]"
+        ): "action.fill has 1 values, the env's action has 2",
+        TOY_YAML.replace(
+            "type: wheel_angle", "type: angle"
+        ): "action.type must be curvature, wheel_angle or yaw_rate",
         TOY_YAML.replace("key: camera", "key: cam"): "observation has no key 'cam'",
         TOY_YAML + "throttle: 1\n": "unknown key(s) ['throttle']",
         "a: [": "not valid YAML",
@@ -285,17 +359,51 @@ def test_env_mapping_errors_are_one_line_and_name_the_yaml(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("drive evaluate: error: ") and expect in err, err
         assert str(config) in err or "YAML" in err
-    assert main(["evaluate", "--env", TOY_ID, "--env-config", str(tmp_path / "bad0.yaml"), "--policy", "expert",
-                 "--km", "0.1", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "--env",
+                TOY_ID,
+                "--env-config",
+                str(tmp_path / "bad0.yaml"),
+                "--policy",
+                "expert",
+                "--km",
+                "0.1",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     assert "needs the built-in world's road" in capsys.readouterr().err
     (tmp_path / "t.yaml").write_text(TOY_YAML)
-    for extra, expect in ((["--fps", "20"], "--fps set(s) up drive's own world"),
-                          (["--video"], "--video is not available with --env")):
+    for extra, expect in (
+        (["--fps", "20"], "--fps set(s) up drive's own world"),
+        (["--video"], "--video is not available with --env"),
+    ):
         assert main([*base, "--env-config", str(tmp_path / "t.yaml"), *extra]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and expect in err, err
-    assert main(["evaluate", "--env", "nope/Nothing-v0", "--env-config", str(tmp_path / "t.yaml"), "--policy",
-                 "constant:0", "--km", "0.1", "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "evaluate",
+                "--env",
+                "nope/Nothing-v0",
+                "--env-config",
+                str(tmp_path / "t.yaml"),
+                "--policy",
+                "constant:0",
+                "--km",
+                "0.1",
+                "--out",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--env nope/Nothing-v0:" in err
 
@@ -314,8 +422,9 @@ def test_action_and_observation_conventions_of_the_mapping():
     np.testing.assert_allclose(a, [1.0])  # 2.0 clipped to the Box
     with pytest.raises(ValueError, match="wheelbase_m"):
         ActionMap(type="wheel_angle")
-    m = EnvMapping.from_dict({"info": {"lateral_offset_m": "y", "heading_error_rad": "h"},
-                              "observation": {"layout": "chw"}})
+    m = EnvMapping.from_dict(
+        {"info": {"lateral_offset_m": "y", "heading_error_rad": "h"}, "observation": {"layout": "chw"}}
+    )
     chw = np.zeros((3, 4, 5), np.float32)
     chw[0] = 1.0  # red, float in [0, 1]
     out = _frame(chw, m)

@@ -1,4 +1,5 @@
 """Perception heads: the paper's sizes, parameter counts, standardisation and scripting."""
+
 import pytest
 import torch
 

@@ -6,6 +6,7 @@ The NCP-LTC on three synthetic scenes, CfC on one, CT-RNN on the built-in world 
 150 optimizer steps per model, 32x80 input. (The NCP-LTC on ``world_high_narrow`` needs more than
 this budget since the head's dense bias is frozen under batch norm: 0.53-0.60 at 150-250 steps.)
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,7 +34,9 @@ def root(tmp_path_factory) -> Path:
 def test_family_beats_the_best_constant_twice_over(root: Path, dataset: str, family: str) -> None:
     data = make_dataset(dataset, root, n_train=480, n_val=120)
     score = fit_and_score(family, data, steps=150, model_hw=(32, 80), cache_dir=root / "cache")
-    print(f"{dataset} {family}: val MSE {score.val_mse:.1f} vs best constant {score.best_constant:.1f} "
-          f"(ratio {score.ratio:.3f})")
+    print(
+        f"{dataset} {family}: val MSE {score.val_mse:.1f} vs best constant {score.best_constant:.1f} "
+        f"(ratio {score.ratio:.3f})"
+    )
     assert score.best_constant > 50.0  # the labels vary: a constant is a poor predictor
     assert score.ratio <= 0.5, f"{family} on {dataset}: ratio {score.ratio:.3f} > 0.5"

@@ -1,4 +1,5 @@
 """Baselines: LSTM and CT-RNN follow the recurrent contract and the papers' sizes."""
+
 import numpy as np
 import pytest
 import torch
@@ -12,11 +13,11 @@ def count(module):
 
 def test_parameter_counts_match_the_papers():
     ct = CTRNN(32, 64, 1)
-    assert count(ct) == 6273                      # slides: CT-RNN 6,273 trainable
+    assert count(ct) == 6273  # slides: CT-RNN 6,273 trainable
     assert count(ct) - count(ct.readout) == 6208  # 64 x (32 + 64 + 1) without the readout
     lstm = LSTM(32, 64, 1)
-    assert count(lstm) == 24897                   # slides: one bias per gate (Keras)
-    assert not lstm.lstm.bias_hh_l0.any()         # torch's redundant second bias stays zero
+    assert count(lstm) == 24897  # slides: one bias per gate (Keras)
+    assert not lstm.lstm.bias_hh_l0.any()  # torch's redundant second bias stays zero
 
 
 def test_ctrnn_matches_explicit_euler_by_hand():

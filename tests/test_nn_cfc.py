@@ -1,4 +1,5 @@
 """CfC (dense and wired) against the paper's equations, the wiring, and the recurrent-module contract."""
+
 import json
 
 import numpy as np
@@ -20,8 +21,8 @@ def cfc_eq(mode, heads, t, n, w_tau=None, a=None):
     if mode == "pure":
         f = heads[:, :n]
         return -a * torch.exp(-(w_tau.abs() + f.abs()) * t) * f + a
-    g, h = torch.tanh(heads[:, :n]), torch.tanh(heads[:, n:2 * n])
-    f_t = -(heads[:, 2 * n:3 * n] * t + heads[:, 3 * n:])  # sigma(-f t) of Eq. 10
+    g, h = torch.tanh(heads[:, :n]), torch.tanh(heads[:, n : 2 * n])
+    f_t = -(heads[:, 2 * n : 3 * n] * t + heads[:, 3 * n :])  # sigma(-f t) of Eq. 10
     if mode == "no_gate":
         return g + (1 - torch.sigmoid(f_t)) * h
     return torch.sigmoid(f_t) * g + (1 - torch.sigmoid(f_t)) * h
@@ -53,7 +54,9 @@ def test_dense_cfc_matches_the_papers_equations(mode, mixed):
         z = torch.cat([x[:, t], h], 1)
         for layer in m.layers[:-1]:
             z = lecun(layer(z))
-        h = cfc_eq(mode, m.layers[-1](z), ts[:, t:t + 1], 6, getattr(m, "w_tau", None), getattr(m, "A", None))
+        h = cfc_eq(
+            mode, m.layers[-1](z), ts[:, t : t + 1], 6, getattr(m, "w_tau", None), getattr(m, "A", None)
+        )
         outs.append(m.readout(h))
     torch.testing.assert_close(y, torch.stack(outs, 1), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(hid, torch.cat([h, c], 1) if mixed else h, atol=1e-5, rtol=1e-5)
@@ -70,10 +73,20 @@ def wired_reference(m, wiring, x, ts, mode):
     adj = torch.tensor(wiring.adjacency, dtype=torch.float32)
     sens = torch.tensor(wiring.sensory_adjacency, dtype=torch.float32)
     k = 1 if mode == "pure" else 4
-    w = torch.stack([torch.where(adj != 0, m.weight[i].abs() * adj, m.weight[i]) if i < 2 else m.weight[i]
-                     for i in range(k)])
-    s = torch.stack([torch.where(sens != 0, m.sensory_weight[i].abs() * sens, 0 * sens) if i < 2
-                     else m.sensory_weight[i] * (sens != 0) for i in range(k)])
+    w = torch.stack(
+        [
+            torch.where(adj != 0, m.weight[i].abs() * adj, m.weight[i]) if i < 2 else m.weight[i]
+            for i in range(k)
+        ]
+    )
+    s = torch.stack(
+        [
+            torch.where(sens != 0, m.sensory_weight[i].abs() * sens, 0 * sens)
+            if i < 2
+            else m.sensory_weight[i] * (sens != 0)
+            for i in range(k)
+        ]
+    )
     present = (adj != 0) | torch.eye(wiring.units, dtype=torch.bool)
     layer_of = {j: l for l, (_, idx) in enumerate(wiring.layers) for j in idx}
     h = torch.zeros(x.size(0), wiring.units)
@@ -84,20 +97,31 @@ def wired_reference(m, wiring, x, ts, mode):
             for j in idx:
                 src = [new[:, i] if layer_of[i] < layer_of[j] else h[:, i] for i in range(wiring.units)]
                 src = torch.stack(src, 1) * present[:, j]
-                heads = torch.stack([m.bias[i, j] + x[:, t] @ s[i][:, j] + src @ w[i][:, j] for i in range(k)], 1)
-                wt = m.w_tau[j:j + 1] if mode == "pure" else None
-                a = m.A[j:j + 1] if mode == "pure" else None
-                new[:, j] = cfc_eq(mode, heads, ts[:, t:t + 1], 1, wt, a)[:, 0]
+                heads = torch.stack(
+                    [m.bias[i, j] + x[:, t] @ s[i][:, j] + src @ w[i][:, j] for i in range(k)], 1
+                )
+                wt = m.w_tau[j : j + 1] if mode == "pure" else None
+                a = m.A[j : j + 1] if mode == "pure" else None
+                new[:, j] = cfc_eq(mode, heads, ts[:, t : t + 1], 1, wt, a)[:, 0]
         h = new
-        ys.append(h[:, :wiring.output_dim])
+        ys.append(h[:, : wiring.output_dim])
     return torch.stack(ys, 1), h
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_wired_cfc_matches_a_per_neuron_reference_of_the_wiring(mode):
     torch.manual_seed(1)
-    wiring = NCP(4, 3, 2, sensory_fanout=2, inter_fanout=2, recurrent_command_synapses=4, motor_fanin=2,
-                 seed=3, input_dim=3)
+    wiring = NCP(
+        4,
+        3,
+        2,
+        sensory_fanout=2,
+        inter_fanout=2,
+        recurrent_command_synapses=4,
+        motor_fanin=2,
+        seed=3,
+        input_dim=3,
+    )
     m = WiredCfC(wiring, mode=mode)
     x, ts = torch.randn(2, 3, 3), torch.rand(2, 3) + 0.2
     y, h = m(x, None, ts)
@@ -112,8 +136,9 @@ def rewired(wiring, adjacency):
 
 
 def same_parameters(a, b):
-    b.load_state_dict({k: v for k, v in a.state_dict().items() if "mask" not in k and "sign" not in k},
-                      strict=False)
+    b.load_state_dict(
+        {k: v for k, v in a.state_dict().items() if "mask" not in k and "sign" not in k}, strict=False
+    )
     return b
 
 
@@ -180,14 +205,17 @@ def test_backbone_dropout_works_with_one_layer_in_train_mode_only():
     torch.testing.assert_close(m.eval()(x)[0], plain.eval()(x)[0], rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("make, regular", [
-    (lambda: CfC(6, 8, output_size=2, mixed_memory=True, backbone_activation="gelu"), False),
-    (lambda: CfC(6, 8, mode="pure", backbone_layers=0), False),
-    (lambda: WiredCfC(NCP(5, 4, 2, 2, 2, 3, 2, input_dim=6), mode="no_gate", mixed_memory=True), False),
-    (lambda: WiredCfC(NCP(5, 4, 2, 2, 2, 3, 2, input_dim=6)), False),
-    (lambda: CfC(6, 8, output_size=2), True),  # eager runs the sigmoid form, TorchScript the tanh loop
-    (lambda: CfC(6, 8, backbone_layers=2, backbone_activation="tanh"), True),
-])
+@pytest.mark.parametrize(
+    "make, regular",
+    [
+        (lambda: CfC(6, 8, output_size=2, mixed_memory=True, backbone_activation="gelu"), False),
+        (lambda: CfC(6, 8, mode="pure", backbone_layers=0), False),
+        (lambda: WiredCfC(NCP(5, 4, 2, 2, 2, 3, 2, input_dim=6), mode="no_gate", mixed_memory=True), False),
+        (lambda: WiredCfC(NCP(5, 4, 2, 2, 2, 3, 2, input_dim=6)), False),
+        (lambda: CfC(6, 8, output_size=2), True),  # eager runs the sigmoid form, TorchScript the tanh loop
+        (lambda: CfC(6, 8, backbone_layers=2, backbone_activation="tanh"), True),
+    ],
+)
 def test_scripted_equals_eager_and_step_equals_forward(make, regular):
     torch.manual_seed(7)
     m = make().eval()
@@ -211,7 +239,7 @@ def test_timespans_work_for_every_batch_size_and_rows_are_independent():
     x, ts = torch.randn(5, 4, 32), torch.rand(5, 4) * 3 + 0.01
     y, _ = m(x, None, ts)
     for b in range(5):
-        torch.testing.assert_close(m(x[b:b + 1], None, ts[b:b + 1])[0], y[b:b + 1], rtol=0, atol=1e-6)
+        torch.testing.assert_close(m(x[b : b + 1], None, ts[b : b + 1])[0], y[b : b + 1], rtol=0, atol=1e-6)
     assert (y - m(x)[0]).abs().max() > 1e-4  # elapsed time is used
 
 
@@ -241,8 +269,10 @@ def test_bad_inputs_are_clear_errors(scripted):
 
 
 def test_config_is_json_and_rebuilds_the_same_architecture():
-    for m in (CfC(4, 5, output_size=1, mode="no_gate", mixed_memory=True, backbone_layers=2),
-              WiredCfC(lane_keeping_ncp(), mode="pure", output_size=1)):
+    for m in (
+        CfC(4, 5, output_size=1, mode="no_gate", mixed_memory=True, backbone_layers=2),
+        WiredCfC(lane_keeping_ncp(), mode="pure", output_size=1),
+    ):
         cfg = json.loads(json.dumps(m.config()))
         rebuilt = type(m)(**cfg)
         rebuilt.load_state_dict(m.state_dict())

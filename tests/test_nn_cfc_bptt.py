@@ -1,4 +1,5 @@
 """The hand-written CfC BPTT (drive.nn.cfc_bptt) gives autograd's gradients; weight caching is safe."""
+
 import pytest
 import torch
 
@@ -9,8 +10,17 @@ MODES = ["default", "no_gate", "pure"]
 
 
 def small_wiring():
-    return NCP(4, 3, 2, sensory_fanout=2, inter_fanout=2, recurrent_command_synapses=3, motor_fanin=2,
-               seed=3, input_dim=5)
+    return NCP(
+        4,
+        3,
+        2,
+        sensory_fanout=2,
+        inter_fanout=2,
+        recurrent_command_synapses=3,
+        motor_fanin=2,
+        seed=3,
+        input_dim=5,
+    )
 
 
 def make(kind, mode, mixed, **kw):
@@ -18,8 +28,13 @@ def make(kind, mode, mixed, **kw):
     if kind == "dense":
         m = CfC(5, 6, output_size=2, mode=mode, mixed_memory=mixed, backbone_units=7, **kw)
     else:
-        m = WiredCfC(small_wiring(), mode=mode, mixed_memory=mixed, output_size=2 if mixed else None,
-                     ncps_compatible=kind == "wired_ncps")
+        m = WiredCfC(
+            small_wiring(),
+            mode=mode,
+            mixed_memory=mixed,
+            output_size=2 if mixed else None,
+            ncps_compatible=kind == "wired_ncps",
+        )
     with torch.no_grad():
         for p in m.parameters():  # off the init (pure: w_tau = 0, A = 1) so every term matters
             p.add_(0.3 * torch.randn_like(p))
@@ -62,8 +77,9 @@ def test_fast_backward_equals_autograd(kind, mode, mixed):
 
 @pytest.mark.parametrize("activation", ["relu", "gelu", "silu", "tanh"])
 def test_fast_backward_with_two_layers_dropout_and_each_activation(activation):
-    m = make("dense", "default", False, backbone_layers=2, backbone_activation=activation,
-             backbone_dropout=0.3).train()
+    m = make(
+        "dense", "default", False, backbone_layers=2, backbone_activation=activation, backbone_dropout=0.3
+    ).train()
     x, ts = torch.randn(4, 5, 5), torch.rand(4, 5) + 0.1
     h = torch.randn(4, m.state_size)
     fast, ref = grads(m, x, h, ts, False), grads(m, x, h, ts, True)

@@ -1,4 +1,5 @@
 """cfc_from_ncps: drive's CfC reproduces ncps.torch.CfC (the oracle) within 1e-5."""
+
 import pytest
 import torch
 
@@ -12,7 +13,7 @@ MODES = ["default", "no_gate", "pure"]
 
 def ncps_forward(m, x, ts):
     """ncps's batched timespans are broken (its issues #81-#83): run each sequence alone."""
-    return torch.cat([m(x[b:b + 1], None, ts[b:b + 1])[0] for b in range(x.size(0))])
+    return torch.cat([m(x[b : b + 1], None, ts[b : b + 1])[0] for b in range(x.size(0))])
 
 
 def check(ncps_module, features, target_type):
@@ -36,8 +37,21 @@ def check(ncps_module, features, target_type):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("mixed", [False, True])
 def test_dense_cfc_parity(mode, mixed):
-    check(ncps_torch.CfC(5, 12, proj_size=2, mixed_memory=mixed, mode=mode, activation="silu",
-                         backbone_units=16, backbone_layers=2, backbone_dropout=0.2), 5, CfC)
+    check(
+        ncps_torch.CfC(
+            5,
+            12,
+            proj_size=2,
+            mixed_memory=mixed,
+            mode=mode,
+            activation="silu",
+            backbone_units=16,
+            backbone_layers=2,
+            backbone_dropout=0.2,
+        ),
+        5,
+        CfC,
+    )
 
 
 def test_dense_cfc_without_backbone_parity():

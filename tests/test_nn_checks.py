@@ -1,4 +1,5 @@
 """drive.nn.checks: every recurrent module validates its inputs with the same one-sync check."""
+
 import pytest
 import torch
 
@@ -10,15 +11,32 @@ F = 3
 
 
 def modules():
-    ncp = NCP(4, 3, 2, sensory_fanout=2, inter_fanout=2, recurrent_command_synapses=3, motor_fanin=2, seed=0,
-              input_dim=F)
-    return {"LTC": LTC(ncp), "CfC": CfC(F, 5), "WiredCfC": WiredCfC(ncp), "LSTM": LSTM(F, 8), "CTRNN": CTRNN(F, 8)}
+    ncp = NCP(
+        4,
+        3,
+        2,
+        sensory_fanout=2,
+        inter_fanout=2,
+        recurrent_command_synapses=3,
+        motor_fanin=2,
+        seed=0,
+        input_dim=F,
+    )
+    return {
+        "LTC": LTC(ncp),
+        "CfC": CfC(F, 5),
+        "WiredCfC": WiredCfC(ncp),
+        "LSTM": LSTM(F, 8),
+        "CTRNN": CTRNN(F, 8),
+    }
 
 
 @pytest.mark.parametrize("name", list(modules()))
 def test_extreme_finite_inputs_pass_and_cancelling_infinities_do_not(name):
     m = modules()[name]
-    big = torch.full((2, 64, F), torch.finfo(torch.float32).max)  # an fp32 sum of these overflows; float64 does not
+    big = torch.full(
+        (2, 64, F), torch.finfo(torch.float32).max
+    )  # an fp32 sum of these overflows; float64 does not
     with torch.no_grad():
         m(big)
         m(-big, timespans=torch.full((2, 64), 1e-30))
@@ -32,7 +50,9 @@ def test_extreme_finite_inputs_pass_and_cancelling_infinities_do_not(name):
     dt[0, 1], dt[1, 3] = float("inf"), 0.0  # log: +inf and -inf, whose sum is NaN
     with pytest.raises(ValueError, match=r"elapsed time \(timespans / dt\) must be finite and > 0"):
         m(torch.zeros(2, 4, F), timespans=dt)
-    with pytest.raises(ValueError, match=r"expected x \[B, L, F\] with F = 3 input features, got shape \[2, 4, 2\]"):
+    with pytest.raises(
+        ValueError, match=r"expected x \[B, L, F\] with F = 3 input features, got shape \[2, 4, 2\]"
+    ):
         m(torch.zeros(2, 4, 2))
     with pytest.raises(ValueError, match=r"expected timespans \[B, L\] = \[2, 4\], got shape \[2, 3\]"):
         m(torch.zeros(2, 4, F), timespans=torch.ones(2, 3))

@@ -1,4 +1,5 @@
 """The recurrent-module contract (drive.nn.contract), checked on all seven classes the same way."""
+
 from __future__ import annotations
 
 from typing import Callable, Dict
@@ -19,8 +20,17 @@ F = 4
 
 
 def _wiring() -> NCP:
-    return NCP(3, 3, 1, sensory_fanout=2, inter_fanout=2, recurrent_command_synapses=2, motor_fanin=2,
-               seed=3, input_dim=F)
+    return NCP(
+        3,
+        3,
+        1,
+        sensory_fanout=2,
+        inter_fanout=2,
+        recurrent_command_synapses=2,
+        motor_fanin=2,
+        seed=3,
+        input_dim=F,
+    )
 
 
 MAKERS: Dict[str, Callable[[], RecurrentModule]] = {

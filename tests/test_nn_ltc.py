@@ -1,4 +1,5 @@
 """LTC: the ODE it solves, its bounds, its gradients, its contract."""
+
 import json
 
 import numpy as np
@@ -12,8 +13,17 @@ from drive.nn.wiring import NCP, FullyConnected, Random, lane_keeping_ncp
 
 
 def small_ncp(seed=0):
-    return NCP(4, 3, 2, sensory_fanout=2, inter_fanout=2, recurrent_command_synapses=3, motor_fanin=2,
-               seed=seed, input_dim=3)
+    return NCP(
+        4,
+        3,
+        2,
+        sensory_fanout=2,
+        inter_fanout=2,
+        recurrent_command_synapses=3,
+        motor_fanin=2,
+        seed=seed,
+        input_dim=3,
+    )
 
 
 def randomise(m, seed=0):
@@ -38,6 +48,7 @@ def ltc_rhs(eff, u, n):
         act = eff["w"] / (1 + np.exp(-eff["sigma"] * (v[:, None] - eff["mu"])))
         current = eff["gleak"] * (eff["vleak"] - v) + (act * eff["erev"]).sum(0) - act.sum(0) * v
         return (current + s_num - s_den * v) / eff["cm"]
+
     return rhs
 
 
@@ -51,8 +62,9 @@ def test_many_unfolds_converge_to_the_radau_solution_of_the_ltc_ode():
     reference = []
     for t in range(x.size(1)):
         u = x[0, t].numpy() * eff["input_w"] + eff["input_b"]
-        sol = solve_ivp(ltc_rhs(eff, u, m.state_size), (0.0, float(dts[0, t])), v, method="Radau",
-                        rtol=1e-10, atol=1e-12)
+        sol = solve_ivp(
+            ltc_rhs(eff, u, m.state_size), (0.0, float(dts[0, t])), v, method="Radau", rtol=1e-10, atol=1e-12
+        )
         v = sol.y[:, -1]
         reference.append(v)
     reference = np.stack(reference)
@@ -82,10 +94,20 @@ def test_state_stays_within_theorem_2_bounds_for_huge_inputs():
     def incoming(erev, mask, fill, reduce):
         return reduce(torch.where(mask.bool(), erev, fill), 0).values
 
-    lo = torch.minimum(torch.minimum(incoming(eff["erev"], m.mask, inf, torch.min),
-                                     incoming(eff["sensory_erev"], m.sensory_mask, inf, torch.min)), eff["vleak"])
-    hi = torch.maximum(torch.maximum(incoming(eff["erev"], m.mask, -inf, torch.max),
-                                     incoming(eff["sensory_erev"], m.sensory_mask, -inf, torch.max)), eff["vleak"])
+    lo = torch.minimum(
+        torch.minimum(
+            incoming(eff["erev"], m.mask, inf, torch.min),
+            incoming(eff["sensory_erev"], m.sensory_mask, inf, torch.min),
+        ),
+        eff["vleak"],
+    )
+    hi = torch.maximum(
+        torch.maximum(
+            incoming(eff["erev"], m.mask, -inf, torch.max),
+            incoming(eff["sensory_erev"], m.sensory_mask, -inf, torch.max),
+        ),
+        eff["vleak"],
+    )
     assert torch.isfinite(lo).all() and torch.isfinite(hi).all()
     lo, hi = torch.minimum(lo, h0), torch.maximum(hi, h0)
     assert (states >= lo - 1e-5).all() and (states <= hi + 1e-5).all()
@@ -161,8 +183,8 @@ def test_batched_irregular_timespans_equal_per_sample_runs():
     with torch.no_grad():
         y, h = m(x, timespans=dts)
         for i in range(3):
-            yi, hi = m(x[i: i + 1], timespans=dts[i: i + 1])
-            torch.testing.assert_close(yi, y[i: i + 1], rtol=0, atol=1e-6)
+            yi, hi = m(x[i : i + 1], timespans=dts[i : i + 1])
+            torch.testing.assert_close(yi, y[i : i + 1], rtol=0, atol=1e-6)
         y_fast, _ = m(x, timespans=dts / 10)
     assert (y_fast - y).abs().max() > 1e-3  # elapsed time matters
     torch.testing.assert_close(m(x, timespans=dts.double())[0], y)  # any float dtype of timespans

@@ -4,6 +4,7 @@ On a machine without CUDA the kernels run on CPU tensors through Triton's interp
 (``TRITON_INTERPRET=1`` before the kernels are defined, ``DRIVE_TRITON=interpret`` to let the LTC
 dispatch to them); with CUDA they run compiled on the GPU. Sizes are small: the interpreter
 executes every block operation in numpy."""
+
 from __future__ import annotations
 
 import os
@@ -105,7 +106,7 @@ def test_kernel_handles_batches_that_do_not_fill_a_block_and_long_unfolds(kernel
         assert float((grads[name] - g).abs().max()) <= 1e-5 * float(g.abs().max()) + 1e-12, name
 
 
-COMPILE = r'''
+COMPILE = r"""
 import json, pathlib, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
@@ -134,7 +135,7 @@ for batch in (16, 256, 2048):
         spills = [int(part.split()[0]) for line in out.splitlines() for part in line.split(",") if "spill stores" in part]
         report.append({"kernel": kernel.__name__, "batch": batch, "warps": w, "spill_stores": sum(spills)})
 print(json.dumps(report))
-'''
+"""
 
 
 def test_kernels_compile_for_an_h100_without_register_spills(tmp_path):
@@ -151,7 +152,9 @@ def test_kernels_compile_for_an_h100_without_register_spills(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DRIVE_TRITON")}
     env["PYTHONPATH"] = str(pathlib.Path(__file__).parents[1])
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    done = subprocess.run([sys.executable, "-c", COMPILE], capture_output=True, text=True, timeout=600, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE], capture_output=True, text=True, timeout=600, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(report) == 6

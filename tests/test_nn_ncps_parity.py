@@ -1,4 +1,5 @@
 """from_ncps: an ncps LTC and the converted drive LTC compute the same thing (within 1e-5)."""
+
 import numpy as np
 import pytest
 import torch
@@ -24,7 +25,7 @@ def ncps_per_sample(module, x, timespans):
     """ncps's wrapper cannot take batched timespans (its issues #81-#83): run sample by sample."""
     ys, hs = [], []
     for i in range(x.size(0)):
-        y, h = module(x[i: i + 1], timespans=timespans[i: i + 1])
+        y, h = module(x[i : i + 1], timespans=timespans[i : i + 1])
         ys.append(y)
         hs.append(h)
     return torch.cat(ys), torch.cat(hs)
@@ -55,8 +56,14 @@ def test_ltc_parity_with_irregular_batched_timespans(name):
 
 def test_ltc_parity_in_clip_mode_with_linear_maps_and_initial_state():
     torch.manual_seed(1)
-    theirs = NcpsLTC(4, wirings.AutoNCP(10, 2, seed=7), implicit_param_constraints=False,
-                     input_mapping="linear", output_mapping="linear", ode_unfolds=3)
+    theirs = NcpsLTC(
+        4,
+        wirings.AutoNCP(10, 2, seed=7),
+        implicit_param_constraints=False,
+        input_mapping="linear",
+        output_mapping="linear",
+        ode_unfolds=3,
+    )
     theirs = trained_looking(theirs, seed=2)
     theirs.rnn_cell.apply_weight_constraints()
     ours = from_ncps(theirs)

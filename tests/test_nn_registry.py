@@ -1,4 +1,5 @@
 """The name registry (drive.nn.registry): checkpoints store names, old module paths are aliases."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,15 @@ OLD_PATHS = {
     "drive.nn.closed_form.ltc.ClosedFormLTC": ClosedFormLTC,
     "drive.nn.policy.Stateless": Stateless,
 }
-NAMES = {"ltc": LTC, "cfc": CfC, "wired_cfc": WiredCfC, "lstm": LSTM, "ctrnn": CTRNN,
-         "closed_form_ltc": ClosedFormLTC, "stateless": Stateless}
+NAMES = {
+    "ltc": LTC,
+    "cfc": CfC,
+    "wired_cfc": WiredCfC,
+    "lstm": LSTM,
+    "ctrnn": CTRNN,
+    "closed_form_ltc": ClosedFormLTC,
+    "stateless": Stateless,
+}
 
 
 def test_names_round_trip() -> None:
@@ -52,8 +60,10 @@ def test_every_old_module_path_resolves_to_its_class(path: str) -> None:
 
 
 def test_every_class_path_in_the_fixtures_is_an_alias() -> None:
-    paths = {torch.load(f, map_location="cpu", weights_only=True)["drive"]["policy_config"]["rnn"]["class"]
-             for f in sorted(FIXTURES.glob("*.ckpt")) + sorted(FIXTURES.glob("*.pt"))}
+    paths = {
+        torch.load(f, map_location="cpu", weights_only=True)["drive"]["policy_config"]["rnn"]["class"]
+        for f in sorted(FIXTURES.glob("*.ckpt")) + sorted(FIXTURES.glob("*.pt"))
+    }
     assert paths and paths <= set(OLD_PATHS)
     assert set(OLD_PATHS) == set(registry.aliases())
 
@@ -110,6 +120,12 @@ def test_an_old_spec_builds_the_same_module_as_its_name(path: str) -> None:
 
 def _kwargs(cls: type) -> dict:
     wiring = lane_keeping_ncp().to_dict()
-    return {LTC: {"wiring": wiring}, WiredCfC: {"wiring": wiring}, ClosedFormLTC: {"wiring": wiring},
-            CfC: {"input_size": 32, "units": 8}, LSTM: {"input_size": 32}, CTRNN: {"input_size": 32},
-            Stateless: {"input_size": 32}}[cls]
+    return {
+        LTC: {"wiring": wiring},
+        WiredCfC: {"wiring": wiring},
+        ClosedFormLTC: {"wiring": wiring},
+        CfC: {"input_size": 32, "units": 8},
+        LSTM: {"input_size": 32},
+        CTRNN: {"input_size": 32},
+        Stateless: {"input_size": 32},
+    }[cls]

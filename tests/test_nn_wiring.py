@@ -1,4 +1,5 @@
 """Wirings: NCP construction rules, the lane-keeping preset, serialisation, picture."""
+
 import json
 
 import numpy as np
@@ -22,8 +23,9 @@ def test_lane_keeping_synapse_count_does_not_depend_on_the_seed(seed):
 
 
 def test_lane_keeping_preset_is_about_70_percent_excitatory():
-    pols = np.concatenate([m[m != 0] for w in map(lane_keeping_ncp, range(5))
-                           for m in (w.adjacency, w.sensory_adjacency)])
+    pols = np.concatenate(
+        [m[m != 0] for w in map(lane_keeping_ncp, range(5)) for m in (w.adjacency, w.sensory_adjacency)]
+    )
     assert 0.65 < np.mean(pols > 0) < 0.75
 
 
@@ -34,17 +36,19 @@ def test_ncp_layers_are_ordered_motor_command_inter_and_connect_only_forward():
     assert w.neurons_of_layer(0) == list(inter) and w.neurons_of_layer(2) == list(motor)
     assert [w.neuron_type(i) for i in (0, 1, 7)] == ["motor", "command", "inter"]
     a = w.adjacency != 0
-    assert not w.sensory_adjacency[:, : 7].any()          # sensory -> inter only
+    assert not w.sensory_adjacency[:, :7].any()  # sensory -> inter only
     assert not a[np.ix_(inter, inter)].any() and not a[np.ix_(inter, motor)].any()
-    assert not a[motor, :].any()                          # motor neurons have no outgoing synapses
-    assert a[np.ix_(command, command)].sum() == 6         # the recurrent command synapses
+    assert not a[motor, :].any()  # motor neurons have no outgoing synapses
+    assert a[np.ix_(command, command)].sum() == 6  # the recurrent command synapses
     assert (a[np.ix_(inter, command)].sum(axis=1) == 4).all()
     assert (a[np.ix_(command, motor)].sum(axis=0) == 6).all()
 
 
 def test_ncp_fills_in_neurons_the_fanout_missed():
     # 2 sensory inputs with fanout 1 can reach at most 2 of 6 inter neurons: the rest get fill-ins.
-    w = NCP(6, 4, 2, sensory_fanout=1, inter_fanout=1, recurrent_command_synapses=0, motor_fanin=1, input_dim=2)
+    w = NCP(
+        6, 4, 2, sensory_fanout=1, inter_fanout=1, recurrent_command_synapses=0, motor_fanin=1, input_dim=2
+    )
     inter, command = w.neurons_of_layer(0), w.neurons_of_layer(1)
     assert (np.abs(w.sensory_adjacency[:, inter]).sum(axis=0) >= 1).all()
     assert (np.abs(w.adjacency[np.ix_(inter, command)]).sum(axis=0) >= 1).all()
@@ -73,8 +77,12 @@ def test_fully_connected_and_random_counts():
 
 
 def test_json_round_trip_gives_identical_matrices_and_layers():
-    for w in (lane_keeping_ncp(), AutoNCP(12, 2, input_dim=5), FullyConnected(4, 1, input_dim=2),
-              Random(6, 2, 0.5, input_dim=3)):
+    for w in (
+        lane_keeping_ncp(),
+        AutoNCP(12, 2, input_dim=5),
+        FullyConnected(4, 1, input_dim=2),
+        Random(6, 2, 0.5, input_dim=3),
+    ):
         back = Wiring.from_json(json.dumps(json.loads(w.to_json())))
         assert np.array_equal(back.adjacency, w.adjacency) and back.adjacency.dtype == np.int8
         assert np.array_equal(back.sensory_adjacency, w.sensory_adjacency)
@@ -85,7 +93,16 @@ def test_json_round_trip_gives_identical_matrices_and_layers():
 
 def test_invalid_wirings_are_rejected_with_clear_errors():
     with pytest.raises(ValueError, match="sensory_fanout"):
-        NCP(4, 3, 1, sensory_fanout=5, inter_fanout=2, recurrent_command_synapses=1, motor_fanin=1, input_dim=3)
+        NCP(
+            4,
+            3,
+            1,
+            sensory_fanout=5,
+            inter_fanout=2,
+            recurrent_command_synapses=1,
+            motor_fanin=1,
+            input_dim=3,
+        )
     with pytest.raises(ValueError, match="polarities"):
         Wiring(np.full((2, 2), 2), np.zeros((1, 2)), output_dim=1)
     with pytest.raises(ValueError, match="missing key"):

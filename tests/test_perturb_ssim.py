@@ -1,4 +1,5 @@
 """Robustness building blocks: seeded perturbations with the right statistics, MATLAB-default SSIM."""
+
 import math
 
 import numpy as np
@@ -19,13 +20,13 @@ def test_gaussian_noise_has_zero_mean_and_requested_std_before_clipping():
 def test_noise_is_added_to_the_network_view_so_its_level_survives_a_large_camera():
     """Noise on a 4x camera frame would be averaged away by the resize (std 0.1 -> ~0.03); on the
     network's view it keeps the requested std, in robustness, the world driver and saliency alike."""
+    from drive.checkpoint import policy_meta
+    from drive.data.preprocess import Preprocessing
+    from drive.drivers import PolicyDriver
     from drive.evaluate.robustness import _frames_tensor
     from drive.explain.policy_saliency import policy_saliency
     from drive.nn.heads import NCPConvHead
     from drive.nn.policy import Policy
-    from drive.checkpoint import policy_meta
-    from drive.drivers import PolicyDriver
-    from drive.data.preprocess import Preprocessing
 
     camera = np.full((312, 800, 3), 128, np.uint8)
     pre = Preprocessing(size=(78, 200))
@@ -34,7 +35,9 @@ def test_noise_is_added_to_the_network_view_so_its_level_survives_a_large_camera
     assert float((noisy - clean).std()) == pytest.approx(0.1, rel=0.03)
 
     policy = Policy(NCPConvHead(), None, frame_period_s=0.1)
-    driver = PolicyDriver(policy, policy_meta(policy, pre, 10.0, "cnn"), perturb=Perturbation("gaussian", 0.1, seed=1))
+    driver = PolicyDriver(
+        policy, policy_meta(policy, pre, 10.0, "cnn"), perturb=Perturbation("gaussian", 0.1, seed=1)
+    )
     view = driver.view(camera)
     assert view.shape == (1, 3, 78, 200) and view.dtype == torch.uint8
     np.testing.assert_array_equal(view.float().numpy() / 255.0, noisy.numpy())
@@ -127,7 +130,9 @@ def test_ssim_matches_a_reference_built_on_scipy_filters():
     assert len(w) == 11
 
     def blur(x):  # separable Gaussian, 11 taps, replicate padding (MATLAB imgaussfilt default)
-        return ndimage.correlate1d(ndimage.correlate1d(x, w, axis=0, mode="nearest"), w, axis=1, mode="nearest")
+        return ndimage.correlate1d(
+            ndimage.correlate1d(x, w, axis=0, mode="nearest"), w, axis=1, mode="nearest"
+        )
 
     c1, c2 = 0.01**2, 0.03**2
     mx, my = blur(a), blur(b)
@@ -141,6 +146,8 @@ def test_ssim_matches_a_reference_built_on_scipy_filters():
 def test_ssim_drops_as_noise_grows():
     x = torch.from_numpy(ndimage.gaussian_filter(np.random.default_rng(1).random((60, 60)), 3))
     g = torch.Generator().manual_seed(0)
-    scores = [float(ssim(x, (x + s * torch.randn(x.shape, generator=g, dtype=x.dtype)).clamp(0, 1)))
-              for s in (0.01, 0.05, 0.2)]
+    scores = [
+        float(ssim(x, (x + s * torch.randn(x.shape, generator=g, dtype=x.dtype)).clamp(0, 1)))
+        for s in (0.01, 0.05, 0.2)
+    ]
     assert scores[0] > scores[1] > scores[2]

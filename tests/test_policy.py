@@ -1,4 +1,5 @@
 """Policy contract: scripted == eager, step == forward, config round trip, safe checkpoint loading."""
+
 from __future__ import annotations
 
 import types
@@ -7,11 +8,11 @@ import numpy as np
 import pytest
 import torch
 
-from drive.nn.policy import Policy, build_rnn
 from drive.checkpoint import load_policy, policy_meta, save_policy
-from drive.drivers import PolicyDriver, load_driver
 from drive.data.preprocess import Preprocessing
+from drive.drivers import PolicyDriver, load_driver
 from drive.nn.families import build_policy
+from drive.nn.policy import Policy, build_rnn
 
 FAMILIES = ["ncp_ltc", "cfc", "cnn"]
 
@@ -72,11 +73,14 @@ def test_config_rebuilds_same_architecture(family: str) -> None:
     policy = build_policy(family, frame_period_s=0.1)
     rebuilt = Policy.from_config(policy.config())
     assert rebuilt.config() == policy.config()
-    assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {k: v.shape for k, v in policy.state_dict().items()}
+    assert {k: v.shape for k, v in rebuilt.state_dict().items()} == {
+        k: v.shape for k, v in policy.state_dict().items()
+    }
 
 
-@pytest.mark.parametrize("name", ["os.system", "drive.nn.heads.NCPConvHead", "drive.nn.ltc.fused_solver",
-                                  "LTC"])
+@pytest.mark.parametrize(
+    "name", ["os.system", "drive.nn.heads.NCPConvHead", "drive.nn.ltc.fused_solver", "LTC"]
+)
 def test_build_rnn_refuses_names_that_are_not_registered(name: str) -> None:
     """Only registered names and their aliases build: not arbitrary code, not another drive.nn class."""
     with pytest.raises(ValueError, match=f"unknown recurrent module '{name}'; known: cfc, closed_form_ltc"):
@@ -84,7 +88,9 @@ def test_build_rnn_refuses_names_that_are_not_registered(name: str) -> None:
 
 
 def _meta(policy: Policy) -> dict:
-    return policy_meta(policy, Preprocessing(size=(78, 200), crop=(20, 98, 0, 200)), fps=20.0, family="ncp_ltc")
+    return policy_meta(
+        policy, Preprocessing(size=(78, 200), crop=(20, 98, 0, 200)), fps=20.0, family="ncp_ltc"
+    )
 
 
 def test_checkpoint_round_trip_gives_identical_outputs(tmp_path) -> None:

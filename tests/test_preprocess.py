@@ -1,4 +1,5 @@
 """Crop + resize shared by the data cache and exported modules."""
+
 import numpy as np
 import pytest
 import torch
@@ -30,8 +31,10 @@ def test_downscale_averages_like_area_resampling():
 def test_scripted_matches_eager():
     scripted = torch.jit.script(preprocess_frames)
     frames = torch.randint(0, 255, (2, 120, 320, 3), dtype=torch.uint8)
-    assert torch.equal(scripted(frames, [10, 110, 0, 300], [78, 200]),
-                       preprocess_frames(frames, [10, 110, 0, 300], [78, 200]))
+    assert torch.equal(
+        scripted(frames, [10, 110, 0, 300], [78, 200]),
+        preprocess_frames(frames, [10, 110, 0, 300], [78, 200]),
+    )
 
 
 def test_bad_crop_names_the_sizes():

@@ -1,17 +1,26 @@
 """The canonical recording: round trip, atomic writes, clear errors."""
+
 import json
 
 import numpy as np
 import pytest
 
-from drive.io.recording import (CameraCalibration, Recording, RecordingError, RecordingMeta,
-                             RecordingWriter)
+from drive.io.recording import CameraCalibration, Recording, RecordingError, RecordingMeta, RecordingWriter
 
 
 def _meta(storage="frames", **kw):
     cam = CameraCalibration(fx=100.0, fy=100.0, cx=100.0, cy=30.0, height_m=1.5, pitch_rad=0.05)
-    return RecordingMeta(fps=30.0, width=64, height=32, camera=cam, source="test",
-                         conditions={"season": "summer"}, seed=7, storage=storage, **kw)
+    return RecordingMeta(
+        fps=30.0,
+        width=64,
+        height=32,
+        camera=cam,
+        source="test",
+        conditions={"season": "summer"},
+        seed=7,
+        storage=storage,
+        **kw,
+    )
 
 
 def _frames(n):
@@ -24,8 +33,14 @@ def _frames(n):
 def _write(path, storage="frames", n=5):
     with RecordingWriter(path, _meta(storage)) as w:
         for i, f in enumerate(_frames(n)):
-            w.append(f, timestamp_s=i / 30.0, curvature=0.01 * i, speed_mps=8.3,
-                     lateral_offset_m=-0.1 * i, heading_error_rad=0.0)
+            w.append(
+                f,
+                timestamp_s=i / 30.0,
+                curvature=0.01 * i,
+                speed_mps=8.3,
+                lateral_offset_m=-0.1 * i,
+                heading_error_rad=0.0,
+            )
     return path
 
 

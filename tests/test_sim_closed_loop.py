@@ -1,4 +1,5 @@
 """Closed-loop evaluation: expert, baselines, interventions, metrics, hooks, CLI."""
+
 import argparse
 import json
 import math
@@ -86,10 +87,18 @@ def test_drivers_that_need_no_images_get_none():
 
 
 def test_metrics_per_condition_and_outputs(tmp_path):
-    result = evaluate(PurePursuitExpert(), km=0.2, seed=2, conditions=["summer", "winter"], segment_km=0.1,
-                      video_path=tmp_path / "drive.mp4")
+    result = evaluate(
+        PurePursuitExpert(),
+        km=0.2,
+        seed=2,
+        conditions=["summer", "winter"],
+        segment_km=0.1,
+        video_path=tmp_path / "drive.mp4",
+    )
     per = result.metrics["per_condition"]
-    assert per["summer"]["km"] == pytest.approx(0.1, abs=0.01) and per["winter"]["km"] == pytest.approx(0.1, abs=0.01)
+    assert per["summer"]["km"] == pytest.approx(0.1, abs=0.01) and per["winter"]["km"] == pytest.approx(
+        0.1, abs=0.01
+    )
     paths = result.save(tmp_path)
     assert json.loads(paths["metrics"].read_text())["interventions"] == 0
     assert paths["plot"].stat().st_size > 10_000
@@ -121,7 +130,11 @@ def test_evaluate_cli_runs_expert_and_reports_bad_policy(tmp_path, capsys):
     args = parser.parse_args(["--policy", "expert", "--km", "0.2", "--out", str(tmp_path / "ev")])
     assert evaluate_cli.run(args) == 0
     assert json.loads((tmp_path / "ev" / "metrics.json").read_text())["policy"] == "expert"
-    for bad in (["--policy", "missing.ckpt"], ["--policy", "constant:abc"], ["--policy", "expert", "--km", "-1"]):
+    for bad in (
+        ["--policy", "missing.ckpt"],
+        ["--policy", "constant:abc"],
+        ["--policy", "expert", "--km", "-1"],
+    ):
         args = parser.parse_args(bad + ["--out", str(tmp_path / "bad")])
         assert evaluate_cli.run(args) == 2
     err = capsys.readouterr().err
@@ -129,13 +142,15 @@ def test_evaluate_cli_runs_expert_and_reports_bad_policy(tmp_path, capsys):
 
 
 def test_evaluate_drives_a_saved_policy_checkpoint(tmp_path):
-    from drive.nn.heads import NCPConvHead
-    from drive.nn.policy import Policy
     from drive.checkpoint import policy_meta, save_policy
     from drive.data.preprocess import Preprocessing
+    from drive.nn.heads import NCPConvHead
+    from drive.nn.policy import Policy
 
     policy = Policy(NCPConvHead())
-    path = save_policy(tmp_path / "p.pt", policy, policy_meta(policy, Preprocessing(size=(78, 200)), 30.0, "cnn"))
+    path = save_policy(
+        tmp_path / "p.pt", policy, policy_meta(policy, Preprocessing(size=(78, 200)), 30.0, "cnn")
+    )
     driver = make_driver(str(path))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # batch-1 steps: extra threads only fight over the shared cores
@@ -153,10 +168,25 @@ def test_metrics_follow_their_formulas_on_hand_made_segments():
 
     def seg(lat, cmd, interventions, resets, km, time_s):
         z = np.zeros(len(lat))
-        return Segment(0, {}, generate_road(0, length_m=50.0), z, z, np.asarray(lat, float), np.asarray(lat, float) / 10,
-                       np.asarray(cmd, float), [[0.0, 0.0]] * interventions, km, time_s, 0.1, resets)
+        return Segment(
+            0,
+            {},
+            generate_road(0, length_m=50.0),
+            z,
+            z,
+            np.asarray(lat, float),
+            np.asarray(lat, float) / 10,
+            np.asarray(cmd, float),
+            [[0.0, 0.0]] * interventions,
+            km,
+            time_s,
+            0.1,
+            resets,
+        )
 
-    a = seg([0.0, 0.3, -0.4], [0.0, 0.01, 0.03], 1, [2], 0.5, 60.0)  # the takeover at step 2: its rate is left out
+    a = seg(
+        [0.0, 0.3, -0.4], [0.0, 0.01, 0.03], 1, [2], 0.5, 60.0
+    )  # the takeover at step 2: its rate is left out
     b = seg([1.2], [0.02], 0, [], 0.25, 30.0)
     m = summarize([a, b])
     assert m["interventions"] == 1 and m["km"] == 0.75 and m["time_s"] == 90.0

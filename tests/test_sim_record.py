@@ -1,12 +1,13 @@
 """Recordings of the built-in world: canonical format, determinism, DART labels, CLI."""
+
 import argparse
 import json
 
 import numpy as np
 import pytest
 
-from drive.io.recording import Recording
 from drive.cli import simulate as cli
+from drive.io.recording import Recording
 from drive.sim.record import record_drive, simulate
 
 
@@ -33,7 +34,14 @@ def test_recording_round_trips_through_the_reader(tmp_path):
     assert rec.meta.conditions["season"] == "winter" and rec.meta.seed == 1
     assert rec.meta.extra["split"] == "test"
     assert rec.frame(17).shape == (78, 200, 3) and rec.frame(17).dtype == np.uint8
-    assert set(rec.log) >= {"frame", "timestamp_s", "curvature", "speed_mps", "lateral_offset_m", "heading_error_rad"}
+    assert set(rec.log) >= {
+        "frame",
+        "timestamp_s",
+        "curvature",
+        "speed_mps",
+        "lateral_offset_m",
+        "heading_error_rad",
+    }
     assert np.allclose(np.diff(rec.timestamps_s), 1 / 30.0, atol=1e-6)
     assert np.allclose(rec.log["speed_mps"], 30 / 3.6)
     assert not rec.problems()
@@ -47,19 +55,31 @@ def test_video_storage_round_trips(tmp_path):
 
 
 def test_dart_noise_makes_recoveries_labelled_with_the_clean_command(tmp_path):
-    clean = Recording.open(record_drive(tmp_path / "clean", seed=3, minutes=0.3, noise_std=0.0, storage="video"))
-    noisy = Recording.open(record_drive(tmp_path / "noisy", seed=3, minutes=0.3, noise_std=0.02, storage="video"))
+    clean = Recording.open(
+        record_drive(tmp_path / "clean", seed=3, minutes=0.3, noise_std=0.0, storage="video")
+    )
+    noisy = Recording.open(
+        record_drive(tmp_path / "noisy", seed=3, minutes=0.3, noise_std=0.02, storage="video")
+    )
     lat_clean, lat_noisy = clean.log["lateral_offset_m"], noisy.log["lateral_offset_m"]
-    assert np.sqrt(np.mean(lat_clean ** 2)) < 0.06
-    assert np.sqrt(np.mean(lat_noisy ** 2)) > 0.15 and np.abs(lat_noisy).max() < 1.0  # recoveries stay in lane
+    assert np.sqrt(np.mean(lat_clean**2)) < 0.06
+    assert np.sqrt(np.mean(lat_noisy**2)) > 0.15 and np.abs(lat_noisy).max() < 1.0  # recoveries stay in lane
     # the label steers back: left of the centre -> curvature below what the road needs (turn right)
-    correction = noisy.log["curvature"] - np.interp(np.arange(len(noisy)), np.arange(len(clean)), clean.log["curvature"])
+    correction = noisy.log["curvature"] - np.interp(
+        np.arange(len(noisy)), np.arange(len(clean)), clean.log["curvature"]
+    )
     assert np.corrcoef(correction, lat_noisy)[0, 1] < -0.5
 
 
 def test_simulate_cycles_named_conditions(tmp_path):
-    paths = simulate(tmp_path, minutes=0.06, seed=0, conditions=["summer", "winter"], recording_minutes=0.02,
-                     storage="video")
+    paths = simulate(
+        tmp_path,
+        minutes=0.06,
+        seed=0,
+        conditions=["summer", "winter"],
+        recording_minutes=0.02,
+        storage="video",
+    )
     seasons = [Recording.open(p).meta.conditions["season"] for p in paths]
     assert seasons == ["summer", "winter", "summer"]
     assert len({json.dumps(Recording.open(p).meta.conditions) for p in paths}) == 3

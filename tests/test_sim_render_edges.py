@@ -4,6 +4,7 @@ The float -> texture-index arithmetic once wrapped the float before flooring it;
 ``np.mod(-1e-9, 256) == 256.0``, one past the end of the texture, and a single such pixel killed
 closed-loop runs. These tests render the seams on purpose.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -65,19 +66,25 @@ def test_every_edge_pose_renders_in_every_condition() -> None:
     assert rendered == len(combos) * len(s_values) * len(lateral)
 
 
-@pytest.mark.parametrize("camera", [Camera.default(), Camera.default(320, 120, hfov_deg=100.0, height_m=2.5,
-                                                                       pitch_rad=0.05)])
+@pytest.mark.parametrize(
+    "camera", [Camera.default(), Camera.default(320, 120, hfov_deg=100.0, height_m=2.5, pitch_rad=0.05)]
+)
 def test_random_poses_of_random_roads_render(camera: Camera) -> None:
     rng = np.random.default_rng(20)
     renderer = Renderer(camera)
     for k in range(40):
-        road = generate_road(int(rng.integers(0, 1000)), float(rng.uniform(60.0, 400.0)), split="test",
-                             index=int(rng.integers(0, 50)))
+        road = generate_road(
+            int(rng.integers(0, 1000)),
+            float(rng.uniform(60.0, 400.0)),
+            split="test",
+            index=int(rng.integers(0, 50)),
+        )
         app = sample_appearance(int(rng.integers(0, 1000)), "test", k)
         for _ in range(10):
             s = float(rng.uniform(-5.0, road.length_m + 5.0))
-            img = renderer.render_at(road, app, s, float(rng.uniform(-4.5, 4.5)),
-                                     float(rng.uniform(-np.pi / 3, np.pi / 3)))
+            img = renderer.render_at(
+                road, app, s, float(rng.uniform(-4.5, 4.5)), float(rng.uniform(-np.pi / 3, np.pi / 3))
+            )
             assert img.shape == (camera.height, camera.width, 3)
 
 

@@ -1,4 +1,5 @@
 """The built-in world: roads, seeds, camera geometry, rendering, vehicle."""
+
 import dataclasses
 import math
 
@@ -21,8 +22,9 @@ def test_train_and_test_seed_ranges_are_disjoint():
     train = {world_seed(s, "train") for s in (0, 1, 7, TEST_SEED_OFFSET - 1)}
     test = {world_seed(s, "test") for s in (0, 1, 7, TEST_SEED_OFFSET - 1)}
     assert max(train) < min(test)
-    assert not np.allclose(generate_road(7, 300, "train").curvature_per_m,
-                           generate_road(7, 300, "test").curvature_per_m)
+    assert not np.allclose(
+        generate_road(7, 300, "train").curvature_per_m, generate_road(7, 300, "test").curvature_per_m
+    )
     for bad in (-1, TEST_SEED_OFFSET):
         with pytest.raises(ValueError, match="seed must be in"):
             world_seed(bad, "train")
@@ -95,7 +97,7 @@ def test_edge_line_projects_where_pinhole_math_says(lateral_m):
     # the bottom row: where the edge line meets the image bottom
     assert measured[-1] == pytest.approx(predicted[-1], abs=0.5)
     # parallel ground lines meet at the principal column on the horizon row
-    fit = np.polyfit(rows[-len(measured):], measured, 1)
+    fit = np.polyfit(rows[-len(measured) :], measured, 1)
     assert np.polyval(fit, cam.horizon_row) == pytest.approx(cam.cx, abs=1.0)
 
 
@@ -126,11 +128,13 @@ def test_left_curve_bends_the_road_to_the_left_of_the_image():
     cam = Camera.default()
     app = _plain(markings="unmarked")
     asphalt = np.asarray(app.asphalt_rgb) * 255 * app.brightness * np.asarray(app.tint)
+
     def road_centre_col(curvature):
         img = render_view(uniform_road(300, curvature_per_m=curvature), app, 20.0, camera=cam).astype(float)
         row = img[_row_at(cam, 15.0)]
         is_road = np.abs(row - asphalt).max(axis=1) < 25
         return np.nonzero(is_road)[0].mean()
+
     assert road_centre_col(0.03) < road_centre_col(0.0) - 10 < road_centre_col(-0.03) - 20
 
 

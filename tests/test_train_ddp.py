@@ -1,5 +1,6 @@
 """DDP: `drive fit` with 2 CPU processes (gloo) trains and writes the usual checkpoint format, and
 stateful validation under DDP gives the single process's metrics."""
+
 from __future__ import annotations
 
 import csv
@@ -11,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from drive.data.sampling import RecordingShards
 from drive.checkpoint import load_policy
+from drive.data.sampling import RecordingShards
 from drive.sim.record import simulate
 from drive.sim.render import Camera
 
@@ -33,18 +34,47 @@ def test_recording_shards_give_each_rank_whole_recordings_in_order_without_repea
 
 def _cli(tmp_path: Path, command: str, root: Path, devices: int, *extra: str) -> subprocess.CompletedProcess:
     cmd = [
-        sys.executable, "-m", "drive.cli.fit", command,
-        "--config", str(REPO / "configs" / "ncp_ltc.yaml"),
-        "--config", str(REPO / "configs" / "trainer" / "ddp.yaml"),
-        "--trainer.accelerator", "cpu", "--trainer.devices", str(devices),
-        "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false",
-        "--model.input_hw", "[40, 100]", "--model.head_precision", "fp32",
-        "--data.train", f"[{tmp_path / 'train'}]", "--data.val", f"[{tmp_path / 'val'}]",
-        "--data.image_size", "[40, 100]",
-        "--data.batch_size", "2", "--data.eval_batch_size", "3", "--data.num_workers", "0",
-        "--data.pin_memory", "false", "--data.cache_dir", str(tmp_path / "cache"), *extra,
+        sys.executable,
+        "-m",
+        "drive.cli.fit",
+        command,
+        "--config",
+        str(REPO / "configs" / "ncp_ltc.yaml"),
+        "--config",
+        str(REPO / "configs" / "trainer" / "ddp.yaml"),
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.devices",
+        str(devices),
+        "--trainer.default_root_dir",
+        str(root),
+        "--trainer.enable_progress_bar",
+        "false",
+        "--model.input_hw",
+        "[40, 100]",
+        "--model.head_precision",
+        "fp32",
+        "--data.train",
+        f"[{tmp_path / 'train'}]",
+        "--data.val",
+        f"[{tmp_path / 'val'}]",
+        "--data.image_size",
+        "[40, 100]",
+        "--data.batch_size",
+        "2",
+        "--data.eval_batch_size",
+        "3",
+        "--data.num_workers",
+        "0",
+        "--data.pin_memory",
+        "false",
+        "--data.cache_dir",
+        str(tmp_path / "cache"),
+        *extra,
     ]
-    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))  # keep what the caller set
+    path = os.pathsep.join(
+        filter(None, [str(REPO), os.environ.get("PYTHONPATH")])
+    )  # keep what the caller set
     env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -69,7 +99,10 @@ def test_ddp_two_cpu_processes_train_and_write_a_loadable_checkpoint(tmp_path: P
     simulate(tmp_path / "val", minutes=0.3, seed=6, fps=10.0, camera=small, recording_minutes=0.15)
     root = tmp_path / "run"
     proc = _cli(tmp_path, "fit", root, 2, "--trainer.max_steps", "3", "--trainer.limit_val_batches", "2")
-    assert "world_size: 2" in proc.stderr + proc.stdout or "distributed_backend=gloo" in proc.stderr + proc.stdout
+    assert (
+        "world_size: 2" in proc.stderr + proc.stdout
+        or "distributed_backend=gloo" in proc.stderr + proc.stdout
+    )
     ckpt = torch.load(root / "checkpoints" / "last.ckpt", weights_only=True)
     assert ckpt["global_step"] == 3
     assert {"policy_config", "preprocessing", "fps", "label_units", "family"} <= set(ckpt["drive"])

@@ -1,5 +1,6 @@
 """Training end to end: learning works (closed loop beats constant steering), resume, checkpoints,
 and `drive test` / `drive predict` on a checkpoint."""
+
 from __future__ import annotations
 
 import csv
@@ -12,14 +13,14 @@ import numpy as np
 import pytest
 import torch
 
+from drive.checkpoint import load_policy, read_checkpoint
 from drive.cli import main
 from drive.data.augment import AugmentConfig
 from drive.data.cache import display_name
 from drive.data.datamodule import DriveDataModule
-from drive.data.readers import read_logs
-from drive.checkpoint import load_policy, read_checkpoint
-from drive.drivers import PolicyDriver
 from drive.data.preprocess import Preprocessing
+from drive.data.readers import read_logs
+from drive.drivers import PolicyDriver
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.record import simulate
@@ -35,15 +36,35 @@ CONDITIONS = ["summer", "noon", "marked"]  # one look, many roads: 3 minutes of 
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("logs")
-    simulate(root / "train", minutes=3.0, seed=3, fps=FPS, camera=SMALL, recording_minutes=0.5, noise_std=0.015,
-             conditions=CONDITIONS)
-    simulate(root / "val", minutes=0.5, seed=9, fps=FPS, camera=SMALL, recording_minutes=0.5, conditions=CONDITIONS)
+    simulate(
+        root / "train",
+        minutes=3.0,
+        seed=3,
+        fps=FPS,
+        camera=SMALL,
+        recording_minutes=0.5,
+        noise_std=0.015,
+        conditions=CONDITIONS,
+    )
+    simulate(
+        root / "val", minutes=0.5, seed=9, fps=FPS, camera=SMALL, recording_minutes=0.5, conditions=CONDITIONS
+    )
     return root
 
 
 def _datamodule(logs: Path, cache: Path, **kw) -> DriveDataModule:
-    opts = dict(train=[str(logs / "train")], val=[str(logs / "val")], image_size=[40, 100], seq_len=16,
-                stride=4, batch_size=16, eval_batch_size=8, num_workers=0, cache_dir=str(cache), curve_factor=0.0)
+    opts = dict(
+        train=[str(logs / "train")],
+        val=[str(logs / "val")],
+        image_size=[40, 100],
+        seq_len=16,
+        stride=4,
+        batch_size=16,
+        eval_batch_size=8,
+        num_workers=0,
+        cache_dir=str(cache),
+        curve_factor=0.0,
+    )
     opts.update(kw)
     return DriveDataModule(**opts)
 
@@ -51,10 +72,23 @@ def _datamodule(logs: Path, cache: Path, **kw) -> DriveDataModule:
 def _trainer(root: Path, callbacks: List[pl.Callback] = (), **kw) -> pl.Trainer:
     """The checkpointing `drive fit` sets up: best by val/loss, and last.ckpt every N steps."""
     best = pl.callbacks.ModelCheckpoint(dirpath=root / "checkpoints", monitor="val/loss", filename="best")
-    last = pl.callbacks.ModelCheckpoint(dirpath=root / "checkpoints", monitor=None, save_top_k=0, save_last=True,
-                                        every_n_train_steps=kw.pop("every_n_train_steps", None))
-    opts = dict(default_root_dir=root, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                gradient_clip_val=10.0, callbacks=[best, last, *callbacks], enable_model_summary=False)
+    last = pl.callbacks.ModelCheckpoint(
+        dirpath=root / "checkpoints",
+        monitor=None,
+        save_top_k=0,
+        save_last=True,
+        every_n_train_steps=kw.pop("every_n_train_steps", None),
+    )
+    opts = dict(
+        default_root_dir=root,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        gradient_clip_val=10.0,
+        callbacks=[best, last, *callbacks],
+        enable_model_summary=False,
+    )
     opts.update(kw)
     return pl.Trainer(**opts)
 
@@ -110,8 +144,14 @@ def test_resume_after_kill_continues_exactly_where_the_run_stopped(logs: Path, t
     weights of the run that was never interrupted: same step, LR schedule, batches and augmentation
     (2 persistent workers), and Lightning sees a resumable loader."""
     # 108 windows -> 7 batches an epoch; last.ckpt every 3 steps; killed at step 10, saved at 9
-    dm = lambda: _datamodule(logs, tmp_path / "cache", batch_size=16, stride=16, num_workers=2,  # noqa: E731
-                             augment=AugmentConfig(viewpoint_p=0.5, max_shift_m=0.3))
+    dm = lambda: _datamodule(
+        logs,
+        tmp_path / "cache",
+        batch_size=16,
+        stride=16,
+        num_workers=2,
+        augment=AugmentConfig(viewpoint_p=0.5, max_shift_m=0.3),
+    )
     common = dict(max_steps=11, limit_val_batches=0, every_n_train_steps=3)
     module = lambda: PolicyModule(input_hw=(40, 100), family="ncp_ltc")  # noqa: E731
     pl.seed_everything(0)
@@ -144,20 +184,30 @@ def test_resume_after_kill_continues_exactly_where_the_run_stopped(logs: Path, t
 def test_epoch_order_and_augmentation_follow_seed_epoch_and_window(logs: Path, tmp_path: Path) -> None:
     """Persistent workers draw fresh augmentation for every window every epoch, the same draw for the
     same (seed, epoch, window) wherever it is loaded."""
-    dm = _datamodule(logs, tmp_path / "cache", batch_size=16, stride=16, num_workers=2,
-                     augment=AugmentConfig(viewpoint_p=0.0, photometric_p=1.0))
+    dm = _datamodule(
+        logs,
+        tmp_path / "cache",
+        batch_size=16,
+        stride=16,
+        num_workers=2,
+        augment=AugmentConfig(viewpoint_p=0.0, photometric_p=1.0),
+    )
     dm.prepare_data()
     dm.setup("fit")
     loader = dm.train_dataloader()
     epochs = []
     for epoch in (0, 1):
         loader.sampler.set_epoch(epoch)
-        epochs.append({(int(r), int(s)): f for b in loader for r, s, f in zip(b["recording"], b["start"], b["frames"])})
+        epochs.append(
+            {(int(r), int(s)): f for b in loader for r, s, f in zip(b["recording"], b["start"], b["frames"])}
+        )
     assert epochs[0].keys() == epochs[1].keys() and len(epochs[0]) == len(dm.datasets["train"])
     assert all(not torch.equal(epochs[0][k], epochs[1][k]) for k in epochs[0])
     ds = dm.datasets["train"]
     window = ds.windows[5]
-    assert torch.equal(ds[(5, 1)]["frames"], epochs[1][(window.recording, window.start)])  # main process == worker
+    assert torch.equal(
+        ds[(5, 1)]["frames"], epochs[1][(window.recording, window.start)]
+    )  # main process == worker
 
 
 def test_checkpoint_carries_everything_to_rebuild_and_loads_weights_only(logs: Path, tmp_path: Path) -> None:
@@ -167,11 +217,16 @@ def test_checkpoint_carries_everything_to_rebuild_and_loads_weights_only(logs: P
     with torch.no_grad():  # violate the constraints, so only the after-step projection can restore them
         module.policy.rnn.w[:, ::2] = -0.5
         module.policy.rnn.cm[::2] = -0.5
-    _trainer(tmp_path, max_steps=2, limit_val_batches=2).fit(module, datamodule=_datamodule(logs, tmp_path / "c"))
+    _trainer(tmp_path, max_steps=2, limit_val_batches=2).fit(
+        module, datamodule=_datamodule(logs, tmp_path / "c")
+    )
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=True)
     meta = ckpt["drive"]
-    assert meta["family"] == "ncp_ltc" and meta["label_units"] == {"network": "1/km", "policy": "1/m",
-                                                                     "label": "curvature"}
+    assert meta["family"] == "ncp_ltc" and meta["label_units"] == {
+        "network": "1/km",
+        "policy": "1/m",
+        "label": "curvature",
+    }
     assert meta["policy_config"]["rnn"]["kwargs"]["wiring"]["units"] == 19
     assert meta["frame_size"] == [40, 100]  # the logs' camera size, so export builds the module for it
     policy, _ = load_policy(tmp_path / "checkpoints" / "last.ckpt")
@@ -192,10 +247,28 @@ def checkpoint(logs: Path, tmp_path_factory) -> Path:
 
 def _lightning_args(command: str, ckpt: Path, logs: Path, root: Path, *extra: str) -> List[str]:
     """`drive test|predict` on ``logs`` with a checkpoint; the model comes from the checkpoint's hyperparameters."""
-    return [command, "--ckpt_path", str(ckpt), f"--data.{command}", f"[{logs}]", "--data.image_size", "[40, 100]",
-            "--data.eval_batch_size", "4", "--data.num_workers", "0", "--data.cache_dir", str(root / "cache"),
-            "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(root),
-            "--trainer.enable_progress_bar", "false", *extra]
+    return [
+        command,
+        "--ckpt_path",
+        str(ckpt),
+        f"--data.{command}",
+        f"[{logs}]",
+        "--data.image_size",
+        "[40, 100]",
+        "--data.eval_batch_size",
+        "4",
+        "--data.num_workers",
+        "0",
+        "--data.cache_dir",
+        str(root / "cache"),
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.default_root_dir",
+        str(root),
+        "--trainer.enable_progress_bar",
+        "false",
+        *extra,
+    ]
 
 
 def _one_pass_km(ckpt: Path, logs: Path) -> List[Tuple[str, np.ndarray, np.ndarray]]:
@@ -213,7 +286,8 @@ def _one_pass_km(ckpt: Path, logs: Path) -> List[Tuple[str, np.ndarray, np.ndarr
 
 
 def test_drive_test_logs_the_stateful_error_of_the_checkpoint_over_whole_recordings(
-        logs: Path, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    logs: Path, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """`drive test` streams each recording window after window (hidden state carried): its MSE equals
     the checkpoint run over the whole recording in one pass, overall and per recording."""
     assert main(_lightning_args("test", checkpoint, logs / "train", tmp_path)) == 0
@@ -224,14 +298,19 @@ def test_drive_test_logs_the_stateful_error_of_the_checkpoint_over_whole_recordi
     reference = _one_pass_km(checkpoint, logs / "train")
     assert len(reference) == 6
     for name, pred, label in reference:
-        assert logged[f"test_recording/{name}/mse_km"] == pytest.approx(np.mean((pred - label) ** 2), rel=1e-4)
-        assert logged[f"test_recording/{name}/mae_km"] == pytest.approx(np.mean(np.abs(pred - label)), rel=1e-4)
+        assert logged[f"test_recording/{name}/mse_km"] == pytest.approx(
+            np.mean((pred - label) ** 2), rel=1e-4
+        )
+        assert logged[f"test_recording/{name}/mae_km"] == pytest.approx(
+            np.mean(np.abs(pred - label)), rel=1e-4
+        )
     errors = np.concatenate([pred - label for _, pred, label in reference])
-    assert logged["test/mse_km"] == pytest.approx(np.mean(errors ** 2), rel=1e-4)
+    assert logged["test/mse_km"] == pytest.approx(np.mean(errors**2), rel=1e-4)
 
 
 def test_drive_predict_writes_the_checkpoints_curvature_for_every_frame_of_every_recording(
-        logs: Path, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    logs: Path, checkpoint: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     """`drive predict` writes <root>/predictions.csv: one row per frame (padding dropped), in recording
     and frame order, whose curvature is the checkpoint's one-pass curvature (1/m) and whose label and
     timestamps are the log's."""
@@ -248,27 +327,38 @@ def test_drive_predict_writes_the_checkpoints_curvature_for_every_frame_of_every
     assert len(rows) == sum(len(pred) for _, pred, _ in reference)
     offset = 0
     for name, pred_km, label_km in reference:  # recordings in the split's order, frames in time order
-        mine = rows[offset: offset + len(pred_km)]
+        mine = rows[offset : offset + len(pred_km)]
         offset += len(pred_km)
         assert {r["recording"] for r in mine} == {name}
         assert [int(r["frame"]) for r in mine] == list(range(len(pred_km)))
-        np.testing.assert_allclose([1000.0 * float(r["predicted_curvature_per_m"]) for r in mine], pred_km,
-                                   atol=1e-3, err_msg=name)
-        np.testing.assert_allclose([1000.0 * float(r["recorded_curvature_per_m"]) for r in mine], label_km,
-                                   atol=1e-3, err_msg=name)
-        np.testing.assert_allclose([float(r["time_s"]) for r in mine], logs_by_name[name].timestamps_s, atol=1e-6)
+        np.testing.assert_allclose(
+            [1000.0 * float(r["predicted_curvature_per_m"]) for r in mine], pred_km, atol=1e-3, err_msg=name
+        )
+        np.testing.assert_allclose(
+            [1000.0 * float(r["recorded_curvature_per_m"]) for r in mine], label_km, atol=1e-3, err_msg=name
+        )
+        np.testing.assert_allclose(
+            [float(r["time_s"]) for r in mine], logs_by_name[name].timestamps_s, atol=1e-6
+        )
 
 
 def test_drive_predict_path_option(logs: Path, checkpoint: Path, tmp_path: Path) -> None:
     out = tmp_path / "elsewhere" / "curvature.csv"
-    assert main(_lightning_args("predict", checkpoint, logs / "val", tmp_path / "run",
-                                "--predictions.path", str(out))) == 0
+    assert (
+        main(
+            _lightning_args(
+                "predict", checkpoint, logs / "val", tmp_path / "run", "--predictions.path", str(out)
+            )
+        )
+        == 0
+    )
     assert out.is_file() and not (tmp_path / "run" / "predictions.csv").exists()
 
 
 @pytest.mark.parametrize("command", ["test", "predict"])
 def test_missing_checkpoint_is_named_on_stderr_before_any_work(
-        command: str, logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    command: str, logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     missing = tmp_path / "no-such-run" / "last.ckpt"
     assert main(_lightning_args(command, missing, logs / "val", tmp_path / "run")) == 2
     captured = capsys.readouterr()

@@ -2,6 +2,7 @@
 the family and one options group per family (``--model.cfc.mode``), and checkpoints written with
 the flat names of earlier versions (``units``, ``cfc_mode``, ``ode_unfolds`` ...) still rebuild
 their network and run under ``drive test --ckpt_path`` as they did."""
+
 from __future__ import annotations
 
 import csv
@@ -16,16 +17,31 @@ from drive.checkpoint import load_policy
 from drive.cli import main
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
-from drive.nn.families import (FAMILIES, CfCOptions, NCPLTCOptions, RNNOptions, build_policy,
-                               upgrade_flat_options)
+from drive.nn.families import (
+    FAMILIES,
+    CfCOptions,
+    NCPLTCOptions,
+    RNNOptions,
+    build_policy,
+    upgrade_flat_options,
+)
 from drive.sim.synthetic import LaneScene, write_synthetic_lanes
 from drive.train.hparams import upgrade_hparams
 from drive.train.module import PolicyModule
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compat"
 # written by drive fit with the flat option names (tools/make_compat_fixtures.py, before issue 23)
-FLAT = ["ncp_ltc", "cfc_default", "cfc_no_gate_mixed", "cfc_pure", "cfc_wired_mixed", "cfc_wired_pure",
-        "lstm", "ctrnn", "cnn"]
+FLAT = [
+    "ncp_ltc",
+    "cfc_default",
+    "cfc_no_gate_mixed",
+    "cfc_pure",
+    "cfc_wired_mixed",
+    "cfc_wired_pure",
+    "lstm",
+    "ctrnn",
+    "cnn",
+]
 
 
 def _ckpt(name: str) -> dict:
@@ -91,16 +107,33 @@ def logs(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("name", ["cfc_no_gate_mixed", "cfc_wired_pure", "lstm"])
-def test_drive_test_runs_a_checkpoint_written_with_the_flat_names(name: str, logs: Path,
-                                                                  tmp_path: Path) -> None:
+def test_drive_test_runs_a_checkpoint_written_with_the_flat_names(
+    name: str, logs: Path, tmp_path: Path
+) -> None:
     """The model options come from the old checkpoint (Lightning re-applies its hyperparameters): the
     logged MSE is the checkpoint's own policy's over the recordings in one pass."""
     ckpt = FIXTURES / f"{name}.ckpt"
-    args = ["test", "--ckpt_path", str(ckpt), "--data.test", f"[{logs}]", "--data.image_size", "[53, 53]",
-            "--data.eval_batch_size", "4", "--data.num_workers", "0",
-            "--data.cache_dir", str(tmp_path / "cache"),
-            "--trainer.accelerator", "cpu", "--trainer.default_root_dir", str(tmp_path),
-            "--trainer.enable_progress_bar", "false"]
+    args = [
+        "test",
+        "--ckpt_path",
+        str(ckpt),
+        "--data.test",
+        f"[{logs}]",
+        "--data.image_size",
+        "[53, 53]",
+        "--data.eval_batch_size",
+        "4",
+        "--data.num_workers",
+        "0",
+        "--data.cache_dir",
+        str(tmp_path / "cache"),
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.default_root_dir",
+        str(tmp_path),
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
     assert main(args) == 0
     (metrics_csv,) = (tmp_path / "csv").rglob("metrics.csv")
     with open(metrics_csv, newline="") as f:

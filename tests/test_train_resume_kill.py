@@ -1,6 +1,7 @@
 """`drive fit ... --ckpt_path last` after a real SIGKILL ends bitwise equal to a run never killed:
 the same batches, augmentation, weight constraints, optimizer and LR state (0 and 2 workers,
 killed mid-epoch in the first epoch and in a later one). Subprocesses, as a user runs it."""
+
 from __future__ import annotations
 
 import os
@@ -26,23 +27,66 @@ MAX_STEPS, EVERY = 12, 2
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("resume-logs")
-    simulate(root, minutes=0.4, seed=3, fps=10.0, camera=Camera.default(width=48, height=16),
-             recording_minutes=0.2, noise_std=0.015, conditions=["summer", "noon", "marked"])
+    simulate(
+        root,
+        minutes=0.4,
+        seed=3,
+        fps=10.0,
+        camera=Camera.default(width=48, height=16),
+        recording_minutes=0.2,
+        noise_std=0.015,
+        conditions=["summer", "noon", "marked"],
+    )
     return root
 
 
 def _fit(logs: Path, root: Path, workers: int, *extra: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
-    cmd = [sys.executable, "-m", "drive.cli", "fit", "--model.family", "ncp_ltc", "--model.input_hw", "[16, 48]",
-           "--model.lr", "0.02",  # large steps: the LTC's positivity clip acts from the first steps
-           "--data.train", f"[{logs}]", "--data.image_size", "[16, 48]", "--data.seq_len", "8",
-           "--data.stride", "8", "--data.batch_size", "4", "--data.num_workers", str(workers),
-           "--data.cache_dir", str(root.parent / "cache"), "--data.val_split", "none",
-           "--data.augment", '{"viewpoint_p": 0.5, "photometric_p": 0.8, "noise_p": 0.5, "shadow_p": 0.5}',
-           "--trainer.accelerator", "cpu", "--trainer.max_steps", str(MAX_STEPS),
-           "--trainer.default_root_dir", str(root), "--trainer.enable_progress_bar", "false",
-           "--trainer.logger", "false", "--trainer.enable_model_summary", "false",
-           "--last_checkpoint.every_n_train_steps", str(EVERY), *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "drive.cli",
+        "fit",
+        "--model.family",
+        "ncp_ltc",
+        "--model.input_hw",
+        "[16, 48]",
+        "--model.lr",
+        "0.02",  # large steps: the LTC's positivity clip acts from the first steps
+        "--data.train",
+        f"[{logs}]",
+        "--data.image_size",
+        "[16, 48]",
+        "--data.seq_len",
+        "8",
+        "--data.stride",
+        "8",
+        "--data.batch_size",
+        "4",
+        "--data.num_workers",
+        str(workers),
+        "--data.cache_dir",
+        str(root.parent / "cache"),
+        "--data.val_split",
+        "none",
+        "--data.augment",
+        '{"viewpoint_p": 0.5, "photometric_p": 0.8, "noise_p": 0.5, "shadow_p": 0.5}',
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.max_steps",
+        str(MAX_STEPS),
+        "--trainer.default_root_dir",
+        str(root),
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        "--last_checkpoint.every_n_train_steps",
+        str(EVERY),
+        *extra,
+    ]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -72,12 +116,21 @@ def uninterrupted(logs: Path, tmp_path_factory) -> Dict[int, Dict[str, torch.Ten
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("kill_at, saved", [(5, {"epoch": 0, "batches": 4}), (11, {"epoch": 1, "batches": 2})])
+@pytest.mark.parametrize(
+    "kill_at, saved", [(5, {"epoch": 0, "batches": 4}), (11, {"epoch": 1, "batches": 2})]
+)
 def test_killed_and_resumed_run_ends_bitwise_equal_to_an_uninterrupted_one(
-        logs: Path, tmp_path: Path, uninterrupted, workers: int, kill_at: int, saved: Dict[str, int]) -> None:
+    logs: Path, tmp_path: Path, uninterrupted, workers: int, kill_at: int, saved: Dict[str, int]
+) -> None:
     root = tmp_path / "run"
-    killed = _fit(logs, root, workers, "--trainer.callbacks+=fault_callbacks.KillAt",
-                  "--trainer.callbacks.step", str(kill_at))
+    killed = _fit(
+        logs,
+        root,
+        workers,
+        "--trainer.callbacks+=fault_callbacks.KillAt",
+        "--trainer.callbacks.step",
+        str(kill_at),
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     ckpt = torch.load(root / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
     assert ckpt["global_step"] == kill_at - 1  # killed mid-epoch, after the last save

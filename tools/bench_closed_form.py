@@ -14,6 +14,7 @@ Fidelity: output MSE and max error of each closed form against the ODE LTC on sm
 sequences (random walks, like consecutive camera features), in the module's output units (1/km for
 a trained policy's LTC), and against the converged ODE (256 unfolds). ``exact/K`` rows: the exact kernel with K substeps per step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,10 +26,10 @@ from typing import Dict
 import torch
 from torch import Tensor, nn
 
+from drive.io.timing import interleaved_medians
 from drive.nn.closed_form.ltc import convert
 from drive.nn.ltc import LTC
 from drive.nn.wiring import lane_keeping_ncp
-from drive.io.timing import interleaved_medians
 
 
 def smooth_inputs(batch: int, length: int, features: int, seed: int, device: torch.device) -> Tensor:
@@ -43,8 +44,11 @@ def fidelity(reference: Tensor, truth: Tensor, closed: nn.Module, x: Tensor) -> 
     with torch.no_grad():
         y, _ = closed(x)
     err = y - reference
-    return {"mse": float((err**2).mean()), "max_abs_err": float(err.abs().max()),
-            "mse_vs_true_ode": float(((y - truth) ** 2).mean())}
+    return {
+        "mse": float((err**2).mean()),
+        "max_abs_err": float(err.abs().max()),
+        "mse_vs_true_ode": float(((y - truth) ** 2).mean()),
+    }
 
 
 def frozen(module: nn.Module) -> torch.jit.ScriptModule:
@@ -56,16 +60,29 @@ def frozen(module: nn.Module) -> torch.jit.ScriptModule:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ckpt", help="policy checkpoint whose recurrent module is an LTC (default: random LTC)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--ckpt", help="policy checkpoint whose recurrent module is an LTC (default: random LTC)"
+    )
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=21)
-    parser.add_argument("--statistic", default="median", choices=["median", "min"],
-                        help="per-model time over the interleaved rounds")
+    parser.add_argument(
+        "--statistic",
+        default="median",
+        choices=["median", "min"],
+        help="per-model time over the interleaved rounds",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--substeps", type=int, nargs="*", default=[],
-                        help="also time/score exact conversions with these substeps per step (e.g. 2 6)")
+    parser.add_argument(
+        "--substeps",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also time/score exact conversions with these substeps per step (e.g. 2 6)",
+    )
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -82,7 +99,11 @@ def main() -> None:
         ltc = LTC(lane_keeping_ncp())
         source = "random LTC on the lane-keeping NCP (19 neurons, 32 inputs)"
     ltc = ltc.to(device).eval()
-    models: Dict[str, nn.Module] = {"ode": ltc, "exact": convert(ltc, "exact"), "approx": convert(ltc, "approx")}
+    models: Dict[str, nn.Module] = {
+        "ode": ltc,
+        "exact": convert(ltc, "exact"),
+        "approx": convert(ltc, "approx"),
+    }
     models.update({f"exact/{k}": convert(ltc, "exact", substeps=k) for k in args.substeps})
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     f_in = ltc.input_size
@@ -103,30 +124,60 @@ def main() -> None:
         for mode in ("eager", "frozen"):
             mods = {k: (frozen(m) if mode == "frozen" else m) for k, m in models.items()}
             hidden = {k: m.initial_state(1) for k, m in mods.items()}
-            fwd = interleaved_medians({k: (lambda m=m: m(x)) for k, m in mods.items()}, args.rounds, 5, sync,
-                                      args.statistic)
-            step = interleaved_medians({k: (lambda m=m, k=k: m.step(x1, hidden[k], dt1)) for k, m in mods.items()},
-                                       args.rounds, 100, sync, args.statistic)
-            results[mode] = {f"{k}_{what}_ms": t[k] for k in mods for what, t in (("forward", fwd), ("step", step))}
+            fwd = interleaved_medians(
+                {k: (lambda m=m: m(x)) for k, m in mods.items()}, args.rounds, 5, sync, args.statistic
+            )
+            step = interleaved_medians(
+                {k: (lambda m=m, k=k: m.step(x1, hidden[k], dt1)) for k, m in mods.items()},
+                args.rounds,
+                100,
+                sync,
+                args.statistic,
+            )
+            results[mode] = {
+                f"{k}_{what}_ms": t[k] for k in mods for what, t in (("forward", fwd), ("step", step))
+            }
 
-    print(f"source: {source}; device {device}, {args.threads} thread(s), {args.statistic} of {args.rounds} "
-          "interleaved rounds")
-    print(f"{'model':<10}{'mode':<8}{'fwd B16 L32 ms':>16}{'x faster':>10}{'step B1 ms':>12}{'x faster':>10}"
-          f"{'MSE vs ODE':>12}{'max |err|':>11}{'MSE vs true ODE':>17}")
-    report: Dict[str, object] = {"source": source, "device": str(device), "threads": args.threads,
-                                 "statistic": args.statistic, "rounds": args.rounds, "rows": []}
+    print(
+        f"source: {source}; device {device}, {args.threads} thread(s), {args.statistic} of {args.rounds} "
+        "interleaved rounds"
+    )
+    print(
+        f"{'model':<10}{'mode':<8}{'fwd B16 L32 ms':>16}{'x faster':>10}{'step B1 ms':>12}{'x faster':>10}"
+        f"{'MSE vs ODE':>12}{'max |err|':>11}{'MSE vs true ODE':>17}"
+    )
+    report: Dict[str, object] = {
+        "source": source,
+        "device": str(device),
+        "threads": args.threads,
+        "statistic": args.statistic,
+        "rounds": args.rounds,
+        "rows": [],
+    }
     for mode, r in results.items():
         for k in models:
             fr = r["ode_forward_ms"] / r[f"{k}_forward_ms"]
             sr = r["ode_step_ms"] / r[f"{k}_step_ms"]
-            print(f"{k:<10}{mode:<8}{r[f'{k}_forward_ms']:>16.3f}{fr:>10.2f}{r[f'{k}_step_ms']:>12.4f}{sr:>10.2f}"
-                  f"{fid[k]['mse']:>12.3g}{fid[k]['max_abs_err']:>11.3g}{fid[k]['mse_vs_true_ode']:>17.3g}")
-            report["rows"].append({"model": k, "mode": mode, "forward_ms": r[f"{k}_forward_ms"],
-                                   "forward_speedup": fr, "step_ms": r[f"{k}_step_ms"], "step_speedup": sr,
-                                   **fid[k]})
-    print(f"fidelity on 64 random-walk sequences of 200 steps (timespan 1): MSE against the ODE LTC "
-          f"({ltc.ode_unfolds} unfolds) and against the true ODE (256 unfolds); ODE output variance "
-          f"{float(y_ode.var()):.3g}")
+            print(
+                f"{k:<10}{mode:<8}{r[f'{k}_forward_ms']:>16.3f}{fr:>10.2f}{r[f'{k}_step_ms']:>12.4f}{sr:>10.2f}"
+                f"{fid[k]['mse']:>12.3g}{fid[k]['max_abs_err']:>11.3g}{fid[k]['mse_vs_true_ode']:>17.3g}"
+            )
+            report["rows"].append(
+                {
+                    "model": k,
+                    "mode": mode,
+                    "forward_ms": r[f"{k}_forward_ms"],
+                    "forward_speedup": fr,
+                    "step_ms": r[f"{k}_step_ms"],
+                    "step_speedup": sr,
+                    **fid[k],
+                }
+            )
+    print(
+        f"fidelity on 64 random-walk sequences of 200 steps (timespan 1): MSE against the ODE LTC "
+        f"({ltc.ode_unfolds} unfolds) and against the true ODE (256 unfolds); ODE output variance "
+        f"{float(y_ode.var()):.3g}"
+    )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=2)

@@ -11,6 +11,7 @@
    with augmentation on ``--device`` after the transfer (``augment_on="device"``), and one worker's
    job in-process on one thread (the per-core rate).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,8 +28,8 @@ import torch
 from drive.data.augment import AugmentConfig
 from drive.data.cache import build_cache
 from drive.data.datamodule import DriveDataModule
-from drive.data.readers import read_logs
 from drive.data.preprocess import Preprocessing
+from drive.data.readers import read_logs
 from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 
 
@@ -37,18 +38,35 @@ def _write(root: Path, frames: int, storage: str, h: int, w: int) -> Path:
     rng = np.random.default_rng(0)
     base = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
     base = cv2.GaussianBlur(base, (0, 0), 8)  # camera-like content compresses like a real frame
-    with RecordingWriter(root / storage, RecordingMeta(fps=30, width=w, height=h, camera=cam, storage=storage)) as wr:
+    with RecordingWriter(
+        root / storage, RecordingMeta(fps=30, width=w, height=h, camera=cam, storage=storage)
+    ) as wr:
         for i in range(frames):
-            wr.append(np.roll(base, 3 * i, axis=1), timestamp_s=i / 30, curvature=0.01 * np.sin(i / 30), speed_mps=8.0)
+            wr.append(
+                np.roll(base, 3 * i, axis=1),
+                timestamp_s=i / 30,
+                curvature=0.01 * np.sin(i / 30),
+                speed_mps=8.0,
+            )
     return root / storage
 
 
-def _loader_rate(tmp: Path, augment, workers: int, batches: int, device: torch.device,
-                 augment_on: str = "workers") -> float:
+def _loader_rate(
+    tmp: Path, augment, workers: int, batches: int, device: torch.device, augment_on: str = "workers"
+) -> float:
     """Frames/s the training DataLoader delivers (batches of 20 x 16) to ``device``, after worker
     start-up; with ``augment_on="device"`` each batch is augmented after the transfer."""
-    dm = DriveDataModule(train=[str(tmp / "train")], cache_dir=str(tmp / "cache2"), batch_size=20, seq_len=16,
-                         stride=4, num_workers=workers, augment=augment, val_split="none", augment_on=augment_on)
+    dm = DriveDataModule(
+        train=[str(tmp / "train")],
+        cache_dir=str(tmp / "cache2"),
+        batch_size=20,
+        seq_len=16,
+        stride=4,
+        num_workers=workers,
+        augment=augment,
+        val_split="none",
+        augment_on=augment_on,
+    )
     dm.prepare_data()
     dm.setup("fit")
     it = iter(dm.train_dataloader())
@@ -82,8 +100,15 @@ def _loader_rate(tmp: Path, augment, workers: int, batches: int, device: torch.d
 def _worker_job_rate(tmp: Path, windows: int) -> float:
     """Frames/s of what one worker does (read a window from the cache, augment it), one thread,
     no other process involved: what each of N workers delivers on N otherwise idle cores."""
-    dm = DriveDataModule(train=[str(tmp / "train")], cache_dir=str(tmp / "cache2"), seq_len=16, stride=4,
-                         num_workers=0, augment=AugmentConfig(), val_split="none")
+    dm = DriveDataModule(
+        train=[str(tmp / "train")],
+        cache_dir=str(tmp / "cache2"),
+        seq_len=16,
+        stride=4,
+        num_workers=0,
+        augment=AugmentConfig(),
+        val_split="none",
+    )
     dm.setup("fit")
     ds = dm.datasets["train"]
     threads = torch.get_num_threads()
@@ -114,21 +139,29 @@ def main() -> None:
             t0 = time.perf_counter()
             build_cache(rec, pre, tmp / "cache")
             dt = time.perf_counter() - t0
-            print(f"first pass {'JPEG' if storage == 'frames' else 'MP4 '} 1920x1208 -> 200x78: "
-                  f"{args.frames / dt:8.1f} frames/s")
+            print(
+                f"first pass {'JPEG' if storage == 'frames' else 'MP4 '} 1920x1208 -> 200x78: "
+                f"{args.frames / dt:8.1f} frames/s"
+            )
         _write(tmp / "train", args.train_frames, "frames", 78, 200)
         rates = {}
         for name, augment in (("no augmentation (bound)", None), ("full augmentation", AugmentConfig())):
             rates[name] = _loader_rate(tmp, augment, args.workers, args.batches, torch.device(args.device))
             print(f"training loop, {name}, {args.workers} workers: {rates[name]:8.1f} frames/s")
-        on_device = _loader_rate(tmp, AugmentConfig(), args.workers, args.batches, torch.device(args.device), "device")
-        print(f"training loop, full augmentation on {args.device} after transfer (augment_on=device): "
-              f"{on_device:8.1f} frames/s")
+        on_device = _loader_rate(
+            tmp, AugmentConfig(), args.workers, args.batches, torch.device(args.device), "device"
+        )
+        print(
+            f"training loop, full augmentation on {args.device} after transfer (augment_on=device): "
+            f"{on_device:8.1f} frames/s"
+        )
         per_core = _worker_job_rate(tmp, args.batches * 20)
         print(f"one worker's job in-process (1 thread, full augmentation): {per_core:8.1f} frames/s per core")
         full = rates["full augmentation"]
-        print(f"full augmentation = {full / rates['no augmentation (bound)']:.2f} x the no-augmentation rate, "
-              f"{full / 3000:.2f} x the 3000 frames/s target")
+        print(
+            f"full augmentation = {full / rates['no augmentation (bound)']:.2f} x the no-augmentation rate, "
+            f"{full / 3000:.2f} x the 3000 frames/s target"
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -18,6 +18,7 @@ conv-FLOP floor of this CPU, the NCP head's multiply-adds (81 MFLOP per frame, c
 module's own Conv2d layers) divided by the 1-thread sgemm rate measured in the same run.
 Targets (issue 9): TorchScript within 1.2x of onnxruntime; the fastest path within 1.5x of the floor.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from drive.export import build_deployed, export_policy, load_exported
-from drive.export.soak import soak
 from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
+from drive.export import build_deployed, export_policy, load_exported
+from drive.export.soak import soak
 from drive.nn.families import build_policy
 
 
@@ -67,13 +68,14 @@ def sgemm_gflops(n: int = 512, seconds: float = 1.0) -> Tuple[float, float]:
         for _ in range(4):
             torch.mm(a, b)
         t1, c1 = time.perf_counter(), time.thread_time()
-        best_wall = max(best_wall, 4 * 2.0 * n ** 3 / (t1 - t0) / 1e9)
-        best_cpu = max(best_cpu, 4 * 2.0 * n ** 3 / max(c1 - c0, 1e-6) / 1e9)
+        best_wall = max(best_wall, 4 * 2.0 * n**3 / (t1 - t0) / 1e9)
+        best_cpu = max(best_cpu, 4 * 2.0 * n**3 / max(c1 - c0, 1e-6) / 1e9)
     return best_wall, best_cpu
 
 
-def time_block(step: Callable, frames: torch.Tensor, hidden: torch.Tensor, steps: int, warmup: int,
-               offset: int = 0) -> Tuple[List[float], List[float], torch.Tensor]:
+def time_block(
+    step: Callable, frames: torch.Tensor, hidden: torch.Tensor, steps: int, warmup: int, offset: int = 0
+) -> Tuple[List[float], List[float], torch.Tensor]:
     """``steps`` timed steps after ``warmup`` untimed ones: (wall ms per step, thread-CPU ms per step, hidden)."""
     wall, cpu = [], []
     with torch.inference_mode():
@@ -89,12 +91,38 @@ def time_block(step: Callable, frames: torch.Tensor, hidden: torch.Tensor, steps
     return wall, cpu, hidden
 
 
-def time_runtime(binary: Path, model: Path, raw: Path, out: Path, threads: int, warmup: int, device: str = "cpu",
-                 extra: Optional[List[str]] = None) -> List[float]:
+def time_runtime(
+    binary: Path,
+    model: Path,
+    raw: Path,
+    out: Path,
+    threads: int,
+    warmup: int,
+    device: str = "cpu",
+    extra: Optional[List[str]] = None,
+) -> List[float]:
     """The C++ runtime stepping every frame of ``raw`` (no pacing): its per-step wall latencies (ms)."""
-    done = subprocess.run([str(binary), str(model), str(raw), "--no-pace", "--quiet", "--device", device,
-                           "--threads", str(threads), "--warmup", str(warmup), "--out", str(out), *(extra or [])],
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            str(binary),
+            str(model),
+            str(raw),
+            "--no-pace",
+            "--quiet",
+            "--device",
+            device,
+            "--threads",
+            str(threads),
+            "--warmup",
+            str(warmup),
+            "--out",
+            str(out),
+            *(extra or []),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if done.returncode != 0:
         raise SystemExit(f"{binary} {model.name} failed ({done.returncode}): {done.stderr[-2000:]}")
     with open(out) as f:
@@ -128,7 +156,9 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
     policy, meta = load_policy(ckpt)
     eager = build_deployed(policy, meta)
     h, w = eager.frame_height, eager.frame_width
-    frames = torch.randint(0, 256, (32, h, w, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    frames = torch.randint(
+        0, 256, (32, h, w, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
+    )
     paths: Dict[str, Callable] = {"eager": eager.step_with_status}
     models = {"torchscript": "policy.ts", "aoti": "policy.pt2", "onnxruntime": "policy.onnx"}
     formats = {"torchscript": "torchscript", "aoti": "aoti", "onnxruntime": "onnx"}
@@ -156,14 +186,16 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
     hidden = {n: eager.initial_state(1) for n in paths}
     for r in range(args.rounds):
         medians = {}
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             if name in runtime_models:  # a fresh process each round: always a full warm-up
-                wl = time_runtime(args.runtime, runtime_models[name], raw, work / "runtime.csv",
-                                  args.threads, args.warmup)
+                wl = time_runtime(
+                    args.runtime, runtime_models[name], raw, work / "runtime.csv", args.threads, args.warmup
+                )
                 cl = []
             else:
-                wl, cl, hidden[name] = time_block(paths[name], frames, hidden[name], per,
-                                                  args.warmup if r == 0 else 5, offset=r * per)
+                wl, cl, hidden[name] = time_block(
+                    paths[name], frames, hidden[name], per, args.warmup if r == 0 else 5, offset=r * per
+                )
             wall[name] += wl
             cpu[name] += cl
             medians[name] = (median(wl), median(cl))
@@ -182,37 +214,56 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
 
     for n in names:
         rows[n]["x_floor_wall"], rows[n]["x_floor_cpu"] = vs_floor(n, 0), vs_floor(n, 1)
-    result = {"device": "cpu", "threads": args.threads, "family": meta["family"], "frame": [h, w],
-              "rounds": args.rounds, "steps_per_round": per,
-              "conv_mflop_per_frame": flops / 1e6, "floor_ms": floor_ms, "floor_cpu_ms": floor_cpu_ms,
-              "sgemm_gflops_1thread": flops / floor_ms / 1e6, "paths": rows}
-    print(f"\nbatch-1 step latency, {args.threads} thread(s), {meta['family']}, frame {w}x{h}, "
-          f"{args.rounds} interleaved rounds x {per} steps per path")
-    print(f"conv head {flops / 1e6:.1f} MFLOP/frame; sgemm {flops / floor_ms / 1e6:.1f} GFLOP/s wall, "
-          f"{flops / floor_cpu_ms / 1e6:.1f} by CPU time -> floor {floor_ms:.3f} ms (CPU time {floor_cpu_ms:.3f} ms)\n")
+    result = {
+        "device": "cpu",
+        "threads": args.threads,
+        "family": meta["family"],
+        "frame": [h, w],
+        "rounds": args.rounds,
+        "steps_per_round": per,
+        "conv_mflop_per_frame": flops / 1e6,
+        "floor_ms": floor_ms,
+        "floor_cpu_ms": floor_cpu_ms,
+        "sgemm_gflops_1thread": flops / floor_ms / 1e6,
+        "paths": rows,
+    }
+    print(
+        f"\nbatch-1 step latency, {args.threads} thread(s), {meta['family']}, frame {w}x{h}, "
+        f"{args.rounds} interleaved rounds x {per} steps per path"
+    )
+    print(
+        f"conv head {flops / 1e6:.1f} MFLOP/frame; sgemm {flops / floor_ms / 1e6:.1f} GFLOP/s wall, "
+        f"{flops / floor_cpu_ms / 1e6:.1f} by CPU time -> floor {floor_ms:.3f} ms (CPU time {floor_cpu_ms:.3f} ms)\n"
+    )
     print(f"{'path':<21} {'p50 ms':>7} {'p99 ms':>7} {'cpu p50':>8} {'x floor':>8} {'x floor cpu':>12}")
 
     def num(x: Optional[float], width: int, digits: int) -> str:
         return f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
 
     for n, r in rows.items():
-        print(f"{n:<21} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {num(r['cpu_p50_ms'], 8, 3)} {r['x_floor_wall']:8.2f} "
-              f"{num(r['x_floor_cpu'], 12, 2)}")
+        print(
+            f"{n:<21} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {num(r['cpu_p50_ms'], 8, 3)} {r['x_floor_wall']:8.2f} "
+            f"{num(r['x_floor_cpu'], 12, 2)}"
+        )
     fastest = min(rows, key=lambda n: rows[n]["x_floor_wall"])
     result["fastest"] = fastest
     result["fastest_vs_floor"] = rows[fastest]["x_floor_wall"]
     result["fastest_vs_floor_cpu"] = rows[fastest]["x_floor_cpu"]
     by_cpu = result["fastest_vs_floor_cpu"]
-    print(f"\nfastest: {fastest}, {result['fastest_vs_floor']:.2f}x the floor by wall time"
-          + (f", {by_cpu:.2f}x by CPU time" if by_cpu is not None else "")
-          + " (target <= 1.5; median of per-round ratios)")
+    print(
+        f"\nfastest: {fastest}, {result['fastest_vs_floor']:.2f}x the floor by wall time"
+        + (f", {by_cpu:.2f}x by CPU time" if by_cpu is not None else "")
+        + " (target <= 1.5; median of per-round ratios)"
+    )
     if "torchscript" in rows and "onnxruntime" in rows:
         result["torchscript_vs_onnxruntime"] = ratio("torchscript", "onnxruntime", 0)
         result["torchscript_vs_onnxruntime_cpu"] = ratio("torchscript", "onnxruntime", 1)
         result["portable_torchscript_vs_onnxruntime"] = ratio("torchscript_portable", "onnxruntime", 0)
-        print(f"torchscript / onnxruntime: {result['torchscript_vs_onnxruntime']:.2f}x wall, "
-              f"{result['torchscript_vs_onnxruntime_cpu']:.2f}x CPU time (target <= 1.2); "
-              f"file as saved, unspecialised: {result['portable_torchscript_vs_onnxruntime']:.2f}x")
+        print(
+            f"torchscript / onnxruntime: {result['torchscript_vs_onnxruntime']:.2f}x wall, "
+            f"{result['torchscript_vs_onnxruntime_cpu']:.2f}x CPU time (target <= 1.2); "
+            f"file as saved, unspecialised: {result['portable_torchscript_vs_onnxruntime']:.2f}x"
+        )
     for n in runtime_models:  # the C++ runtime against Python stepping the same file
         result[f"{n}_vs_python"] = ratio(n, n[: -len("_cpp")], 0)
         print(f"{n} / {n[: -len('_cpp')]} (Python): {result[f'{n}_vs_python']:.2f}x wall")
@@ -227,11 +278,17 @@ def bench_cuda(args, ckpt: Path, work: Path) -> Dict:
     if not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device")
     rows: Dict[str, Dict] = {}
-    variants = [("torchscript fp32", "torchscript", False, "p32.ts"), ("torchscript fp16", "torchscript", True, "p16.ts")]
+    variants = [
+        ("torchscript fp32", "torchscript", False, "p32.ts"),
+        ("torchscript fp16", "torchscript", True, "p16.ts"),
+    ]
     if "aoti" not in args.skip:
         variants.append(("aoti fp32", "aoti", False, "p32.pt2"))
-    print(f"\nbatch-1 step latency on {torch.cuda.get_device_name()}, {args.steps} steps per path "
-          "(frame already on the GPU, command read back each step)", flush=True)
+    print(
+        f"\nbatch-1 step latency on {torch.cuda.get_device_name()}, {args.steps} steps per path "
+        "(frame already on the GPU, command read back each step)",
+        flush=True,
+    )
     ts32 = None
     for name, fmt, half, file in variants:
         try:
@@ -239,7 +296,10 @@ def bench_cuda(args, ckpt: Path, work: Path) -> Dict:
             graphed = load_exported(path, device="cuda")
             plain = load_exported(path, device="cuda", cuda_graph=False)
         except Exception as e:  # noqa: BLE001 - report and go on with the other rows
-            print(f"{name:<18} not measured: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}", flush=True)
+            print(
+                f"{name:<18} not measured: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                flush=True,
+            )
             rows[name] = {"error": str(e)}
             continue
         ts32 = path if name == "torchscript fp32" else ts32
@@ -250,29 +310,56 @@ def bench_cuda(args, ckpt: Path, work: Path) -> Dict:
         blocks = 5
         for b in range(blocks):  # alternating blocks: drift on the machine hits both alike
             for key, model in (("graph", graphed), ("plain", plain)):
-                wall, _, hidden[key] = time_block(model.step, frames, hidden[key], max(1, args.steps // blocks),
-                                                  args.warmup if b == 0 else 5, offset=b * 7)
+                wall, _, hidden[key] = time_block(
+                    model.step,
+                    frames,
+                    hidden[key],
+                    max(1, args.steps // blocks),
+                    args.warmup if b == 0 else 5,
+                    offset=b * 7,
+                )
                 lat[key] += wall
         g, p = summary(lat["graph"]), summary(lat["plain"])
-        rows[name] = {"graph": g, "plain": p, "graph_failures": graphed.graph_failures,
-                      "plain_over_graph_p50": p["p50_ms"] / g["p50_ms"], "plain_over_graph_p99": p["p99_ms"] / g["p99_ms"]}
+        rows[name] = {
+            "graph": g,
+            "plain": p,
+            "graph_failures": graphed.graph_failures,
+            "plain_over_graph_p50": p["p50_ms"] / g["p50_ms"],
+            "plain_over_graph_p99": p["p99_ms"] / g["p99_ms"],
+        }
         fell_back = f"  (capture failed: {graphed.graph_failures})" if graphed.graph_failures else ""
-        print(f"{name:<18} CUDA graph p50 {g['p50_ms']:.3f} ms  p99 {g['p99_ms']:.3f} ms | without p50 {p['p50_ms']:.3f} "
-              f"ms  p99 {p['p99_ms']:.3f} ms | without / with: p50 {rows[name]['plain_over_graph_p50']:.2f}x, "
-              f"p99 {rows[name]['plain_over_graph_p99']:.2f}x (p99 target <= 0.3 ms){fell_back}", flush=True)
+        print(
+            f"{name:<18} CUDA graph p50 {g['p50_ms']:.3f} ms  p99 {g['p99_ms']:.3f} ms | without p50 {p['p50_ms']:.3f} "
+            f"ms  p99 {p['p99_ms']:.3f} ms | without / with: p50 {rows[name]['plain_over_graph_p50']:.2f}x, "
+            f"p99 {rows[name]['plain_over_graph_p99']:.2f}x (p99 target <= 0.3 ms){fell_back}",
+            flush=True,
+        )
     if args.runtime and ts32 is not None:
         raw = work / "frames.rgb"
         model = load_exported(ts32)
         h, w = model.frame_size
         raw.write_bytes(torch.randint(0, 256, (args.steps, h, w, 3), dtype=torch.uint8).numpy().tobytes())
         for label, extra in (("graph", []), ("plain", ["--no-cuda-graph"])):
-            lat = time_runtime(args.runtime, ts32, raw, work / f"cpp_{label}.csv", args.threads, args.warmup,
-                               device="cuda", extra=extra)
+            lat = time_runtime(
+                args.runtime,
+                ts32,
+                raw,
+                work / f"cpp_{label}.csv",
+                args.threads,
+                args.warmup,
+                device="cuda",
+                extra=extra,
+            )
             r = rows[f"torchscript fp32 C++ {label}"] = summary(lat)
-            print(f"C++ runtime, torchscript fp32, {'CUDA graph' if label == 'graph' else 'no graph  '}: "
-                  f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms (host-to-device frame copy included)", flush=True)
+            print(
+                f"C++ runtime, torchscript fp32, {'CUDA graph' if label == 'graph' else 'no graph  '}: "
+                f"p50 {r['p50_ms']:.3f} ms  p99 {r['p99_ms']:.3f} ms (host-to-device frame copy included)",
+                flush=True,
+            )
         g, p = rows["torchscript fp32 C++ graph"], rows["torchscript fp32 C++ plain"]
-        print(f"C++ runtime without / with the graph: p50 {p['p50_ms'] / g['p50_ms']:.2f}x, p99 {p['p99_ms'] / g['p99_ms']:.2f}x")
+        print(
+            f"C++ runtime without / with the graph: p50 {p['p50_ms'] / g['p50_ms']:.2f}x, p99 {p['p99_ms'] / g['p99_ms']:.2f}x"
+        )
     return {"device": torch.cuda.get_device_name(), "paths": rows}
 
 
@@ -280,7 +367,9 @@ def run_soak(args, ckpt: Path, work: Path) -> Dict:
     torch.set_num_threads(args.threads)
     model = load_exported(export_policy(ckpt, work / "soak.ts"))
     h, w = model.frame_size
-    frames = torch.randint(0, 256, (64, h, w, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(2))
+    frames = torch.randint(
+        0, 256, (64, h, w, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(2)
+    )
     report = soak(model, steps=args.soak_steps, frames=frames).to_dict()
     print(json.dumps(report, indent=2))
     return {"soak": report}
@@ -294,7 +383,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=50)
-    ap.add_argument("--rounds", type=int, default=10, help="interleaved rounds (CPU); --steps are split among them")
+    ap.add_argument(
+        "--rounds", type=int, default=10, help="interleaved rounds (CPU); --steps are split among them"
+    )
     ap.add_argument("--skip", nargs="*", default=[], choices=("torchscript", "aoti", "onnxruntime"))
     ap.add_argument("--runtime", type=Path, help="a built drive_runtime (deploy/): also time the C++ runtime")
     ap.add_argument("--soak", action="store_true", help="run the soak instead of the latency table")

@@ -15,6 +15,7 @@ Datasets are written once under ``--root`` (default ``.cache/bench_learn``) and 
 family (PilotNet, VALID convolutions) needs at least 66 rows and trains at ``--cnn-hw``.
 Exit status 1 when a family does not learn somewhere.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,12 +33,16 @@ def main(argv=None) -> int:
     p.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated: " + ", ".join(DATASETS))
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per model")
-    p.add_argument("--frames", type=int, default=800, help="training frames per dataset (validation: a quarter)")
+    p.add_argument(
+        "--frames", type=int, default=800, help="training frames per dataset (validation: a quarter)"
+    )
     p.add_argument("--hw", default="32x80", help="network input HxW of the NCP-head families")
     p.add_argument("--cnn-hw", default="66x100", help="network input HxW of the cnn family")
     p.add_argument("--batch", type=int, default=8, help="sequences of 16 frames per batch")
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--paper", action="store_true", help="also the paper's NCP-LTC: init default, feature_norm none")
+    p.add_argument(
+        "--paper", action="store_true", help="also the paper's NCP-LTC: init default, feature_norm none"
+    )
     p.add_argument("--root", default=".cache/bench_learn")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
@@ -54,20 +59,33 @@ def main(argv=None) -> int:
     runs = [(fam, {}) for fam in families]
     if args.paper:
         runs.append(("ncp_ltc", {"init": "default", "feature_norm": "none"}))
-    print(f"{'dataset':30s} {'model':22s} {'val MSE':>9s} {'constant':>9s} {'ratio':>6s} {'learns':>6s} {'s':>5s}")
+    print(
+        f"{'dataset':30s} {'model':22s} {'val MSE':>9s} {'constant':>9s} {'ratio':>6s} {'learns':>6s} {'s':>5s}"
+    )
     failures = 0
     for name in datasets:
         data = make_dataset(name, Path(args.root), n_train=args.frames, n_val=max(args.frames // 4, 64))
         for fam, kw in runs:
             start = time.perf_counter()
-            score = fit_and_score(fam, data, args.steps, model_hw=cnn_hw if fam == "cnn" else hw,
-                                  batch_size=args.batch, lr=args.lr, seed=args.seed,
-                                  cache_dir=Path(args.root) / "cache", **kw)
+            score = fit_and_score(
+                fam,
+                data,
+                args.steps,
+                model_hw=cnn_hw if fam == "cnn" else hw,
+                batch_size=args.batch,
+                lr=args.lr,
+                seed=args.seed,
+                cache_dir=Path(args.root) / "cache",
+                **kw,
+            )
             label = fam + (" (paper)" if kw else "")
             learns = score.ratio <= 0.5
             failures += (not learns) and not kw
-            print(f"{name:30s} {label:22s} {score.val_mse:9.1f} {score.best_constant:9.1f} {score.ratio:6.3f} "
-                  f"{'yes' if learns else 'NO':>6s} {time.perf_counter() - start:5.0f}", flush=True)
+            print(
+                f"{name:30s} {label:22s} {score.val_mse:9.1f} {score.best_constant:9.1f} {score.ratio:6.3f} "
+                f"{'yes' if learns else 'NO':>6s} {time.perf_counter() - start:5.0f}",
+                flush=True,
+            )
             for w in score.warnings:
                 print(f"    warning: {w}", flush=True)
     for name in datasets:

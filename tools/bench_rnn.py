@@ -12,6 +12,7 @@ forward+backward with the fused Triton kernels and with the TorchScript solver, 
 ``torch.nn.LSTM(F, 64)``, at the given batch and at 256 (default rounds 5 there, so the whole run
 fits a 10-minute device call).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,12 +22,12 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from ncps import wirings
-from ncps.torch import CfC as NcpsCfC
 from ncps.torch import LTC as NcpsLTC
+from ncps.torch import CfC as NcpsCfC
 from torch import nn
 
-from drive.nn import LSTM, WiredCfC, from_ncps
 from drive.io.timing import interleaved_medians
+from drive.nn import LSTM, WiredCfC, from_ncps
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -71,7 +72,9 @@ def pairs(features: int) -> List[Tuple[str, nn.Module, nn.Module, Callable]]:
         return m.rnn_cell(x, h, torch.ones(1, device=x.device))
 
     def lstm_step(m: nn.Module, x: torch.Tensor, h: torch.Tensor) -> object:
-        return m.lstm(x.unsqueeze(1), (h[:, :64].unsqueeze(0).contiguous(), h[:, 64:].unsqueeze(0).contiguous()))
+        return m.lstm(
+            x.unsqueeze(1), (h[:, :64].unsqueeze(0).contiguous(), h[:, 64:].unsqueeze(0).contiguous())
+        )
 
     wired_ncps = from_ncps(wired)  # ncps's semantics, for parity: no command->command synapses, no polarity
     faithful = WiredCfC(**{**wired_ncps.config(), "ncps_compatible": False})  # what drive trains
@@ -84,8 +87,14 @@ def pairs(features: int) -> List[Tuple[str, nn.Module, nn.Module, Callable]]:
     ]
 
 
-def bench_pair(name: str, ours: nn.Module, ref: nn.Module, ref_step: Callable, args: argparse.Namespace,
-               device: torch.device) -> Dict[str, object]:
+def bench_pair(
+    name: str,
+    ours: nn.Module,
+    ref: nn.Module,
+    ref_step: Callable,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> Dict[str, object]:
     ours, ref = ours.to(device), ref.to(device)
     x = torch.randn(args.batch, args.length, args.features, device=device)
     scripted = torch.jit.script(ours)
@@ -94,12 +103,14 @@ def bench_pair(name: str, ours: nn.Module, ref: nn.Module, ref_step: Callable, a
         def run() -> object:
             with torch.no_grad():
                 return m(x)
+
         return run
 
     def fwd_bwd(m: nn.Module) -> Callable[[], object]:
         def run() -> None:
             y = m(x)[0]
             y.sum().backward()
+
         return run
 
     x1 = torch.randn(1, args.features, device=device)
@@ -111,6 +122,7 @@ def bench_pair(name: str, ours: nn.Module, ref: nn.Module, ref_step: Callable, a
         def run() -> object:
             with torch.no_grad():
                 return fn()
+
         return run
 
     r = args.rounds
@@ -118,8 +130,14 @@ def bench_pair(name: str, ours: nn.Module, ref: nn.Module, ref_step: Callable, a
     row["fwd_ms"] = paired_median_ms([fwd(ours), fwd(ref)], r, device)
     row["fwd_bwd_ms"] = paired_median_ms([fwd_bwd(ours), fwd_bwd(ref)], r, device)
     ours_step, ref_step_ms, scripted_step = paired_median_ms(
-        [step(lambda: ours.step(x1, h_ours, dt1)), step(lambda: ref_step(ref, x1, h_ref)),
-         step(lambda: scripted.step(x1, h_ours, dt1))], r, device)
+        [
+            step(lambda: ours.step(x1, h_ours, dt1)),
+            step(lambda: ref_step(ref, x1, h_ref)),
+            step(lambda: scripted.step(x1, h_ours, dt1)),
+        ],
+        r,
+        device,
+    )
     row["step_ms"] = [ours_step, ref_step_ms]
     row["step_scripted_ms"] = scripted_step
     return row
@@ -147,6 +165,7 @@ def gpu_ltc(args: argparse.Namespace, device: torch.device) -> List[Dict[str, ob
                     ours(x)[0].sum().backward()
                 finally:
                     os.environ.pop("DRIVE_TRITON", None)
+
             return run
 
         def ltc_f() -> None:
@@ -158,22 +177,37 @@ def gpu_ltc(args: argparse.Namespace, device: torch.device) -> List[Dict[str, ob
 
         fns = [ltc_fb(True), ltc_fb(False), lstm_fb, ltc_f]
         kern, script_ms, lstm_ms, fwd = paired_median_ms(fns, args.rounds, device)
-        out.append({"batch": batch, "ltc_fwd_bwd_kernels_ms": kern, "ltc_fwd_bwd_torchscript_ms": script_ms,
-                    "lstm64_cudnn_fwd_bwd_ms": lstm_ms, "ltc_fwd_kernels_ms": fwd, "triton": triton_available(),
-                    "ltc_over_lstm": kern / lstm_ms, "torchscript_over_kernels": script_ms / kern})
+        out.append(
+            {
+                "batch": batch,
+                "ltc_fwd_bwd_kernels_ms": kern,
+                "ltc_fwd_bwd_torchscript_ms": script_ms,
+                "lstm64_cudnn_fwd_bwd_ms": lstm_ms,
+                "ltc_fwd_kernels_ms": fwd,
+                "triton": triton_available(),
+                "ltc_over_lstm": kern / lstm_ms,
+                "torchscript_over_kernels": script_ms / kern,
+            }
+        )
     return out
 
 
 def main(argv: Optional[List[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--length", type=int, default=32)
     parser.add_argument("--features", type=int, default=32)
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="interleaved rounds per measurement (median over rounds of the per-call time; "
-                             "default 15 on CPU, 5 on CUDA, where ncps's LTC alone takes ~0.2 s per call)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="interleaved rounds per measurement (median over rounds of the per-call time; "
+        "default 15 on CPU, 5 on CUDA, where ncps's LTC alone takes ~0.2 s per call)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -186,18 +220,26 @@ def main(argv: Optional[List[str]] = None) -> None:
     gpu = gpu_ltc(args, device) if device.type == "cuda" else []
     if not args.json:
         for g in gpu:
-            print(f"GPU LTC (NCP 19) B={g['batch']} L={args.length}: forward+backward {g['ltc_fwd_bwd_kernels_ms']:.2f} ms "
-                  f"with the fused kernels (triton {'yes' if g['triton'] else 'MISSING'}), "
-                  f"{g['ltc_fwd_bwd_torchscript_ms']:.2f} ms TorchScript solver "
-                  f"({g['torchscript_over_kernels']:.1f}x); cuDNN LSTM(64) {g['lstm64_cudnn_fwd_bwd_ms']:.2f} ms: "
-                  f"LTC / LSTM = {g['ltc_over_lstm']:.2f}x (goal <= 2x); LTC forward {g['ltc_fwd_kernels_ms']:.2f} ms",
-                  flush=True)
+            print(
+                f"GPU LTC (NCP 19) B={g['batch']} L={args.length}: forward+backward {g['ltc_fwd_bwd_kernels_ms']:.2f} ms "
+                f"with the fused kernels (triton {'yes' if g['triton'] else 'MISSING'}), "
+                f"{g['ltc_fwd_bwd_torchscript_ms']:.2f} ms TorchScript solver "
+                f"({g['torchscript_over_kernels']:.1f}x); cuDNN LSTM(64) {g['lstm64_cudnn_fwd_bwd_ms']:.2f} ms: "
+                f"LTC / LSTM = {g['ltc_over_lstm']:.2f}x (goal <= 2x); LTC forward {g['ltc_fwd_kernels_ms']:.2f} ms",
+                flush=True,
+            )
     rows = [bench_pair(*p, args, device) for p in pairs(args.features)]
     if args.json:
-        print(json.dumps({"device": str(device), "threads": args.threads, "rows": rows, "gpu_ltc": gpu}, indent=2))
+        print(
+            json.dumps(
+                {"device": str(device), "threads": args.threads, "rows": rows, "gpu_ltc": gpu}, indent=2
+            )
+        )
         return
-    print(f"device {device}, {args.threads} thread(s), B={args.batch}, L={args.length}, F={args.features}; "
-          "median ms, drive | reference (ratio reference/drive)")
+    print(
+        f"device {device}, {args.threads} thread(s), B={args.batch}, L={args.length}, F={args.features}; "
+        "median ms, drive | reference (ratio reference/drive)"
+    )
     print("| model | forward | forward+backward | step B=1 eager | step B=1 drive scripted |")
     print("|---|---|---|---|---|")
     for r in rows:
@@ -206,8 +248,10 @@ def main(argv: Optional[List[str]] = None) -> None:
             ours, ref = r[key]
             cells.append(f"{ours:.2f} \\| {ref:.2f} ({ref / ours:.1f}x)")
         print(f"| {r['model']} | " + " | ".join(cells) + f" | {r['step_scripted_ms']:.3f} |")
-    print("references: ncps LTC (same wiring and weights), ncps CfC AutoNCP(19,1) (for the 'whole wiring' row drive also "
-          "runs the command->command synapses and polarity ncps drops), ncps CfC dense 64, torch nn.LSTM")
+    print(
+        "references: ncps LTC (same wiring and weights), ncps CfC AutoNCP(19,1) (for the 'whole wiring' row drive also "
+        "runs the command->command synapses and polarity ncps drops), ncps CfC dense 64, torch nn.LSTM"
+    )
 
 
 if __name__ == "__main__":

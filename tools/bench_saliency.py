@@ -5,6 +5,7 @@
 Both timings of each pair are measured in the same run, interleaved, so the ratio holds on a
 noisy shared machine. Target (issue 6): VBP <= 1.5x a forward pass of the head.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _interleaved(fns: Dict[str, Callable[[], object]], repeats: int, device: torch.device) -> Dict[str, float]:
+def _interleaved(
+    fns: Dict[str, Callable[[], object]], repeats: int, device: torch.device
+) -> Dict[str, float]:
     """Median seconds per call of each function, calls interleaved round-robin after a warm-up."""
     for fn in fns.values():
         for _ in range(3):
@@ -66,8 +69,10 @@ def bench_vbp(batch: int, repeats: int, device: torch.device) -> None:
             device,
         )
         f = t["forward"]
-        print(f"{type(head).__name__:<12} {f * 1e3:11.2f} {t['bojarski'] * 1e3:9.2f} {t['bojarski'] / f:6.2f}"
-              f" {t['ncp'] * 1e3:9.2f} {t['ncp'] / f:6.2f}")
+        print(
+            f"{type(head).__name__:<12} {f * 1e3:11.2f} {t['bojarski'] * 1e3:9.2f} {t['bojarski'] / f:6.2f}"
+            f" {t['ncp'] * 1e3:9.2f} {t['ncp'] / f:6.2f}"
+        )
 
 
 def bench_video(frames: int) -> None:
@@ -89,7 +94,9 @@ def bench_video(frames: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")

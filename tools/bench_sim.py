@@ -7,6 +7,7 @@ shared machine the CPU-time figure is the one that measures the renderer) (targe
 evaluation never wait on rendering) with its ratio to the target and to real time (30 Hz), and
 the closed-loop steps per second of the expert (no rendering) and of a driver that needs images.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,14 +16,14 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import cv2  # noqa: E402
+import cv2
 
-from drive.sim.appearance import CONDITION_AXES, sample_appearance  # noqa: E402
-from drive.sim.closed_loop import evaluate  # noqa: E402
-from drive.sim.driver import ConstantDriver  # noqa: E402
-from drive.sim.expert import PurePursuitExpert  # noqa: E402
-from drive.sim.render import Camera, Renderer  # noqa: E402
-from drive.sim.road import generate_road  # noqa: E402
+from drive.sim.appearance import CONDITION_AXES, sample_appearance
+from drive.sim.closed_loop import evaluate
+from drive.sim.driver import ConstantDriver
+from drive.sim.expert import PurePursuitExpert
+from drive.sim.render import Camera, Renderer
+from drive.sim.road import generate_road
 
 TARGET_FPS = 500.0
 REAL_TIME_HZ = 30.0
@@ -61,17 +62,23 @@ def bench_closed_loop(km: float, driver) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--frames", type=int, default=600, help="frames to render (default 600)")
-    parser.add_argument("--km", type=float, default=2.0, help="closed-loop distance for the expert (default 2)")
+    parser.add_argument(
+        "--km", type=float, default=2.0, help="closed-loop distance for the expert (default 2)"
+    )
     parser.add_argument("--width", type=int, default=200)
     parser.add_argument("--height", type=int, default=78)
     args = parser.parse_args()
     cv2.setNumThreads(1)
     camera = Camera.default(args.width, args.height)
     fps, cpu_fps = bench_render(args.frames, camera)
-    print(f"render {camera.width}x{camera.height}, 1 core: {fps:8.0f} frames/s wall, {cpu_fps:6.0f} per CPU second   "
-          f"{cpu_fps / TARGET_FPS:5.2f}x the {TARGET_FPS:.0f} fps target, {cpu_fps / REAL_TIME_HZ:6.1f}x real time (30 Hz)")
+    print(
+        f"render {camera.width}x{camera.height}, 1 core: {fps:8.0f} frames/s wall, {cpu_fps:6.0f} per CPU second   "
+        f"{cpu_fps / TARGET_FPS:5.2f}x the {TARGET_FPS:.0f} fps target, {cpu_fps / REAL_TIME_HZ:6.1f}x real time (30 Hz)"
+    )
     steps = bench_closed_loop(args.km, PurePursuitExpert())
     print(f"closed loop, expert (no frames): {steps:8.0f} steps/s   {steps / REAL_TIME_HZ:8.1f}x real time")
     steps = bench_closed_loop(min(args.km, 0.5), _ImageDriver())

@@ -15,6 +15,7 @@ reports its share of a serial step (data + step; DataLoader workers overlap it i
     python tools/bench_train.py --families ncp_ltc --threads 1
     python tools/bench_train.py --families ncp_ltc --logs runs/demo/data/train
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,7 +50,9 @@ def _timeit(fns: List[Callable[[], None]], device: torch.device, warmup: int, it
     return best
 
 
-def bench_family(family: str, batch: int, seq: int, device: torch.device, warmup: int, iters: int) -> Dict[str, float]:
+def bench_family(
+    family: str, batch: int, seq: int, device: torch.device, warmup: int, iters: int
+) -> Dict[str, float]:
     torch.manual_seed(0)
     module = PolicyModule(family=family).to(device)
     optimizer = torch.optim.Adam(module.parameters(), lr=5e-4)
@@ -90,8 +93,9 @@ def bench_data(logs: str, batch: int, seq: int, iters: int) -> float:
     from drive.data.datamodule import DriveDataModule
 
     with tempfile.TemporaryDirectory() as cache:
-        dm = DriveDataModule(train=[logs], seq_len=seq, batch_size=batch, num_workers=0, cache_dir=cache,
-                             val_split="none")
+        dm = DriveDataModule(
+            train=[logs], seq_len=seq, batch_size=batch, num_workers=0, cache_dir=cache, val_split="none"
+        )
         dm.prepare_data()
         dm.setup("fit")
         it = iter(dm.train_dataloader())
@@ -125,16 +129,20 @@ def main(argv: List[str] | None = None) -> int:
     for family in args.families.split(","):
         row = bench_family(family.strip(), args.batch, args.seq, device, args.warmup, args.iters)
         rows.append(row)
-        print(f"{row['family']:<9} {row['frames_per_s']:>9.1f} {row['step_ms']:>9.1f} {row['head_ms']:>9.1f} "
-              f"{100 * row['outside_head_share']:>12.1f}%")
+        print(
+            f"{row['family']:<9} {row['frames_per_s']:>9.1f} {row['step_ms']:>9.1f} {row['head_ms']:>9.1f} "
+            f"{100 * row['outside_head_share']:>12.1f}%"
+        )
     if args.logs:
         data_s = bench_data(args.logs, args.batch, args.seq, args.iters)
         for row in rows:
             serial = row["step_ms"] / 1e3 + data_s
             row["data_ms"] = data_s * 1e3
             row["outside_head_share_with_data"] = (serial - row["head_ms"] / 1e3) / serial
-            print(f"{row['family']:<9} data {data_s * 1e3:.1f} ms/batch; outside the head incl. data (serial): "
-                  f"{100 * row['outside_head_share_with_data']:.1f}%")
+            print(
+                f"{row['family']:<9} data {data_s * 1e3:.1f} ms/batch; outside the head incl. data (serial): "
+                f"{100 * row['outside_head_share_with_data']:.1f}%"
+            )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=2)

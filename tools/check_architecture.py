@@ -251,9 +251,7 @@ def problems(modules: dict[str, Module]) -> dict[str, list[str]]:
             if m.uses_argparse and not (m.name == cli_home or m.name.startswith(cli_home + "."))
         ],
         "imports inside functions without a reason": [
-            f"{_shown(m.path)}:{line}: {text}"
-            for m in modules.values()
-            for line, text in m.unexplained_local
+            f"{_shown(m.path)}:{line}: {text}" for m in modules.values() for line, text in m.unexplained_local
         ],
     }
 

@@ -32,6 +32,7 @@ Run from the repository root (about two minutes on one core)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=$PWD python tools/make_compat_fixtures.py [--out tests/fixtures/compat]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,8 +58,15 @@ FRAMES = 8  # frames per reference sequence
 CHECKPOINTS: Dict[str, List[str]] = {
     "ncp_ltc": ["configs/ncp_ltc.yaml"],
     "cfc_default": ["configs/cfc.yaml", "--model.cfc.units", "8"],
-    "cfc_no_gate_mixed": ["configs/cfc.yaml", "--model.cfc.units", "8", "--model.cfc.mode", "no_gate",
-                          "--model.cfc.mixed_memory", "true"],
+    "cfc_no_gate_mixed": [
+        "configs/cfc.yaml",
+        "--model.cfc.units",
+        "8",
+        "--model.cfc.mode",
+        "no_gate",
+        "--model.cfc.mixed_memory",
+        "true",
+    ],
     "cfc_pure": ["configs/cfc.yaml", "--model.cfc.units", "8", "--model.cfc.mode", "pure"],
     "cfc_wired_mixed": ["configs/cfc.yaml", "--model.cfc.wired", "true", "--model.cfc.mixed_memory", "true"],
     "cfc_wired_pure": ["configs/cfc.yaml", "--model.cfc.wired", "true", "--model.cfc.mode", "pure"],
@@ -75,16 +83,51 @@ def _fit(name: str, logs: Path, work: Path, out: Path) -> Path:
     """One ``drive fit`` run in a fresh process (the CLI as a user runs it), checkpoint trimmed."""
     config, *extra = CHECKPOINTS[name]
     root = work / name
-    argv = [sys.executable, "-m", "drive.cli", "fit", "--config", config, "--config", "configs/trainer/cpu.yaml",
-            "--seed_everything", "7", "--model.input_hw", json.dumps(list(SIZE)), "--model.check_after_steps", "0",
-            "--data.image_size", json.dumps(list(SIZE)),
-            "--data.train", json.dumps(sorted(str(p) for p in (logs / "train").iterdir())),
-            "--data.val", json.dumps(sorted(str(p) for p in (logs / "val").iterdir())),
-            "--data.cache_dir", str(work / "cache"), "--data.num_workers", "0",
-            "--trainer.default_root_dir", str(root), "--trainer.max_steps", str(STEPS), "--trainer.max_epochs", "-1",
-            "--trainer.val_check_interval", str(STEPS), "--trainer.check_val_every_n_epoch", "null",
-            "--trainer.num_sanity_val_steps", "0", "--trainer.logger", "false",
-            "--trainer.enable_progress_bar", "false", "--last_checkpoint.every_n_train_steps", str(STEPS), *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "drive.cli",
+        "fit",
+        "--config",
+        config,
+        "--config",
+        "configs/trainer/cpu.yaml",
+        "--seed_everything",
+        "7",
+        "--model.input_hw",
+        json.dumps(list(SIZE)),
+        "--model.check_after_steps",
+        "0",
+        "--data.image_size",
+        json.dumps(list(SIZE)),
+        "--data.train",
+        json.dumps(sorted(str(p) for p in (logs / "train").iterdir())),
+        "--data.val",
+        json.dumps(sorted(str(p) for p in (logs / "val").iterdir())),
+        "--data.cache_dir",
+        str(work / "cache"),
+        "--data.num_workers",
+        "0",
+        "--trainer.default_root_dir",
+        str(root),
+        "--trainer.max_steps",
+        str(STEPS),
+        "--trainer.max_epochs",
+        "-1",
+        "--trainer.val_check_interval",
+        str(STEPS),
+        "--trainer.check_val_every_n_epoch",
+        "null",
+        "--trainer.num_sanity_val_steps",
+        "0",
+        "--trainer.logger",
+        "false",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--last_checkpoint.every_n_train_steps",
+        str(STEPS),
+        *extra,
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     subprocess.run(argv, cwd=ROOT, env=env, check=True)
     ckpt = torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
@@ -103,8 +146,8 @@ def reference_outputs(files: Dict[str, Path], inputs: Dict[str, np.ndarray]) -> 
     [1, L] and the last hidden state) and a ``Policy.step`` loop over them (curvature per step);
     exports: ``load_exported`` then its ``step`` loop over the camera-size frames.
     """
-    from drive.export.runtime import load_exported
     from drive.checkpoint import load_policy
+    from drive.export.runtime import load_exported
 
     out: Dict[str, np.ndarray] = {}
     views = torch.from_numpy(inputs["views"]).permute(0, 3, 1, 2).float() / 255.0  # [L, 3, h, w]
@@ -168,15 +211,18 @@ def make_inputs(seed: int = 0) -> Dict[str, np.ndarray]:
 def main(argv: List[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "compat")
-    parser.add_argument("--only-references", action="store_true",
-                        help="recompute reference.npz from the files already there (never after a layout change)")
+    parser.add_argument(
+        "--only-references",
+        action="store_true",
+        help="recompute reference.npz from the files already there (never after a layout change)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     if not args.only_references:
-        from drive.export import export_policy
         from drive.evaluate.closed_form_fidelity import convert_checkpoint
+        from drive.export import export_policy
         from drive.sim.record import simulate
 
         with tempfile.TemporaryDirectory() as tmp:
@@ -185,8 +231,14 @@ def main(argv: List[str] = None) -> int:
             simulate(work / "logs" / "val", minutes=0.1, seed=9, fps=10.0, recording_minutes=0.1)
             for name in CHECKPOINTS:
                 _fit(name, work / "logs", work, out)
-            convert_checkpoint(out / "ncp_ltc.ckpt", "exact", work / CLOSED_FORM,
-                               recordings=sorted((work / "logs" / "val").iterdir()), km=0.0, rounds=1)
+            convert_checkpoint(
+                out / "ncp_ltc.ckpt",
+                "exact",
+                work / CLOSED_FORM,
+                recordings=sorted((work / "logs" / "val").iterdir()),
+                km=0.0,
+                rounds=1,
+            )
             ckpt = torch.load(work / CLOSED_FORM, map_location="cpu", weights_only=True)
             ckpt["drive"]["closed_form"]["source"] = "ncp_ltc.ckpt"  # not the temporary path
             torch.save(ckpt, out / CLOSED_FORM)
@@ -197,9 +249,13 @@ def main(argv: List[str] = None) -> int:
     files = {p.name: p for p in sorted(out.iterdir()) if p.suffix in (".ckpt", ".pt", ".ts")}
     refs = reference_outputs(files, inputs)
     np.savez(out / "reference.npz", **refs)
-    info = {"torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "threads": 1, "files": sorted(files), "note": "written by tools/make_compat_fixtures.py; do not "
-            "regenerate after a layout change"}
+    info = {
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "threads": 1,
+        "files": sorted(files),
+        "note": "written by tools/make_compat_fixtures.py; do not regenerate after a layout change",
+    }
     (out / "reference.json").write_text(json.dumps(info, indent=2) + "\n")
     total = sum(p.stat().st_size for p in out.iterdir())
     print(f"wrote {len(files)} policy files and references to {out} ({total / 1e6:.2f} MB)")

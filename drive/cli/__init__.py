@@ -12,6 +12,7 @@ output location) are answered with one line on stderr, ``drive <command>: error:
 the file or option, and exit status 2; no traceback. ``--debug`` (anywhere on the command line,
 or ``DRIVE_DEBUG=1``) shows the traceback instead. Anything else (a bug) keeps its traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,13 +29,22 @@ __all__ = ["main", "COMMANDS", "INPUT_ERRORS", "error_line", "report_input_error
 
 # name -> (module, one-line help)
 COMMANDS: Dict[str, Tuple[str, str]] = {
-    "demo": ("drive.cli.demo", "the whole pipeline on built-in data: simulate, train, drive, explain, export"),
+    "demo": (
+        "drive.cli.demo",
+        "the whole pipeline on built-in data: simulate, train, drive, explain, export",
+    ),
     "simulate": ("drive.cli.simulate", "record driving logs in the built-in world"),
     "evaluate": ("drive.cli.evaluate", "closed-loop driving of a policy (expert, checkpoint, exported file)"),
     "data": ("drive.cli.data", "inspect or convert driving logs (`drive data inspect|convert`)"),
     "saliency": ("drive.cli.saliency", "VisualBackProp saliency video of a policy on a recording"),
-    "robustness": ("drive.cli.robustness", "noise-robustness report: open loop, closed loop, saliency stability"),
-    "closed-form": ("drive.cli.closed_form", "convert a trained LTC policy to its closed form (no ODE solver)"),
+    "robustness": (
+        "drive.cli.robustness",
+        "noise-robustness report: open loop, closed loop, saliency stability",
+    ),
+    "closed-form": (
+        "drive.cli.closed_form",
+        "convert a trained LTC policy to its closed form (no ODE solver)",
+    ),
     "export": ("drive.cli.export", "export a policy for the vehicle (TorchScript, AOTInductor, ONNX)"),
 }
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -52,8 +62,10 @@ def _check_out(out: object) -> None:
         probe = probe.parent
     if not os.access(probe, os.W_OK):
         read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
-        raise PermissionError(f"--out {out}: cannot write in {probe} "
-                              f"({'read-only file system' if read_only else 'permission denied'})")
+        raise PermissionError(
+            f"--out {out}: cannot write in {probe} "
+            f"({'read-only file system' if read_only else 'permission denied'})"
+        )
 
 
 def _debug(argv: List[str]) -> bool:
@@ -106,8 +118,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             raise
         message = stop.code.strip()
         prefix = f"drive {name}: "
-        message = message[len(prefix):] if message.startswith(prefix) else message
-        message = message[len("error: "):] if message.startswith("error: ") else message
+        message = message[len(prefix) :] if message.startswith(prefix) else message
+        message = message[len("error: ") :] if message.startswith("error: ") else message
         return report_input_error(name, ValueError(message))
     except INPUT_ERRORS as err:
         if debug:

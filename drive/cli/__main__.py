@@ -1,4 +1,5 @@
 """``python -m drive.cli`` runs the ``drive`` command."""
+
 import sys
 
 from drive.cli import main

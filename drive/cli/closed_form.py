@@ -17,6 +17,7 @@ world's held-out test split is recorded to a temporary folder and used.
 The conversion is :mod:`drive.export.closed_form`; the fidelity report
 :mod:`drive.evaluate.closed_form_fidelity`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,24 +31,52 @@ __all__ = ["add_arguments", "run"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ckpt", required=True, help="policy checkpoint whose recurrent module is an LTC")
-    parser.add_argument("--method", choices=METHODS, default="exact",
-                        help="exact: Corollary 1 per step (default); approx: CfC paper Eq. 8 / Algorithm 1")
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="exact",
+        help="exact: Corollary 1 per step (default); approx: CfC paper Eq. 8 / Algorithm 1",
+    )
     parser.add_argument("--out", required=True, help="converted checkpoint to write (.ckpt or .pt)")
-    parser.add_argument("--recordings", nargs="*", default=None,
-                        help="test recordings for the open-loop fidelity (default: record a short test drive)")
-    parser.add_argument("--sim-minutes", type=float, default=0.5,
-                        help="minutes recorded in the world when no --recordings are given (default 0.5)")
-    parser.add_argument("--km", type=float, default=1.0, help="closed-loop distance per policy, 0 to skip (default 1)")
+    parser.add_argument(
+        "--recordings",
+        nargs="*",
+        default=None,
+        help="test recordings for the open-loop fidelity (default: record a short test drive)",
+    )
+    parser.add_argument(
+        "--sim-minutes",
+        type=float,
+        default=0.5,
+        help="minutes recorded in the world when no --recordings are given (default 0.5)",
+    )
+    parser.add_argument(
+        "--km", type=float, default=1.0, help="closed-loop distance per policy, 0 to skip (default 1)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="world seed (default 0)")
-    parser.add_argument("--substeps", type=int, default=1,
-                        help="exact: recurrent activations re-evaluated this many times per step (default 1)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1; 0 = torch's default)")
+    parser.add_argument(
+        "--substeps",
+        type=int,
+        default=1,
+        help="exact: recurrent activations re-evaluated this many times per step (default 1)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (default 1; 0 = torch's default)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    report = convert_checkpoint(args.ckpt, args.method, args.out, recordings=args.recordings, km=args.km,
-                                seed=args.seed, substeps=args.substeps, sim_minutes=args.sim_minutes,
-                                threads=args.threads)
+    report = convert_checkpoint(
+        args.ckpt,
+        args.method,
+        args.out,
+        recordings=args.recordings,
+        km=args.km,
+        seed=args.seed,
+        substeps=args.substeps,
+        sim_minutes=args.sim_minutes,
+        threads=args.threads,
+    )
     print(markdown_report(report))
     print(f"wrote {report['converted']} and {Path(report['converted']).with_suffix('.fidelity.md')}")
     return 0

@@ -9,6 +9,7 @@ Reader options (label units, column names, camera calibration, ...) come from a 
 ``inspect`` exits 1 when it found problems, so scripts can gate on it. Errors (unreadable logs,
 bad options) go to stderr as ``drive data: error: ...`` with exit status 2.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,12 @@ __all__ = ["add_arguments", "run"]
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("logs", nargs="+", help="log files, directories or globs")
     p.add_argument("--format", choices=list(FORMATS), help="reader format (default: detect per log)")
-    p.add_argument("--reader", metavar="YAML", help="reader options file (or a data config with a reader: section)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="one reader option (YAML value)")
+    p.add_argument(
+        "--reader", metavar="YAML", help="reader options file (or a data config with a reader: section)"
+    )
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="one reader option (YAML value)"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,15 +74,26 @@ def run(args: argparse.Namespace) -> int:
     try:
         options = _options(args)
         if args.data_command == "inspect":
-            report = inspect_logs(args.logs, args.format, options, decode=not args.quick, gap_factor=args.gap_factor,
-                                  plot=args.plot)
+            report = inspect_logs(
+                args.logs,
+                args.format,
+                options,
+                decode=not args.quick,
+                gap_factor=args.gap_factor,
+                plot=args.plot,
+            )
             print(json.dumps(report, indent=2) if args.json else format_report(report))
             return 1 if report["problems"] else 0
-        written = convert_logs(args.logs, args.out, args.format, options, args.on_error, args.storage, args.overwrite)
+        written = convert_logs(
+            args.logs, args.out, args.format, options, args.on_error, args.storage, args.overwrite
+        )
         for path in written:
             print(path)
         return 0
     except (DataError, FileNotFoundError, ValueError) as e:
         # one line, plain numbers, the option's spelling
-        print(f"drive data: error: {error_line(e).replace('pass overwrite=True', 'pass --overwrite')}", file=sys.stderr)
+        print(
+            f"drive data: error: {error_line(e).replace('pass overwrite=True', 'pass --overwrite')}",
+            file=sys.stderr,
+        )
         return 2

@@ -11,6 +11,7 @@ Writes ``metrics.json`` and ``drive.png`` (road, driven path, interventions) to 
 and ``drive.mp4`` with ``--video``. ``--env ID`` drives a Gymnasium env instead
 (:mod:`drive.sim.gym_eval`); policies come from :func:`drive.drivers.make_driver`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any, Dict
 
+from drive.data.perturb import Perturbation
 from drive.drivers import camera_size, make_driver
 from drive.io.atomic import no_empty_dir_on_error
-from drive.data.perturb import Perturbation
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.sim.closed_loop import Segment, evaluate
 from drive.sim.gym_eval import evaluate_env, load_mapping, make_env
@@ -41,15 +42,20 @@ def _camera_fps(driver: Any, spec: str, fps: Any) -> float:
     if fps is None:
         return own if own is not None else 30.0
     if own is not None and "format" in meta and abs(fps - own) > 0.01 * own:
-        raise ValueError(f"--fps {fps:g}: the exported policy {spec} steps at {own:g} Hz (its metadata); "
-                         f"leave --fps out or pass --fps {own:g}")
+        raise ValueError(
+            f"--fps {fps:g}: the exported policy {spec} steps at {own:g} Hz (its metadata); "
+            f"leave --fps out or pass --fps {own:g}"
+        )
     return float(fps)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     conds = "; ".join(f"{a}: {', '.join(v)}" for a, v in CONDITION_AXES.items())
-    parser.add_argument("--policy", required=True,
-                        help="'expert', 'constant:K' (curvature 1/m), a checkpoint (.ckpt/.pt) or an exported file")
+    parser.add_argument(
+        "--policy",
+        required=True,
+        help="'expert', 'constant:K' (curvature 1/m), a checkpoint (.ckpt/.pt) or an exported file",
+    )
     parser.add_argument("--km", type=float, default=2.0, help="distance to drive (default 2 km)")
     parser.add_argument("--seed", type=int, default=0, help="world seed (default 0)")
     parser.add_argument("--split", choices=SPLITS, default="test", help="road split (default test)")
@@ -57,26 +63,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--segment-km", type=float, default=1.0, help="length of each road (default 1 km)")
     parser.add_argument("--out", required=True, help="output directory (metrics.json, drive.png)")
     parser.add_argument("--video", action="store_true", help="also write drive.mp4 of the camera view")
-    parser.add_argument("--noise-std", type=float, default=0.0,
-                        help="Gaussian noise std on [0,1] pixels of the policy's view: a checkpoint's network input "
-                             "(after crop and resize), an exported file's camera frame (default 0)")
+    parser.add_argument(
+        "--noise-std",
+        type=float,
+        default=0.0,
+        help="Gaussian noise std on [0,1] pixels of the policy's view: a checkpoint's network input "
+        "(after crop and resize), an exported file's camera frame (default 0)",
+    )
     parser.add_argument("--speed-kmh", type=float, default=30.0, help="vehicle speed (default 30 km/h)")
-    parser.add_argument("--fps", type=float, default=None,
-                        help="camera rate (default: the policy's own, from its checkpoint or exported file's "
-                             "metadata; 30 Hz for expert and constant)")
-    parser.add_argument("--width", type=int, default=None,
-                        help="camera image width (default: the policy's camera frame size from its metadata, else 200)")
-    parser.add_argument("--height", type=int, default=None,
-                        help="camera image height (default: as --width, else 78)")
+    parser.add_argument(
+        "--fps",
+        type=float,
+        default=None,
+        help="camera rate (default: the policy's own, from its checkpoint or exported file's "
+        "metadata; 30 Hz for expert and constant)",
+    )
+    parser.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        help="camera image width (default: the policy's camera frame size from its metadata, else 200)",
+    )
+    parser.add_argument(
+        "--height", type=int, default=None, help="camera image height (default: as --width, else 78)"
+    )
     parser.add_argument("--device", default="cpu", help="torch device for checkpoint policies (default cpu)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch CPU threads for policy files (default 1; 0 = torch's default)")
-    parser.add_argument("--env", metavar="ID", default=None,
-                        help="drive in a Gymnasium env instead (e.g. drive/LaneKeeping-v0, or module:ID); "
-                             "see drive.sim.gym_eval")
-    parser.add_argument("--env-config", metavar="YAML", default=None,
-                        help="with --env: how curvature maps to the env's action and which info keys hold the "
-                             "lateral offset and heading error (not needed for drive/LaneKeeping-v0)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads for policy files (default 1; 0 = torch's default)",
+    )
+    parser.add_argument(
+        "--env",
+        metavar="ID",
+        default=None,
+        help="drive in a Gymnasium env instead (e.g. drive/LaneKeeping-v0, or module:ID); "
+        "see drive.sim.gym_eval",
+    )
+    parser.add_argument(
+        "--env-config",
+        metavar="YAML",
+        default=None,
+        help="with --env: how curvature maps to the env's action and which info keys hold the "
+        "lateral offset and heading error (not needed for drive/LaneKeeping-v0)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,14 +131,27 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out)
 
         def progress(seg: Any) -> None:
-            print(f"segment {seg.index}: {seg.km:.2f} km, {len(seg.intervention_xy)} interventions "
-                  f"({'/'.join(seg.conditions.values())})", flush=True)
+            print(
+                f"segment {seg.index}: {seg.km:.2f} km, {len(seg.intervention_xy)} interventions "
+                f"({'/'.join(seg.conditions.values())})",
+                flush=True,
+            )
 
         with no_empty_dir_on_error(out):  # a failed run leaves no empty --out folder
-            result = evaluate(driver, args.km, args.seed, conditions=args.conditions, perturb=perturb,
-                              split=args.split, video_path=out / "drive.mp4" if args.video else None,
-                              segment_km=args.segment_km, camera=Camera.default(args.width, args.height),
-                              speed_mps=args.speed_kmh / 3.6, fps=args.fps, progress=progress)
+            result = evaluate(
+                driver,
+                args.km,
+                args.seed,
+                conditions=args.conditions,
+                perturb=perturb,
+                split=args.split,
+                video_path=out / "drive.mp4" if args.video else None,
+                segment_km=args.segment_km,
+                camera=Camera.default(args.width, args.height),
+                speed_mps=args.speed_kmh / 3.6,
+                fps=args.fps,
+                progress=progress,
+            )
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"drive evaluate: error: {e}", file=sys.stderr)
         return 2
@@ -117,8 +161,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 # `drive evaluate` options that configure the built-in world, with their defaults
-WORLD_DEFAULTS = {"conditions": None, "fps": 30.0, "speed_kmh": 30.0, "split": "test", "segment_km": 1.0,
-                  "width": 200, "height": 78}
+WORLD_DEFAULTS = {
+    "conditions": None,
+    "fps": 30.0,
+    "speed_kmh": 30.0,
+    "split": "test",
+    "segment_km": 1.0,
+    "width": 200,
+    "height": 78,
+}
 
 
 def _run_env(args: argparse.Namespace) -> int:
@@ -126,8 +177,10 @@ def _run_env(args: argparse.Namespace) -> int:
     env = None
     try:
         if args.policy == "expert":
-            raise ValueError("--policy expert needs the built-in world's road (privileged); with --env drive "
-                             "a checkpoint, an exported file or constant:K")
+            raise ValueError(
+                "--policy expert needs the built-in world's road (privileged); with --env drive "
+                "a checkpoint, an exported file or constant:K"
+            )
         for name in ("km", "segment_km", "speed_kmh", "fps"):
             if getattr(args, name) is not None and not getattr(args, name) > 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -144,14 +197,27 @@ def _run_env(args: argparse.Namespace) -> int:
                 nominal = getattr(driver, "nominal_dt_s", None)
                 fps = 1.0 / nominal if nominal else WORLD_DEFAULTS["fps"]
             height, width = camera_size(driver, args.height, args.width)
-            overrides = dict(seed=args.seed, conditions=args.conditions, fps=fps, speed_kmh=args.speed_kmh,
-                             split=args.split, episode_km=args.segment_km, width=width, height=height)
+            overrides = dict(
+                seed=args.seed,
+                conditions=args.conditions,
+                fps=fps,
+                speed_kmh=args.speed_kmh,
+                split=args.split,
+                episode_km=args.segment_km,
+                width=width,
+                height=height,
+            )
         else:  # another simulator: its options go in the mapping's env_kwargs, never silently dropped
-            given = [f"--{k.replace('_', '-')}" for k, default in WORLD_DEFAULTS.items()
-                     if getattr(args, k, default) not in (default, None)]
+            given = [
+                f"--{k.replace('_', '-')}"
+                for k, default in WORLD_DEFAULTS.items()
+                if getattr(args, k, default) not in (default, None)
+            ]
             if given:
-                raise ValueError(f"{', '.join(given)} set(s) up drive's own world; for --env {args.env} "
-                                 f"put the env's options in env_kwargs of --env-config")
+                raise ValueError(
+                    f"{', '.join(given)} set(s) up drive's own world; for --env {args.env} "
+                    f"put the env's options in env_kwargs of --env-config"
+                )
         perturb = None
         if args.noise_std > 0:
             perturb = Perturbation("gaussian", args.noise_std, seed=args.seed)
@@ -160,11 +226,22 @@ def _run_env(args: argparse.Namespace) -> int:
         env = make_env(args.env, mapping, overrides)
 
         def progress(seg: Segment) -> None:
-            print(f"episode {seg.index}: {seg.km:.3f} km, {len(seg.intervention_xy)} interventions"
-                  + (f" ({'/'.join(seg.conditions.values())})" if seg.conditions else ""), flush=True)
+            print(
+                f"episode {seg.index}: {seg.km:.3f} km, {len(seg.intervention_xy)} interventions"
+                + (f" ({'/'.join(seg.conditions.values())})" if seg.conditions else ""),
+                flush=True,
+            )
 
-        result = evaluate_env(env, driver, mapping, args.km, seed=args.seed, perturb=perturb,
-                              progress=progress, episode_m=1000.0 * args.segment_km if overrides else None)
+        result = evaluate_env(
+            env,
+            driver,
+            mapping,
+            args.km,
+            seed=args.seed,
+            perturb=perturb,
+            progress=progress,
+            episode_m=1000.0 * args.segment_km if overrides else None,
+        )
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"drive evaluate: error: {e}", file=sys.stderr)
         return 2
@@ -175,8 +252,15 @@ def _run_env(args: argparse.Namespace) -> int:
     return _summary(result.metrics, result.save(args.out, plot=False))
 
 
-SUMMARY_KEYS = ("km", "interventions", "interventions_per_km", "autonomy_pct", "lateral_rms_m",
-                "lateral_max_abs_m", "steering_rate_rms")
+SUMMARY_KEYS = (
+    "km",
+    "interventions",
+    "interventions_per_km",
+    "autonomy_pct",
+    "lateral_rms_m",
+    "lateral_max_abs_m",
+    "steering_rate_rms",
+)
 
 
 def _summary(m: Dict[str, Any], paths: Dict[str, Path]) -> int:

@@ -9,6 +9,7 @@ After writing, the file is loaded back with its own runtime and stepped over a f
 frames beside the eager policy (:func:`drive.export.verify.verify_export`); the largest difference is
 printed (``--no-verify`` skips it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,46 +29,90 @@ def _frame_size(text: str) -> Tuple[int, int]:
     try:
         h, w = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"frame size must be HEIGHTxWIDTH, e.g. 1208x1920; got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"frame size must be HEIGHTxWIDTH, e.g. 1208x1920; got {text!r}"
+        ) from None
     return h, w
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ckpt", required=True, type=Path, help="training checkpoint (.ckpt) or converted policy (.pt)")
-    parser.add_argument("--out", required=True, type=Path, help="output file: policy.ts | policy.pt2 | policy.onnx")
-    parser.add_argument("--format", choices=("torchscript", "aoti", "onnx"),
-                        help="default: from the --out suffix (.ts torchscript, .pt2 aoti, .onnx onnx)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                        help="device of the saved weights (AOTInductor compiles for it)")
-    parser.add_argument("--half", action="store_true", help="conv head in fp16 (CUDA); recurrent cell stays fp32")
-    parser.add_argument("--curvature-limit", type=float, default=None, metavar="K",
-                        help="clamp commands to [-K, K] 1/m (default: the checkpoint's, 1.25x its training "
-                             "labels' largest |value|; else 0.2); warns when below the training labels")
-    parser.add_argument("--frame-size", type=_frame_size, default=None, metavar="HxW",
-                        help="camera frame size if the checkpoint does not record it")
-    parser.add_argument("--black-level", type=float, default=4.0,
-                        help="mean pixel (0-255, after crop/resize) at or below which a frame counts as no image (held)")
-    parser.add_argument("--max-gap", type=float, default=1.0, metavar="SECONDS",
-                        help="longest elapsed time one step integrates after held frames")
-    parser.add_argument("--no-verify", action="store_true", help="skip loading the file back for a parity check")
+    parser.add_argument(
+        "--ckpt", required=True, type=Path, help="training checkpoint (.ckpt) or converted policy (.pt)"
+    )
+    parser.add_argument(
+        "--out", required=True, type=Path, help="output file: policy.ts | policy.pt2 | policy.onnx"
+    )
+    parser.add_argument(
+        "--format",
+        choices=("torchscript", "aoti", "onnx"),
+        help="default: from the --out suffix (.ts torchscript, .pt2 aoti, .onnx onnx)",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="device of the saved weights (AOTInductor compiles for it)",
+    )
+    parser.add_argument(
+        "--half", action="store_true", help="conv head in fp16 (CUDA); recurrent cell stays fp32"
+    )
+    parser.add_argument(
+        "--curvature-limit",
+        type=float,
+        default=None,
+        metavar="K",
+        help="clamp commands to [-K, K] 1/m (default: the checkpoint's, 1.25x its training "
+        "labels' largest |value|; else 0.2); warns when below the training labels",
+    )
+    parser.add_argument(
+        "--frame-size",
+        type=_frame_size,
+        default=None,
+        metavar="HxW",
+        help="camera frame size if the checkpoint does not record it",
+    )
+    parser.add_argument(
+        "--black-level",
+        type=float,
+        default=4.0,
+        help="mean pixel (0-255, after crop/resize) at or below which a frame counts as no image (held)",
+    )
+    parser.add_argument(
+        "--max-gap",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="longest elapsed time one step integrates after held frames",
+    )
+    parser.add_argument(
+        "--no-verify", action="store_true", help="skip loading the file back for a parity check"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix.lower())
     if fmt is None:
-        raise ValueError(f"--out {args.out}: cannot tell the format from the suffix {args.out.suffix!r}; "
-                         "use .ts, .pt2 or .onnx, or pass --format")
-    build = dict(curvature_limit_per_m=args.curvature_limit, frame_size=args.frame_size,
-                 black_level=args.black_level, max_gap_s=args.max_gap)
+        raise ValueError(
+            f"--out {args.out}: cannot tell the format from the suffix {args.out.suffix!r}; "
+            "use .ts, .pt2 or .onnx, or pass --format"
+        )
+    build = dict(
+        curvature_limit_per_m=args.curvature_limit,
+        frame_size=args.frame_size,
+        black_level=args.black_level,
+        max_gap_s=args.max_gap,
+    )
     start = time.perf_counter()
     # errors of input (checkpoint, options, a full or read-only --out) propagate to drive.cli: one line, exit 2
     path = export_policy(args.ckpt, args.out, format=fmt, device=args.device, half=args.half, **build)
     meta = read_metadata(path)
     h, w = meta["frame_size"]
-    print(f"wrote {path} ({fmt}, {path.stat().st_size / 1e6:.2f} MB, {time.perf_counter() - start:.1f} s): "
-          f"family {meta['family']}, frames uint8 {w}x{h} RGB at {meta['fps']:g} fps, hidden {meta['hidden_size']}, "
-          f"|curvature| <= {meta['curvature_limit_per_m']:g} 1/m, conv head {'fp16' if meta['half'] else 'fp32'}, "
-          f"device {meta['device']}")
+    print(
+        f"wrote {path} ({fmt}, {path.stat().st_size / 1e6:.2f} MB, {time.perf_counter() - start:.1f} s): "
+        f"family {meta['family']}, frames uint8 {w}x{h} RGB at {meta['fps']:g} fps, hidden {meta['hidden_size']}, "
+        f"|curvature| <= {meta['curvature_limit_per_m']:g} 1/m, conv head {'fp16' if meta['half'] else 'fp32'}, "
+        f"device {meta['device']}"
+    )
     if not args.no_verify:
         worst = verify_export(args.ckpt, path, half=args.half, **build)
         tol = 1e-3 if args.half else 1e-4

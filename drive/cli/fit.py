@@ -13,6 +13,7 @@ The LightningCLI itself, with drive's defaults (seed 1234, TensorBoard and CSV l
 ``predictions.csv`` from ``drive predict``), is :mod:`drive.train.launch`; this module adds the
 one-line error report.
 """
+
 from __future__ import annotations
 
 import sys

@@ -3,6 +3,7 @@
 Arguments are checked here, before any model loads or worker process starts, so a typo fails in a
 second with the argument's name rather than minutes later inside a worker.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,23 +18,53 @@ DEFAULT_KM = 1.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--ckpt", nargs="+", required=True, metavar="CKPT", help="policy checkpoints to compare")
-    parser.add_argument("--recordings", nargs="+", required=True, metavar="DIR",
-                        help="test recordings (canonical directories, or folders holding them)")
-    parser.add_argument("--out", required=True,
-                        help="output folder for REPORT.md, results.csv, plots (a previous report there is replaced)")
-    parser.add_argument("--noise", nargs="+", type=float, default=[0.0, 0.1, 0.2, 0.25, 0.3],
-                        help="Gaussian noise levels on [0, 1] pixels (standard deviation unless --variance)")
-    parser.add_argument("--variance", action="store_true", help="read --noise as variance sigma^2 (CfC paper)")
-    parser.add_argument("--other", nargs="*", default=DEFAULT_OTHER.split(), metavar="KIND=L1,L2",
-                        help=f"other perturbations, kinds {KINDS[1:]} (default: {DEFAULT_OTHER}); give none to skip")
-    parser.add_argument("--closed-loop", action="store_true", help="also drive held-out roads in the built-in world")
-    parser.add_argument("--km", type=float, default=None,
-                        help=f"with --closed-loop: distance per model and level (km, default {DEFAULT_KM:g})")
+    parser.add_argument(
+        "--ckpt", nargs="+", required=True, metavar="CKPT", help="policy checkpoints to compare"
+    )
+    parser.add_argument(
+        "--recordings",
+        nargs="+",
+        required=True,
+        metavar="DIR",
+        help="test recordings (canonical directories, or folders holding them)",
+    )
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="output folder for REPORT.md, results.csv, plots (a previous report there is replaced)",
+    )
+    parser.add_argument(
+        "--noise",
+        nargs="+",
+        type=float,
+        default=[0.0, 0.1, 0.2, 0.25, 0.3],
+        help="Gaussian noise levels on [0, 1] pixels (standard deviation unless --variance)",
+    )
+    parser.add_argument(
+        "--variance", action="store_true", help="read --noise as variance sigma^2 (CfC paper)"
+    )
+    parser.add_argument(
+        "--other",
+        nargs="*",
+        default=DEFAULT_OTHER.split(),
+        metavar="KIND=L1,L2",
+        help=f"other perturbations, kinds {KINDS[1:]} (default: {DEFAULT_OTHER}); give none to skip",
+    )
+    parser.add_argument(
+        "--closed-loop", action="store_true", help="also drive held-out roads in the built-in world"
+    )
+    parser.add_argument(
+        "--km",
+        type=float,
+        default=None,
+        help=f"with --closed-loop: distance per model and level (km, default {DEFAULT_KM:g})",
+    )
     parser.add_argument("--seed", type=int, default=0, help="noise seed (and closed-loop road seed)")
     parser.add_argument("--saliency-frames", type=int, default=48, help="frames sampled for saliency SSIM")
     parser.add_argument("--max-frames", type=int, default=None, help="limit frames per recording (open loop)")
-    parser.add_argument("--workers", type=int, default=None, help="processes over models (default: min(models, CPUs))")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="processes over models (default: min(models, CPUs))"
+    )
 
 
 def _fail(message: str) -> SystemExit:
@@ -74,14 +105,23 @@ def run(args: argparse.Namespace) -> int:
     km = DEFAULT_KM if args.km is None else args.km
     if args.closed_loop and not (math.isfinite(km) and km > 0):
         raise _fail(f"--km must be positive, got {km}")
-    for flag, value in (("--saliency-frames", args.saliency_frames), ("--max-frames", args.max_frames),
-                        ("--workers", args.workers)):
+    for flag, value in (
+        ("--saliency-frames", args.saliency_frames),
+        ("--max-frames", args.max_frames),
+        ("--workers", args.workers),
+    ):
         if value is not None and value < 1:
             raise _fail(f"{flag} must be >= 1, got {value}")
-    config = RobustnessConfig(noise_levels=tuple(args.noise), variance=args.variance,
-                              other=_parse_other(args.other), seed=args.seed,
-                              closed_loop_km=km if args.closed_loop else 0.0, closed_loop_seed=args.seed,
-                              saliency_frames=args.saliency_frames, max_frames=args.max_frames)
+    config = RobustnessConfig(
+        noise_levels=tuple(args.noise),
+        variance=args.variance,
+        other=_parse_other(args.other),
+        seed=args.seed,
+        closed_loop_km=km if args.closed_loop else 0.0,
+        closed_loop_seed=args.seed,
+        saliency_frames=args.saliency_frames,
+        max_frames=args.max_frames,
+    )
     out = robustness_report(args.ckpt, args.recordings, args.out, config, workers=args.workers)
     print(f"wrote {out['report']} and {out['csv']}")
     return 0

@@ -5,13 +5,14 @@ Example::
     drive simulate --out data/sim --minutes 20 --seed 0 --conditions summer,autumn
     drive simulate --out data/sim_test --minutes 4 --seed 0 --split test --conditions winter
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 
-from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.io.atomic import no_empty_dir_on_error
+from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.sim.record import DEFAULT_NOISE_STD, check_world_settings, simulate
 from drive.sim.render import Camera
 from drive.sim.road import SPLITS, TEST_SEED_OFFSET
@@ -27,16 +28,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="output directory (one sub-directory per recording)")
     parser.add_argument("--minutes", type=float, default=10.0, help="total minutes of driving (default 10)")
     parser.add_argument("--seed", type=int, default=0, help=f"world seed, 0 <= seed < {TEST_SEED_OFFSET}")
-    parser.add_argument("--split", choices=SPLITS, default="train",
-                        help="train and test roads come from disjoint seed ranges (default train)")
-    parser.add_argument("--conditions", default=None,
-                        help=f"comma-separated condition names, cycled over recordings ({_condition_help()}); "
-                             "axes not named are random")
-    parser.add_argument("--recording-minutes", type=float, default=2.0, help="length of each recording (default 2)")
-    parser.add_argument("--storage", choices=("frames", "video"), default="frames",
-                        help="JPEG frames (default) or one MP4 per recording")
-    parser.add_argument("--noise-std", type=float, default=DEFAULT_NOISE_STD,
-                        help=f"DART steering noise, std of curvature in 1/m (default {DEFAULT_NOISE_STD}; 0 = none)")
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="train",
+        help="train and test roads come from disjoint seed ranges (default train)",
+    )
+    parser.add_argument(
+        "--conditions",
+        default=None,
+        help=f"comma-separated condition names, cycled over recordings ({_condition_help()}); "
+        "axes not named are random",
+    )
+    parser.add_argument(
+        "--recording-minutes", type=float, default=2.0, help="length of each recording (default 2)"
+    )
+    parser.add_argument(
+        "--storage",
+        choices=("frames", "video"),
+        default="frames",
+        help="JPEG frames (default) or one MP4 per recording",
+    )
+    parser.add_argument(
+        "--noise-std",
+        type=float,
+        default=DEFAULT_NOISE_STD,
+        help=f"DART steering noise, std of curvature in 1/m (default {DEFAULT_NOISE_STD}; 0 = none)",
+    )
     parser.add_argument("--speed-kmh", type=float, default=30.0, help="vehicle speed (default 30 km/h)")
     parser.add_argument("--fps", type=float, default=30.0, help="camera rate (default 30 Hz)")
     parser.add_argument("--width", type=int, default=200, help="image width (default 200)")
@@ -47,18 +65,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         parse_conditions(args.conditions)
-        check_world_settings(speed_kmh=args.speed_kmh, fps=args.fps, width=args.width, height=args.height,
-                             noise_std=args.noise_std, minutes=args.minutes, recording_minutes=args.recording_minutes)
+        check_world_settings(
+            speed_kmh=args.speed_kmh,
+            fps=args.fps,
+            width=args.width,
+            height=args.height,
+            noise_std=args.noise_std,
+            minutes=args.minutes,
+            recording_minutes=args.recording_minutes,
+        )
         camera = Camera.default(args.width, args.height)
 
         def progress(i: int, n: int, path) -> None:
             print(f"[{i + 1}/{n}] {path}", flush=True)
 
         with no_empty_dir_on_error(args.out):  # a refused run leaves no empty --out folder
-            paths = simulate(args.out, args.minutes, args.seed, args.conditions, split=args.split,
-                             recording_minutes=args.recording_minutes, storage=args.storage,
-                             noise_std=args.noise_std, camera=camera, speed_mps=args.speed_kmh / 3.6,
-                             fps=args.fps, overwrite=args.overwrite, progress=progress)
+            paths = simulate(
+                args.out,
+                args.minutes,
+                args.seed,
+                args.conditions,
+                split=args.split,
+                recording_minutes=args.recording_minutes,
+                storage=args.storage,
+                noise_std=args.noise_std,
+                camera=camera,
+                speed_mps=args.speed_kmh / 3.6,
+                fps=args.fps,
+                overwrite=args.overwrite,
+                progress=progress,
+            )
     except (ValueError, TypeError) as e:
         message = str(e).replace("pass overwrite=True", "pass --overwrite")
         print(f"drive simulate: error: {message}", file=sys.stderr)

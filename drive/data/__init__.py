@@ -4,4 +4,15 @@ Entry points: :func:`drive.data.readers.read_logs` (any supported log -> canonic
 :class:`drive.data.datamodule.DriveDataModule` (Lightning), ``drive data inspect|convert`` (CLI).
 Submodules are imported lazily so ``import drive.data`` stays cheap.
 """
-__all__ = ["readers", "cache", "sequences", "augment", "viewpoint", "dataset", "datamodule", "errors", "labels"]
+
+__all__ = [
+    "readers",
+    "cache",
+    "sequences",
+    "augment",
+    "viewpoint",
+    "dataset",
+    "datamodule",
+    "errors",
+    "labels",
+]

@@ -18,6 +18,7 @@ Noise pixels are always fresh per frame.
   ~10x more; OpenCV inside forked DataLoader workers can deadlock).
   JPEG: ``torchvision.transforms.v2.functional.jpeg`` at quality U(jpeg_quality_min, 95).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -103,7 +104,9 @@ def _gaussian_matrix(n: int, sigma: float) -> torch.Tensor:
     return g / g.sum(1, keepdim=True)
 
 
-Geometry = Tuple[Optional[Dict[str, float]], Optional[np.ndarray]]  # (camera calibration, source->model affine)
+Geometry = Tuple[
+    Optional[Dict[str, float]], Optional[np.ndarray]
+]  # (camera calibration, source->model affine)
 
 
 class Augmenter:
@@ -118,15 +121,28 @@ class Augmenter:
     def __init__(self, config: AugmentConfig):
         self.config = config
 
-    def __call__(self, frames: torch.Tensor, curvature: np.ndarray, speed_mps: np.ndarray,
-                 rng: np.random.Generator, camera: Optional[Dict[str, float]] = None,
-                 affine: Optional[np.ndarray] = None) -> Tuple[torch.Tensor, np.ndarray]:
-        out, k = self.augment(frames[None], np.asarray(curvature)[None], np.asarray(speed_mps)[None], rng,
-                              [(camera, affine)])
+    def __call__(
+        self,
+        frames: torch.Tensor,
+        curvature: np.ndarray,
+        speed_mps: np.ndarray,
+        rng: np.random.Generator,
+        camera: Optional[Dict[str, float]] = None,
+        affine: Optional[np.ndarray] = None,
+    ) -> Tuple[torch.Tensor, np.ndarray]:
+        out, k = self.augment(
+            frames[None], np.asarray(curvature)[None], np.asarray(speed_mps)[None], rng, [(camera, affine)]
+        )
         return out[0], k[0]
 
-    def augment(self, frames: torch.Tensor, curvature: np.ndarray, speed_mps: np.ndarray,
-                rng: np.random.Generator, geometry: Sequence[Geometry]) -> Tuple[torch.Tensor, np.ndarray]:
+    def augment(
+        self,
+        frames: torch.Tensor,
+        curvature: np.ndarray,
+        speed_mps: np.ndarray,
+        rng: np.random.Generator,
+        geometry: Sequence[Geometry],
+    ) -> Tuple[torch.Tensor, np.ndarray]:
         cfg = self.config
         n_win, t, _, h, w = frames.shape
         n = n_win * t
@@ -150,8 +166,14 @@ class Augmenter:
                     grids[u] = warp_grid(camera, affine, (h, w), float(shift[u]), float(yaw[u]))
                 grid = torch.stack([grids[unit[i]] for i in sel]).to(dev)
                 x[sel] = warp_frames(x[sel], grid)
-                curvature = corrected_curvature(curvature, shift[unit], yaw[unit],
-                                                np.asarray(speed_mps).reshape(n), cfg.lookahead_s, cfg.min_lookahead_m)
+                curvature = corrected_curvature(
+                    curvature,
+                    shift[unit],
+                    yaw[unit],
+                    np.asarray(speed_mps).reshape(n),
+                    cfg.lookahead_s,
+                    cfg.min_lookahead_m,
+                )
         photometric = rng.random(units) < cfg.photometric_p
         if photometric.any():
             mats = np.tile(np.eye(3, 4), (units, 1, 1))
@@ -159,7 +181,7 @@ class Augmenter:
                 mats[u] = color_matrix(*self._jitter(rng))
             m = torch.from_numpy(mats[unit].astype(np.float32)).to(dev)
             grey = torch.tensor(_GREY, device=dev).view(1, 3, 1, 1)
-            mean_grey = (x * grey).sum(1).mean((1, 2))                                    # [N]
+            mean_grey = (x * grey).sum(1).mean((1, 2))  # [N]
             x = torch.bmm(m[:, :, :3], x.view(n, 3, h * w)).view(n, 3, h, w)
             x.add_((m[:, :, 3] * mean_grey[:, None])[..., None, None]).clamp_(0.0, 1.0)
         exponent = self._exponent(rng, units, unit, h, w, photometric, dev)
@@ -172,9 +194,13 @@ class Augmenter:
             x[sel] = _gaussian_matrix(h, sigma[u]).to(dev) @ x[sel] @ _gaussian_matrix(w, sigma[u]).to(dev).T
         noise = rng.random(units) < cfg.noise_p
         if noise.any():
-            std = torch.from_numpy((rng.uniform(0.0, cfg.noise_std_max, units) * noise)[unit].astype(np.float32))
-            gen = torch.Generator(device=dev).manual_seed(int(rng.integers(2 ** 62)))
-            x = x.add_(torch.randn(x.shape, generator=gen, device=dev) * std.to(dev).view(n, 1, 1, 1)).clamp_(0.0, 1.0)
+            std = torch.from_numpy(
+                (rng.uniform(0.0, cfg.noise_std_max, units) * noise)[unit].astype(np.float32)
+            )
+            gen = torch.Generator(device=dev).manual_seed(int(rng.integers(2**62)))
+            x = x.add_(torch.randn(x.shape, generator=gen, device=dev) * std.to(dev).view(n, 1, 1, 1)).clamp_(
+                0.0, 1.0
+            )
         out = x.mul_(255.0).round_().clamp_(0, 255).to(torch.uint8)
         jpeg = rng.random(units) < cfg.jpeg_p
         quality = rng.integers(cfg.jpeg_quality_min, 96, units)
@@ -185,11 +211,23 @@ class Augmenter:
 
     def _jitter(self, rng: np.random.Generator) -> Tuple[float, float, float, float]:
         c = self.config
-        return (rng.uniform(1 - c.brightness, 1 + c.brightness), rng.uniform(1 - c.contrast, 1 + c.contrast),
-                rng.uniform(1 - c.saturation, 1 + c.saturation), rng.uniform(-c.hue, c.hue))
+        return (
+            rng.uniform(1 - c.brightness, 1 + c.brightness),
+            rng.uniform(1 - c.contrast, 1 + c.contrast),
+            rng.uniform(1 - c.saturation, 1 + c.saturation),
+            rng.uniform(-c.hue, c.hue),
+        )
 
-    def _exponent(self, rng: np.random.Generator, units: int, unit: np.ndarray, h: int, w: int,
-                  photometric: np.ndarray, dev: torch.device) -> Optional[torch.Tensor]:
+    def _exponent(
+        self,
+        rng: np.random.Generator,
+        units: int,
+        unit: np.ndarray,
+        h: int,
+        w: int,
+        photometric: np.ndarray,
+        dev: torch.device,
+    ) -> Optional[torch.Tensor]:
         """Per-pixel exponent [N, 1, H, W] (or [N,1,1,1]) for gamma jitter and shadow bands; None = 1."""
         cfg = self.config
         gamma = np.where(photometric, rng.uniform(1 - cfg.gamma, 1 + cfg.gamma, units), 1.0)
@@ -203,7 +241,7 @@ class Augmenter:
         angle, x0, y0 = rng.uniform(0, math.pi, k), rng.uniform(0, w, k), rng.uniform(0, h, k)
         kernel = rng.choice([3, 5, 7], k)
         g = 1 + rng.uniform(0, cfg.shadow_gamma_max, k)
-        g = np.where(rng.random(k) < 1 / 3, 1 / g, g)   # one third lighter
+        g = np.where(rng.random(k) < 1 / 3, 1 / g, g)  # one third lighter
         log_g = np.where(shadow, np.log(g), 0.0)
         v = torch.arange(h, dtype=torch.float32, device=dev).view(1, h, 1)
         u = torch.arange(w, dtype=torch.float32, device=dev).view(1, 1, w)
@@ -213,11 +251,13 @@ class Augmenter:
             return torch.from_numpy(a[sel].astype(np.float32)).to(dev).view(-1, 1, 1)
 
         dist = ((u - col(x0)) * torch.sin(col(angle)) - (v - col(y0)) * torch.cos(col(angle))).abs()
-        band = (dist < col(thick) / 2).float().unsqueeze(1)                              # [S,1,H,W]
+        band = (dist < col(thick) / 2).float().unsqueeze(1)  # [S,1,H,W]
         for size in (3, 5, 7):
             pick = torch.from_numpy(np.flatnonzero(kernel[sel] == size)).to(dev)
             if len(pick):
-                band[pick] = F.avg_pool2d(band[pick], size, stride=1, padding=size // 2, count_include_pad=False)
+                band[pick] = F.avg_pool2d(
+                    band[pick], size, stride=1, padding=size // 2, count_include_pad=False
+                )
         maps = torch.zeros(units, 1, h, w, device=dev)
         maps[torch.from_numpy(sel).to(dev)] = band * col(log_g).unsqueeze(1)
         return expo * torch.exp(maps[torch.from_numpy(unit).to(dev)])

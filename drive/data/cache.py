@@ -18,6 +18,7 @@ Frames that cannot be decoded or have the wrong size are reported through
 :class:`~drive.data.errors.Problems` (file and frame) and, with ``on_error="skip"``, stay in the
 array as zeros with ``valid=False``; sequences never include them.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -29,14 +30,23 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from drive.io.atomic import commit
 from drive.data.errors import Problems
-from drive.data.readers.base import SubsetFrames
 from drive.data.preprocess import Preprocessing
+from drive.data.readers.base import SubsetFrames
+from drive.io.atomic import commit
 from drive.io.recording import ImageFiles, Recording, RecordingError
 
-__all__ = ["CachedRecording", "build_cache", "cache_recordings", "fingerprint", "decode_frame", "frame_files",
-           "iter_decoded", "source_to_model", "display_name"]
+__all__ = [
+    "CachedRecording",
+    "build_cache",
+    "cache_recordings",
+    "fingerprint",
+    "decode_frame",
+    "frame_files",
+    "iter_decoded",
+    "source_to_model",
+    "display_name",
+]
 
 CACHE_VERSION = 1
 _CHUNK = 64
@@ -105,9 +115,19 @@ def _root(source: Any) -> Any:
 def fingerprint(rec: Recording, preprocessing: Preprocessing) -> str:
     """Hash of everything the cached content depends on (see module docstring)."""
     h = hashlib.sha256()
-    h.update(json.dumps({"v": CACHE_VERSION, "pre": preprocessing.to_dict(), "source": rec.meta.source,
-                         "size": [rec.meta.width, rec.meta.height], "fps": rec.meta.fps,
-                         "camera": rec.meta.camera.to_dict() if rec.meta.camera else None}, sort_keys=True).encode())
+    h.update(
+        json.dumps(
+            {
+                "v": CACHE_VERSION,
+                "pre": preprocessing.to_dict(),
+                "source": rec.meta.source,
+                "size": [rec.meta.width, rec.meta.height],
+                "fps": rec.meta.fps,
+                "camera": rec.meta.camera.to_dict() if rec.meta.camera else None,
+            },
+            sort_keys=True,
+        ).encode()
+    )
     for column in ("timestamp_s", "curvature", "speed_mps"):
         h.update(np.ascontiguousarray(rec.log[column], dtype=np.float64).tobytes())
     for path in frame_files(rec.source):
@@ -126,7 +146,9 @@ def display_name(rec: Recording) -> str:
     Udacity ``driving_log.csv``) are named after their folder, so per-recording metrics do not collide.
     """
     p = rec.path if rec.path is not None else Path("recording")
-    per_folder = p.name in ("driving_log.csv", "interpolated.csv") or rec.meta.source.startswith("folder_csv:")
+    per_folder = p.name in ("driving_log.csv", "interpolated.csv") or rec.meta.source.startswith(
+        "folder_csv:"
+    )
     base = p.parent.name if per_folder and p.parent.name else p.stem
     camera = rec.meta.extra.get("camera")
     return f"{base}-{camera}" if camera else base
@@ -151,8 +173,13 @@ def decode_frame(rec: Recording, index: int, problems: Problems, files: List[Pat
         return None
     expected = (rec.meta.height, rec.meta.width, 3)
     if frame.shape != expected or frame.dtype != np.uint8:
-        problems.report(file, row, "wrong_image_size", f"{image}frame is {frame.dtype} {tuple(frame.shape)}, "
-                                                       f"the recording's frames are uint8 {expected}")
+        problems.report(
+            file,
+            row,
+            "wrong_image_size",
+            f"{image}frame is {frame.dtype} {tuple(frame.shape)}, "
+            f"the recording's frames are uint8 {expected}",
+        )
         return None
     return frame
 
@@ -167,10 +194,12 @@ def iter_decoded(rec: Recording, problems: Problems) -> Iterator[Tuple[int, Opti
             return
 
 
-def _prepared(rec: Recording, pre: Preprocessing, problems: Problems, threads: int
-              ) -> Iterator[Tuple[int, Optional[np.ndarray]]]:
+def _prepared(
+    rec: Recording, pre: Preprocessing, problems: Problems, threads: int
+) -> Iterator[Tuple[int, Optional[np.ndarray]]]:
     """(index, preprocessed uint8 [3, h, w] or None) in order. Image files are decoded and
     preprocessed ``threads`` at a time (OpenCV and torch release the GIL); videos sequentially."""
+
     def prepare(frame: Optional[np.ndarray]) -> Optional[np.ndarray]:
         return None if frame is None else pre(frame)[0].numpy()
 
@@ -185,8 +214,13 @@ def _prepared(rec: Recording, pre: Preprocessing, problems: Problems, threads: i
             yield from zip(idx, pool.map(lambda i: prepare(decode_frame(rec, i, problems, files)), idx))
 
 
-def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
-                problems: Optional[Problems] = None, threads: int = 2) -> CachedRecording:
+def build_cache(
+    rec: Recording,
+    preprocessing: Preprocessing,
+    cache_dir: Path,
+    problems: Optional[Problems] = None,
+    threads: int = 2,
+) -> CachedRecording:
     """Return the up-to-date cache of ``rec``, building it when missing or stale."""
     problems = problems if problems is not None else Problems("raise")
     directory = Path(cache_dir) / _cache_name(rec)
@@ -228,14 +262,26 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
         tmp.unlink(missing_ok=True)
         raise
     commit(tmp, directory / "frames.npy")  # fsynced: a power cut leaves no renamed but empty cache
-    np.savez(directory / "index.tmp.npz", timestamp_s=rec.log["timestamp_s"], curvature=rec.log["curvature"],
-             speed_mps=rec.log["speed_mps"], valid=valid)
+    np.savez(
+        directory / "index.tmp.npz",
+        timestamp_s=rec.log["timestamp_s"],
+        curvature=rec.log["curvature"],
+        speed_mps=rec.log["speed_mps"],
+        valid=valid,
+    )
     commit(directory / "index.tmp.npz", directory / "index.npz")
-    info = {"fingerprint": key, "name": display_name(rec), "source": rec.meta.source,
-            "path": str(rec.path), "drive": rec.meta.extra.get("drive", str(rec.path)),
-            "fps": rec.meta.fps, "camera": rec.meta.camera.to_dict() if rec.meta.camera else None,
-            "source_size": [rec.meta.height, rec.meta.width], "preprocessing": preprocessing.to_dict(),
-            "problems": [dict(file=p.file, row=p.row, kind=p.kind, message=p.message) for p in local.items]}
+    info = {
+        "fingerprint": key,
+        "name": display_name(rec),
+        "source": rec.meta.source,
+        "path": str(rec.path),
+        "drive": rec.meta.extra.get("drive", str(rec.path)),
+        "fps": rec.meta.fps,
+        "camera": rec.meta.camera.to_dict() if rec.meta.camera else None,
+        "source_size": [rec.meta.height, rec.meta.width],
+        "preprocessing": preprocessing.to_dict(),
+        "problems": [dict(file=p.file, row=p.row, kind=p.kind, message=p.message) for p in local.items],
+    }
     tmp_json = directory / "index.tmp.json"
     tmp_json.write_text(json.dumps(info, indent=1))
     commit(tmp_json, index_path)
@@ -243,8 +289,13 @@ def build_cache(rec: Recording, preprocessing: Preprocessing, cache_dir: Path,
     return CachedRecording(directory)
 
 
-def cache_recordings(recordings: Sequence[Recording], preprocessing: Preprocessing, cache_dir: Path,
-                     problems: Optional[Problems] = None, threads: int = 2) -> List[CachedRecording]:
+def cache_recordings(
+    recordings: Sequence[Recording],
+    preprocessing: Preprocessing,
+    cache_dir: Path,
+    problems: Optional[Problems] = None,
+    threads: int = 2,
+) -> List[CachedRecording]:
     """:func:`build_cache` for each recording; recordings without any valid frame are dropped."""
     problems = problems if problems is not None else Problems("raise")
     out = []

@@ -25,6 +25,7 @@ Under DDP Lightning's ``use_distributed_sampler`` wraps the training sampler in 
 ``DistributedSamplerWrapper``; the evaluation loaders give each rank whole recordings in order
 (:class:`~drive.data.sampling.RecordingShards`), so stateful evaluation is the same as in one process.
 """
+
 from __future__ import annotations
 
 import sys
@@ -40,10 +41,10 @@ from drive.data.augment import AugmentConfig, Augmenter
 from drive.data.cache import CachedRecording, cache_recordings
 from drive.data.dataset import SequenceDataset, sample_weights
 from drive.data.errors import Problems
-from drive.data.sampling import EpochSampler, RecordingShards, ResumableLoader
-from drive.data.readers import read_logs
-from drive.data.sequences import split_ranges, stateful_windows, train_windows
 from drive.data.preprocess import MODEL_SIZE, Preprocessing
+from drive.data.readers import read_logs
+from drive.data.sampling import EpochSampler, RecordingShards, ResumableLoader
+from drive.data.sequences import split_ranges, stateful_windows, train_windows
 
 __all__ = ["DriveDataModule"]
 
@@ -78,19 +79,40 @@ class DriveDataModule(L.LightningDataModule):
             training device, e.g. the GPU, in :meth:`augment_batch`).
     """
 
-    def __init__(self, train: Optional[List[str]] = None, val: Optional[List[str]] = None,
-                 test: Optional[List[str]] = None, predict: Optional[List[str]] = None,
-                 format: Optional[str] = None, reader: Optional[Dict[str, Any]] = None,
-                 seq_len: int = 16, stride: int = 4, batch_size: int = 20, eval_batch_size: Optional[int] = None,
-                 num_workers: int = 2, pin_memory: bool = True, augment: Optional[AugmentConfig] = None,
-                 image_size: List[int] = list(MODEL_SIZE), crop: Optional[List[int]] = None,
-                 cache_dir: str = ".cache/drive-data", on_error: str = "raise", curve_factor: float = 0.1,
-                 gap_factor: float = 3.0, val_split: str = "ncp", val_fraction: float = 0.1, seed: int = 0,
-                 augment_on: str = "workers"):
+    def __init__(
+        self,
+        train: Optional[List[str]] = None,
+        val: Optional[List[str]] = None,
+        test: Optional[List[str]] = None,
+        predict: Optional[List[str]] = None,
+        format: Optional[str] = None,
+        reader: Optional[Dict[str, Any]] = None,
+        seq_len: int = 16,
+        stride: int = 4,
+        batch_size: int = 20,
+        eval_batch_size: Optional[int] = None,
+        num_workers: int = 2,
+        pin_memory: bool = True,
+        augment: Optional[AugmentConfig] = None,
+        image_size: List[int] = list(MODEL_SIZE),
+        crop: Optional[List[int]] = None,
+        cache_dir: str = ".cache/drive-data",
+        on_error: str = "raise",
+        curve_factor: float = 0.1,
+        gap_factor: float = 3.0,
+        val_split: str = "ncp",
+        val_fraction: float = 0.1,
+        seed: int = 0,
+        augment_on: str = "workers",
+    ):
         super().__init__()
         self.save_hyperparameters()
-        self.paths = {"train": list(train or []), "val": list(val or []), "test": list(test or []),
-                      "predict": list(predict or test or [])}
+        self.paths = {
+            "train": list(train or []),
+            "val": list(val or []),
+            "test": list(test or []),
+            "predict": list(predict or test or []),
+        }
         self.format, self.reader = format, dict(reader or {})
         self.seq_len, self.stride = seq_len, stride
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
@@ -120,15 +142,23 @@ class DriveDataModule(L.LightningDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         if stage in (None, "fit", "validate") and "train" not in self.datasets and self.paths["train"]:
             recs = self._load(self.paths["train"])
-            train_r, val_r = split_ranges(recs, "none" if self.paths["val"] else self.val_split,
-                                          self.val_fraction, self.seed)
+            train_r, val_r = split_ranges(
+                recs, "none" if self.paths["val"] else self.val_split, self.val_fraction, self.seed
+            )
             self.datasets["train"] = SequenceDataset(
-                recs, train_windows(recs, train_r, self.seq_len, self.stride, self.gap_factor), self.seq_len,
-                self.augment if self.augment_on == "workers" else None, self.curve_factor, self.seed)
+                recs,
+                train_windows(recs, train_r, self.seq_len, self.stride, self.gap_factor),
+                self.seq_len,
+                self.augment if self.augment_on == "workers" else None,
+                self.curve_factor,
+                self.seed,
+            )
             if self.augment is not None and self.augment.needs_camera():
                 self.datasets["train"].require_camera()
             if len(self.datasets["train"]) == 0:
-                raise ValueError(f"no training window of {self.seq_len} gap-free frames in {self.paths['train']}")
+                raise ValueError(
+                    f"no training window of {self.seq_len} gap-free frames in {self.paths['train']}"
+                )
             if val_r:
                 self.datasets["val"] = self._stream(recs, val_r)
         if stage in (None, "fit", "validate") and "val" not in self.datasets and self.paths["val"]:
@@ -144,11 +174,18 @@ class DriveDataModule(L.LightningDataModule):
 
     def _stream(self, recs: List[CachedRecording], ranges: List[Tuple[int, int, int]]) -> SequenceDataset:
         """Full-recording iteration (val/test/predict): consecutive windows in time order, no augmentation."""
-        return SequenceDataset(recs, stateful_windows(recs, ranges, self.seq_len, self.gap_factor), self.seq_len,
-                               None, self.curve_factor, self.seed)
+        return SequenceDataset(
+            recs,
+            stateful_windows(recs, ranges, self.seq_len, self.gap_factor),
+            self.seq_len,
+            None,
+            self.curve_factor,
+            self.seed,
+        )
 
-    def augment_batch(self, batch: Dict[str, torch.Tensor], rank: int = 0, batch_number: int = 0
-                      ) -> Dict[str, torch.Tensor]:
+    def augment_batch(
+        self, batch: Dict[str, torch.Tensor], rank: int = 0, batch_number: int = 0
+    ) -> Dict[str, torch.Tensor]:
         """Augment a training batch where it lies (``augment_on="device"``): frames, corrected
         curvature and weights are replaced; deterministic in (seed, rank, batch_number)."""
         if self.augment is None:
@@ -156,8 +193,12 @@ class DriveDataModule(L.LightningDataModule):
         ds = self.datasets["train"]
         rng = np.random.default_rng([self.seed, rank, batch_number])
         frames, curvature = Augmenter(self.augment).augment(
-            batch["frames"], batch["curvature"].cpu().numpy(), batch["speed"].cpu().numpy(), rng,
-            [ds.geometry(r) for r in batch["recording"].tolist()])
+            batch["frames"],
+            batch["curvature"].cpu().numpy(),
+            batch["speed"].cpu().numpy(),
+            rng,
+            [ds.geometry(r) for r in batch["recording"].tolist()],
+        )
         dev = batch["frames"].device
         out = dict(batch)
         out["frames"] = frames
@@ -170,7 +211,9 @@ class DriveDataModule(L.LightningDataModule):
         trainer = self.trainer
         if self.augment_on == "device" and trainer is not None and trainer.training:
             # the run's batch count, restored with a checkpoint: a resumed run draws the same
-            return self.augment_batch(batch, trainer.global_rank, trainer.fit_loop.epoch_loop.batch_progress.total.ready)
+            return self.augment_batch(
+                batch, trainer.global_rank, trainer.fit_loop.epoch_loop.batch_progress.total.ready
+            )
         return batch
 
     def recordings(self, split: str) -> List[str]:
@@ -181,13 +224,22 @@ class DriveDataModule(L.LightningDataModule):
         if split not in self.datasets:
             raise ValueError(f"no {split} data: give {split} paths (and call setup)")
         cls = ResumableLoader if isinstance(kw.get("sampler"), EpochSampler) else DataLoader
-        return cls(self.datasets[split], batch_size=batch_size, drop_last=False, num_workers=self.num_workers,
-                   pin_memory=self.pin_memory and torch.cuda.is_available(),
-                   persistent_workers=self.num_workers > 0, worker_init_fn=_worker_init, **kw)
+        return cls(
+            self.datasets[split],
+            batch_size=batch_size,
+            drop_last=False,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory and torch.cuda.is_available(),
+            persistent_workers=self.num_workers > 0,
+            worker_init_fn=_worker_init,
+            **kw,
+        )
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled by (seed, epoch) and resumable mid-epoch (:mod:`drive.data.sampling`)."""
-        return self._loader("train", self.batch_size, sampler=EpochSampler(len(self.datasets["train"]), self.seed))
+        return self._loader(
+            "train", self.batch_size, sampler=EpochSampler(len(self.datasets["train"]), self.seed)
+        )
 
     def _eval_loader(self, split: str) -> DataLoader:
         """Every recording of ``split`` in time order; under DDP each rank gets whole recordings."""

@@ -18,6 +18,7 @@ recording      int64 []           index into the datamodule's recording list of 
 start          int64 []           first frame index in that recording
 =============  =================  ==========================================================
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -41,8 +42,15 @@ def sample_weights(curvature_per_m: np.ndarray, curve_factor: float) -> np.ndarr
 class SequenceDataset(Dataset):
     """Windows of ``seq_len`` frames over cached recordings; see the module docstring for items."""
 
-    def __init__(self, recordings: Sequence[CachedRecording], windows: Sequence[Window], seq_len: int,
-                 augment: Optional[AugmentConfig] = None, curve_factor: float = 0.1, seed: int = 0):
+    def __init__(
+        self,
+        recordings: Sequence[CachedRecording],
+        windows: Sequence[Window],
+        seq_len: int,
+        augment: Optional[AugmentConfig] = None,
+        curve_factor: float = 0.1,
+        seed: int = 0,
+    ):
         self.recordings = list(recordings)
         self.windows = list(windows)
         self.seq_len = seq_len
@@ -58,9 +66,11 @@ class SequenceDataset(Dataset):
         """Refuse recordings without camera calibration (viewpoint synthesis needs it)."""
         missing = [r.info["source"] for r in self.recordings if r.info.get("camera") is None]
         if missing:
-            raise ValueError(f"viewpoint augmentation needs camera calibration, missing for {missing[:3]}; "
-                             "set the reader option camera: {fx, fy, cx, cy, height_m, pitch_rad}, camera: {hfov_deg, "
-                             "height_m, pitch_rad}, camera: approximate (docs/data.md), or viewpoint_p: 0")
+            raise ValueError(
+                f"viewpoint augmentation needs camera calibration, missing for {missing[:3]}; "
+                "set the reader option camera: {fx, fy, cx, cy, height_m, pitch_rad}, camera: {hfov_deg, "
+                "height_m, pitch_rad}, camera: approximate (docs/data.md), or viewpoint_p: 0"
+            )
 
     def geometry(self, recording: int) -> Tuple[Optional[Dict[str, float]], np.ndarray]:
         """(camera calibration, source->model affine) of a recording, for viewpoint synthesis."""
@@ -76,13 +86,13 @@ class SequenceDataset(Dataset):
         w = self.windows[index]
         rec = self.recordings[w.recording]
         t_len, n = self.seq_len, w.length
-        frames = torch.from_numpy(np.array(rec.frames[w.start:w.start + n]))
+        frames = torch.from_numpy(np.array(rec.frames[w.start : w.start + n]))
         t = rec.timestamp_s
         dt = np.empty(n)
-        dt[1:] = np.diff(t[w.start:w.start + n])
+        dt[1:] = np.diff(t[w.start : w.start + n])
         dt[0] = self._nominal[w.recording] if w.reset else t[w.start] - t[w.start - 1]
-        curvature = rec.curvature[w.start:w.start + n]
-        speed = rec.speed_mps[w.start:w.start + n]
+        curvature = rec.curvature[w.start : w.start + n]
+        speed = rec.speed_mps[w.start : w.start + n]
         if self.augmenter is not None:
             camera, affine = self._geometry[w.recording]
             rng = np.random.default_rng([self.seed, epoch, index])

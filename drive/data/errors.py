@@ -5,6 +5,7 @@ Every reader and the cache report problems through :class:`Problems`. With ``on_
 row or frame is dropped, counted, and listed in :meth:`Problems.summary`. Nothing bad is ever
 kept silently.
 """
+
 from __future__ import annotations
 
 from collections import Counter

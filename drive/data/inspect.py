@@ -4,6 +4,7 @@
 row) instead of stopping at the first, and by default decodes every frame to find unreadable or
 mis-sized images and truncated videos. :func:`convert_logs` writes canonical recordings.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,14 +12,21 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from drive.io.atomic import save_figure
 from drive.data.cache import display_name, iter_decoded
 from drive.data.errors import DataError, Problems
 from drive.data.readers import discover, no_log_message, read_logs
 from drive.data.readers.rosbag import list_topics
+from drive.io.atomic import save_figure
 from drive.io.recording import Recording, RecordingMeta, RecordingWriter
 
-__all__ = ["inspect_logs", "format_report", "convert_logs", "plot_recordings", "label_statistics", "spike_frames"]
+__all__ = [
+    "inspect_logs",
+    "format_report",
+    "convert_logs",
+    "plot_recordings",
+    "label_statistics",
+    "spike_frames",
+]
 
 SPIKE_MADS = 8.0  # a single-frame jump this many robust deviations of the label's steps (see below)
 SPIKE_MIN_PER_M = 2e-3  # ... and at least this large (2 1/km), so quantisation noise is no spike
@@ -39,8 +47,12 @@ def spike_frames(k: np.ndarray) -> List[int]:
     mad = float(np.median(np.abs(steps - np.median(steps)))) * 1.4826
     thresh = max(SPIKE_MADS * mad, SPIKE_MIN_PER_M)
     left, right = k[1:-1] - k[:-2], k[1:-1] - k[2:]
-    glitch = ((np.abs(left) > thresh) & (np.abs(right) > thresh) & (np.sign(left) == np.sign(right))
-              & (np.abs(k[:-2] - k[2:]) < thresh / 2))
+    glitch = (
+        (np.abs(left) > thresh)
+        & (np.abs(right) > thresh)
+        & (np.sign(left) == np.sign(right))
+        & (np.abs(k[:-2] - k[2:]) < thresh / 2)
+    )
     return [int(i) + 1 for i in np.flatnonzero(glitch)]
 
 
@@ -58,8 +70,15 @@ def label_statistics(k: np.ndarray) -> Dict[str, Any]:
     out: Dict[str, Any] = {"frames": int(k.size)}
     if k.size == 0:
         return out
-    out.update(min=float(k.min()), max=float(k.max()), mean=float(k.mean()), std=float(k.std()),
-               p1=float(np.percentile(k, 1)), p99=float(np.percentile(k, 99)), mean_abs=float(np.abs(k).mean()))
+    out.update(
+        min=float(k.min()),
+        max=float(k.max()),
+        mean=float(k.mean()),
+        std=float(k.std()),
+        p1=float(np.percentile(k, 1)),
+        p99=float(np.percentile(k, 99)),
+        mean_abs=float(np.abs(k).mean()),
+    )
     spikes = spike_frames(k)
     out["spikes"] = {"count": len(spikes), "frames": spikes[:20]}
     need = max(LIMIT_MIN_FRAMES, int(np.ceil(0.005 * k.size)))
@@ -77,14 +96,18 @@ def _label_line(stats: Dict[str, Any], indent: str = "    ") -> List[str]:
     """Text lines of :func:`label_statistics` (curvature also in 1/km, as training logs it)."""
     if not stats.get("frames"):
         return []
-    lines = [f"{indent}labels: {stats['min']:+.4f}..{stats['max']:+.4f} 1/m (p1 {stats['p1']:+.4f}, p99 "
-             f"{stats['p99']:+.4f}), std {stats['std'] * 1000:.1f} 1/km, "
-             f"{stats['spikes']['count']} single-frame spike(s)"]
+    lines = [
+        f"{indent}labels: {stats['min']:+.4f}..{stats['max']:+.4f} 1/m (p1 {stats['p1']:+.4f}, p99 "
+        f"{stats['p99']:+.4f}), std {stats['std'] * 1000:.1f} 1/km, "
+        f"{stats['spikes']['count']} single-frame spike(s)"
+    ]
     if stats["spikes"]["count"]:
         lines[-1] += " at frame(s) " + ", ".join(str(f) for f in stats["spikes"]["frames"][:8])
     for side, lim in stats["at_limit"].items():
-        lines.append(f"{indent}labels at a steering limit: {lim['frames']} frame(s) at the {side}imum "
-                     f"{lim['value']:+.4f} 1/m (clipped labels?)")
+        lines.append(
+            f"{indent}labels at a steering limit: {lim['frames']} frame(s) at the {side}imum "
+            f"{lim['value']:+.4f} 1/m (clipped labels?)"
+        )
     return lines
 
 
@@ -101,9 +124,17 @@ def _summary(rec: Recording, gap_factor: float) -> Dict[str, Any]:
         "size": [rec.meta.width, rec.meta.height],
         "duration_s": float(t[-1] - t[0]) if len(t) else 0.0,
         "fps": float(1.0 / med) if med > 0 else rec.meta.fps,
-        "dt_s": {"median": med, "min": float(dt.min()) if len(dt) else 0.0, "max": float(dt.max()) if len(dt) else 0.0},
+        "dt_s": {
+            "median": med,
+            "min": float(dt.min()) if len(dt) else 0.0,
+            "max": float(dt.max()) if len(dt) else 0.0,
+        },
         "gaps": [{"after_frame": int(i), "dt_s": float(dt[i])} for i in gaps],
-        "curvature_per_m": {"min": float(k.min()), "max": float(k.max()), "mean_abs": float(np.abs(k).mean())},
+        "curvature_per_m": {
+            "min": float(k.min()),
+            "max": float(k.max()),
+            "mean_abs": float(np.abs(k).mean()),
+        },
         "labels": label_statistics(k),
         "speed_mps": {"min": float(v.min()), "max": float(v.max())},
         "camera": rec.meta.camera.to_dict() if rec.meta.camera else None,
@@ -125,8 +156,10 @@ def plot_recordings(recs: Sequence[Recording], out: str, gap_factor: float = 3.0
         dt = np.diff(t)
         gaps = np.flatnonzero(dt > gap_factor * np.median(dt)) if len(dt) else np.array([], dtype=int)
         # NaN after each gap so the lines break there
-        tt, k, v = (np.insert(a.astype(float), gaps + 1, np.nan) for a in
-                    (t, rec.log["curvature"] * 1000.0, rec.log["speed_mps"]))
+        tt, k, v = (
+            np.insert(a.astype(float), gaps + 1, np.nan)
+            for a in (t, rec.log["curvature"] * 1000.0, rec.log["speed_mps"])
+        )
         ax.plot(tt, k, lw=0.8, color="tab:blue")
         ax.set_ylabel("curvature [1/km]", color="tab:blue")
         twin = ax.twinx()
@@ -140,8 +173,14 @@ def plot_recordings(recs: Sequence[Recording], out: str, gap_factor: float = 3.0
     save_figure(fig, out, dpi=110)
 
 
-def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Optional[Dict[str, Any]] = None,
-                 decode: bool = True, gap_factor: float = 3.0, plot: Optional[str] = None) -> Dict[str, Any]:
+def inspect_logs(
+    paths: Sequence[str],
+    format: Optional[str] = None,
+    options: Optional[Dict[str, Any]] = None,
+    decode: bool = True,
+    gap_factor: float = 3.0,
+    plot: Optional[str] = None,
+) -> Dict[str, Any]:
     """JSON-able report: ``logs`` (path, format), ``recordings`` (summaries), ``problems``;
     ``plot`` writes a picture of the labels over time (:func:`plot_recordings`).
 
@@ -166,16 +205,25 @@ def inspect_logs(paths: Sequence[str], format: Optional[str] = None, options: Op
     if plot and recs:
         plot_recordings(recs, plot, gap_factor)
     all_k = np.concatenate([r.log["curvature"] for r in recs]) if recs else np.zeros(0)
-    overall = {key: value for key, value in label_statistics(all_k).items() if key not in ("spikes", "at_limit")}
+    overall = {
+        key: value for key, value in label_statistics(all_k).items() if key not in ("spikes", "at_limit")
+    }
     overall["spikes"] = int(sum(s["labels"]["spikes"]["count"] for s in summaries if "spikes" in s["labels"]))
-    overall["at_limit"] = int(sum(v["frames"] for s in summaries for v in s["labels"].get("at_limit", {}).values()))
+    overall["at_limit"] = int(
+        sum(v["frames"] for s in summaries for v in s["labels"].get("at_limit", {}).values())
+    )
     return {
         "logs": [_log_entry(p, f) for p, f in logs],
         "recordings": summaries,
         "labels": overall,
-        "totals": {"recordings": len(recs), "frames": int(sum(len(r) for r in recs)),
-                   "duration_s": float(sum(s["duration_s"] for s in summaries))},
-        "problems": [{"file": p.file, "row": p.row, "kind": p.kind, "message": p.message} for p in problems.items],
+        "totals": {
+            "recordings": len(recs),
+            "frames": int(sum(len(r) for r in recs)),
+            "duration_s": float(sum(s["duration_s"] for s in summaries)),
+        },
+        "problems": [
+            {"file": p.file, "row": p.row, "kind": p.kind, "message": p.message} for p in problems.items
+        ],
         "problem_counts": problems.counts(),
     }
 
@@ -193,7 +241,9 @@ def _log_entry(path: str, format: str) -> Dict[str, Any]:
 
 def format_report(report: Dict[str, Any]) -> str:
     """Human-readable text of :func:`inspect_logs`'s report."""
-    lines = [f"{len(report['logs'])} log(s): " + ", ".join(f"{l['path']} [{l['format']}]" for l in report["logs"])]
+    lines = [
+        f"{len(report['logs'])} log(s): " + ", ".join(f"{l['path']} [{l['format']}]" for l in report["logs"])
+    ]
     for log in report["logs"]:
         if log.get("topics"):
             lines.append(f"  topics of {log['path']}:")
@@ -202,22 +252,28 @@ def format_report(report: Dict[str, Any]) -> str:
                 lines.append(f"    {t['topic']}  {t['type']}  {t['messages']} msgs{role}")
     for s in report["recordings"]:
         k = s["curvature_per_m"]
-        lines.append(f"- {s['name']} ({s['source']}): {s['frames']} frames {s['size'][0]}x{s['size'][1]}, "
-                     f"{s['duration_s']:.1f} s at {s['fps']:.2f} fps (dt {s['dt_s']['min']:.3f}..{s['dt_s']['max']:.3f} s), "
-                     f"{len(s['gaps'])} gap(s), curvature {k['min']:+.4f}..{k['max']:+.4f} 1/m, "
-                     f"speed {s['speed_mps']['min']:.1f}..{s['speed_mps']['max']:.1f} m/s"
-                     + ("" if s["camera"] else ", no camera calibration")
-                     + (f", {s['decodable_frames']} decodable" if "decodable_frames" in s else ""))
+        lines.append(
+            f"- {s['name']} ({s['source']}): {s['frames']} frames {s['size'][0]}x{s['size'][1]}, "
+            f"{s['duration_s']:.1f} s at {s['fps']:.2f} fps (dt {s['dt_s']['min']:.3f}..{s['dt_s']['max']:.3f} s), "
+            f"{len(s['gaps'])} gap(s), curvature {k['min']:+.4f}..{k['max']:+.4f} 1/m, "
+            f"speed {s['speed_mps']['min']:.1f}..{s['speed_mps']['max']:.1f} m/s"
+            + ("" if s["camera"] else ", no camera calibration")
+            + (f", {s['decodable_frames']} decodable" if "decodable_frames" in s else "")
+        )
         for g in s["gaps"][:5]:
             lines.append(f"    gap after frame {g['after_frame']}: {g['dt_s']:.3f} s")
         lines += _label_line(s.get("labels", {}))
     tot = report["totals"]
-    lines.append(f"total: {tot['recordings']} recording(s), {tot['frames']} frames, {tot['duration_s']:.1f} s")
+    lines.append(
+        f"total: {tot['recordings']} recording(s), {tot['frames']} frames, {tot['duration_s']:.1f} s"
+    )
     lab = report.get("labels", {})
     if lab.get("frames"):
-        lines.append(f"labels: {lab['min']:+.4f}..{lab['max']:+.4f} 1/m (p1 {lab['p1']:+.4f}, p99 {lab['p99']:+.4f}), "
-                     f"std {lab['std'] * 1000:.1f} 1/km; best constant predictor MSE {lab['std'] ** 2 * 1e6:.1f} "
-                     f"(1/km)^2; {lab['spikes']} single-frame spike(s), {lab['at_limit']} frame(s) at a steering limit")
+        lines.append(
+            f"labels: {lab['min']:+.4f}..{lab['max']:+.4f} 1/m (p1 {lab['p1']:+.4f}, p99 {lab['p99']:+.4f}), "
+            f"std {lab['std'] * 1000:.1f} 1/km; best constant predictor MSE {lab['std'] ** 2 * 1e6:.1f} "
+            f"(1/km)^2; {lab['spikes']} single-frame spike(s), {lab['at_limit']} frame(s) at a steering limit"
+        )
     if report["problems"]:
         counts = ", ".join(f"{n} {kind}" for kind, n in sorted(report["problem_counts"].items()))
         lines.append(f"{len(report['problems'])} problem(s): {counts}")
@@ -239,9 +295,15 @@ def _name(rec: Recording, taken: set) -> str:
     return name
 
 
-def convert_logs(paths: Sequence[str], out: str, format: Optional[str] = None,
-                 options: Optional[Dict[str, Any]] = None, on_error: str = "raise", storage: str = "frames",
-                 overwrite: bool = False) -> List[Path]:
+def convert_logs(
+    paths: Sequence[str],
+    out: str,
+    format: Optional[str] = None,
+    options: Optional[Dict[str, Any]] = None,
+    on_error: str = "raise",
+    storage: str = "frames",
+    overwrite: bool = False,
+) -> List[Path]:
     """Write every recording found at ``paths`` as a canonical recording under ``out``.
 
     Frames that cannot be decoded or have the wrong size raise, or are dropped with ``on_error="skip"``
@@ -252,17 +314,34 @@ def convert_logs(paths: Sequence[str], out: str, format: Optional[str] = None,
     written, taken = [], set()
     for rec in recs:
         m = rec.meta
-        meta = RecordingMeta(fps=m.fps, width=m.width, height=m.height, camera=m.camera, source=m.source,
-                             conditions=m.conditions, seed=m.seed, storage=storage, extra=m.extra)
+        meta = RecordingMeta(
+            fps=m.fps,
+            width=m.width,
+            height=m.height,
+            camera=m.camera,
+            source=m.source,
+            conditions=m.conditions,
+            seed=m.seed,
+            storage=storage,
+            extra=m.extra,
+        )
         target = Path(out) / _name(rec, taken)
         with RecordingWriter(target, meta, overwrite=overwrite) as writer:
             for i, frame in iter_decoded(rec, problems):
                 if frame is None:
                     continue
-                extra = {c: float(v[i]) for c, v in rec.log.items()
-                         if c not in ("frame", "timestamp_s", "curvature", "speed_mps")}
-                writer.append(frame, timestamp_s=float(rec.log["timestamp_s"][i]),
-                              curvature=float(rec.log["curvature"][i]), speed_mps=float(rec.log["speed_mps"][i]), **extra)
+                extra = {
+                    c: float(v[i])
+                    for c, v in rec.log.items()
+                    if c not in ("frame", "timestamp_s", "curvature", "speed_mps")
+                }
+                writer.append(
+                    frame,
+                    timestamp_s=float(rec.log["timestamp_s"][i]),
+                    curvature=float(rec.log["curvature"][i]),
+                    speed_mps=float(rec.log["speed_mps"][i]),
+                    **extra,
+                )
         written.append(target)
     if len(problems):
         print(problems.summary())

@@ -5,6 +5,7 @@ road-wheel angle; a steering-wheel angle is divided by the steering ratio first;
 steering in [-1, 1] is scaled by the maximum road-wheel angle. ``sign`` maps the log's convention
 onto ours: the Udacity simulator steers right for positive values, so its sign is -1.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -13,11 +14,25 @@ from typing import Optional
 
 import numpy as np
 
-__all__ = ["LabelSpec", "to_curvature_per_m", "speed_to_mps", "time_to_s", "LABEL_UNITS",
-           "SPEED_UNITS", "TIME_UNITS"]
+__all__ = [
+    "LabelSpec",
+    "to_curvature_per_m",
+    "speed_to_mps",
+    "time_to_s",
+    "LABEL_UNITS",
+    "SPEED_UNITS",
+    "TIME_UNITS",
+]
 
-LABEL_UNITS = ("curvature_per_m", "curvature_per_km", "normalized", "wheel_deg", "wheel_rad",
-               "steering_wheel_deg", "steering_wheel_rad")
+LABEL_UNITS = (
+    "curvature_per_m",
+    "curvature_per_km",
+    "normalized",
+    "wheel_deg",
+    "wheel_rad",
+    "steering_wheel_deg",
+    "steering_wheel_rad",
+)
 SPEED_UNITS = {"mps": 1.0, "kph": 1.0 / 3.6, "mph": 0.44704}
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 

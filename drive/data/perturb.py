@@ -23,6 +23,7 @@ Kinds and what ``level`` means:
 - ``occlusion``: a mid-grey square patch covering ``level`` of the image area, at a position drawn
   once per :meth:`reset` (a stuck leaf, not flicker).
 """
+
 from __future__ import annotations
 
 import math
@@ -110,7 +111,7 @@ class Perturbation:
         top = int(self._patch[0] * (h - ph))
         left = int(self._patch[1] * (w - pw))
         out = frame.copy()
-        out[top:top + ph, left:left + pw] = 128
+        out[top : top + ph, left : left + pw] = 128
         return out
 
 

@@ -8,6 +8,7 @@ rounded back to uint8.
 The NCP paper's setup (Lechner et al. 2020): 1920x1208 frames cropped to rows 590:950 and columns
 520:1440, resized to 200x78 (W x H): ``Preprocessing.ncp()``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,16 +40,24 @@ def preprocess_frames(frames: torch.Tensor, crop: List[int], size: List[int]) ->
     if len(crop) == 4:
         top, bottom, left, right = crop[0], crop[1], crop[2], crop[3]
         if not (0 <= top < bottom <= frames.size(1) and 0 <= left < right <= frames.size(2)):
-            raise ValueError("crop " + str(crop) + " does not fit frames of size "
-                             + str(frames.size(1)) + "x" + str(frames.size(2)) + " (H x W)")
+            raise ValueError(
+                "crop "
+                + str(crop)
+                + " does not fit frames of size "
+                + str(frames.size(1))
+                + "x"
+                + str(frames.size(2))
+                + " (H x W)"
+            )
         frames = frames[:, top:bottom, left:right, :]
     elif len(crop) != 0:
         raise ValueError("crop must be [top, bottom, left, right] or empty, got " + str(crop))
     x = frames.permute(0, 3, 1, 2)
     if x.size(2) == size[0] and x.size(3) == size[1]:
         return x.contiguous()
-    y = F.interpolate(x.float(), size=[size[0], size[1]], mode="bilinear", align_corners=False,
-                      antialias=True)
+    y = F.interpolate(
+        x.float(), size=[size[0], size[1]], mode="bilinear", align_corners=False, antialias=True
+    )
     return y.round_().clamp_(0.0, 255.0).to(torch.uint8)
 
 
@@ -65,7 +74,9 @@ class Preprocessing:
         if self.crop is not None:
             top, bottom, left, right = self.crop
             if not (0 <= top < bottom and 0 <= left < right):
-                raise ValueError(f"crop must be (top, bottom, left, right) with top<bottom, left<right, got {self.crop}")
+                raise ValueError(
+                    f"crop must be (top, bottom, left, right) with top<bottom, left<right, got {self.crop}"
+                )
 
     @classmethod
     def ncp(cls) -> "Preprocessing":

@@ -18,6 +18,7 @@ through and forwards ``set_epoch``) and rebuilds the loader around it, which sta
 Evaluation loaders under DDP use :class:`RecordingShards` instead of Lightning's round-robin
 sampler, so stateful evaluation sees every recording whole.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -45,8 +46,11 @@ class EpochSampler(Sampler[DrawKey]):
         return self.size
 
     def __iter__(self) -> Iterator[DrawKey]:
-        order = (np.random.default_rng([self.seed, self.epoch]).permutation(self.size) if self.shuffle
-                 else np.arange(self.size))
+        order = (
+            np.random.default_rng([self.seed, self.epoch]).permutation(self.size)
+            if self.shuffle
+            else np.arange(self.size)
+        )
         return iter([(int(i), self.epoch) for i in order])
 
 
@@ -71,7 +75,9 @@ class RecordingShards(DistributedSampler):
         # DistributedSampler.__init__ wants a process group and pads; its attributes are set here
         self.num_replicas, self.rank, self.epoch, self.seed = int(num_replicas), int(rank), 0, 0
         self.shuffle = self.drop_last = False
-        groups = [list(g) for _, g in itertools.groupby(range(len(recording_of)), key=lambda i: recording_of[i])]
+        groups = [
+            list(g) for _, g in itertools.groupby(range(len(recording_of)), key=lambda i: recording_of[i])
+        ]
         load = [0] * self.num_replicas
         mine: List[List[int]] = []
         for group in sorted(groups, key=len, reverse=True):

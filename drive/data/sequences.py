@@ -14,6 +14,7 @@ Splits are by recording (drive), never by shuffled frames: :func:`split_ranges` 
 seeded hold-out of whole drives and the NCP paper's scheme (validation = first and last 5% of
 every training drive).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,8 +25,16 @@ import numpy as np
 
 from drive.data.cache import CachedRecording
 
-__all__ = ["Window", "segments", "median_dt", "elapsed", "train_windows", "stateful_windows", "split_ranges",
-           "VAL_SPLITS"]
+__all__ = [
+    "Window",
+    "segments",
+    "median_dt",
+    "elapsed",
+    "train_windows",
+    "stateful_windows",
+    "split_ranges",
+    "VAL_SPLITS",
+]
 
 VAL_SPLITS = ("none", "drives", "ncp")
 Range = Tuple[int, int, int]  # (recording index, first frame, end frame exclusive)
@@ -46,8 +55,9 @@ def median_dt(timestamp_s: np.ndarray) -> float:
     return float(np.median(np.diff(timestamp_s))) if len(timestamp_s) > 1 else 1.0
 
 
-def segments(timestamp_s: np.ndarray, valid: np.ndarray, gap_factor: float = 3.0,
-             lo: int = 0, hi: int = -1) -> List[Tuple[int, int]]:
+def segments(
+    timestamp_s: np.ndarray, valid: np.ndarray, gap_factor: float = 3.0, lo: int = 0, hi: int = -1
+) -> List[Tuple[int, int]]:
     """Maximal gap-free runs ``[start, end)`` of valid frames within frames ``[lo, hi)``."""
     hi = len(timestamp_s) if hi < 0 else hi
     limit = gap_factor * median_dt(timestamp_s)
@@ -79,8 +89,13 @@ def elapsed(timestamp_s: np.ndarray, seg_start: int, start: int, length: int, no
     return dt
 
 
-def train_windows(recs: Sequence[CachedRecording], ranges: Sequence[Range], seq_len: int, stride: int,
-                  gap_factor: float = 3.0) -> List[Window]:
+def train_windows(
+    recs: Sequence[CachedRecording],
+    ranges: Sequence[Range],
+    seq_len: int,
+    stride: int,
+    gap_factor: float = 3.0,
+) -> List[Window]:
     """All full-length windows inside the gap-free segments of ``ranges``; ``reset`` marks segment starts."""
     if seq_len < 1 or stride < 1:
         raise ValueError(f"seq_len and stride must be >= 1, got {seq_len}, {stride}")
@@ -93,8 +108,9 @@ def train_windows(recs: Sequence[CachedRecording], ranges: Sequence[Range], seq_
     return out
 
 
-def stateful_windows(recs: Sequence[CachedRecording], ranges: Sequence[Range], seq_len: int,
-                     gap_factor: float = 3.0) -> List[Window]:
+def stateful_windows(
+    recs: Sequence[CachedRecording], ranges: Sequence[Range], seq_len: int, gap_factor: float = 3.0
+) -> List[Window]:
     """Consecutive windows covering every valid frame once, in time order (for stateful evaluation).
 
     Iterate them in order with batch size 1, or as B parallel streams, and carry the hidden state
@@ -109,8 +125,9 @@ def stateful_windows(recs: Sequence[CachedRecording], ranges: Sequence[Range], s
     return out
 
 
-def split_ranges(recs: Sequence[CachedRecording], mode: str, val_fraction: float = 0.1,
-                 seed: int = 0) -> Tuple[List[Range], List[Range]]:
+def split_ranges(
+    recs: Sequence[CachedRecording], mode: str, val_fraction: float = 0.1, seed: int = 0
+) -> Tuple[List[Range], List[Range]]:
     """Deterministic (train, val) frame ranges.
 
     mode: ``none`` (everything trains), ``drives`` (a seeded ``val_fraction`` of the drives -- side
@@ -127,7 +144,10 @@ def split_ranges(recs: Sequence[CachedRecording], mode: str, val_fraction: float
         n_val = min(len(drives) - 1, max(1, int(round(val_fraction * len(drives))))) if len(drives) > 1 else 0
         order = np.random.default_rng(seed).permutation(len(drives))
         val = {drives[k] for k in order[:n_val]}
-        return ([w for w in whole if recs[w[0]].drive not in val], [w for w in whole if recs[w[0]].drive in val])
+        return (
+            [w for w in whole if recs[w[0]].drive not in val],
+            [w for w in whole if recs[w[0]].drive in val],
+        )
     train: List[Range] = []
     val_r: List[Range] = []
     for i, r in enumerate(recs):

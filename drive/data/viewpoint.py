@@ -22,6 +22,7 @@ Label correction, pure pursuit toward the original path at look-ahead ``L``:
 kappa' = kappa + 2 (-L sin(yaw) - shift cos(yaw)) / (L^2 + shift^2), i.e. for small angles
 kappa - 2 shift / (L^2 + shift^2) - 2 yaw / L (left-positive curvature; Coulter 1992).
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,9 @@ def _yaw_rotation(up: np.ndarray, yaw: float) -> np.ndarray:
     return math.cos(yaw) * np.eye(3) + math.sin(yaw) * ux + (1 - math.cos(yaw)) * np.outer(up, up)
 
 
-def warp_grid(camera: Dict[str, float], a: np.ndarray, size: Tuple[int, int], shift_m: float,
-              yaw_rad: float) -> torch.Tensor:
+def warp_grid(
+    camera: Dict[str, float], a: np.ndarray, size: Tuple[int, int], shift_m: float, yaw_rad: float
+) -> torch.Tensor:
     """Sampling grid [H, W, 2] (grid_sample's normalized x, y) for one shift/yaw.
 
     Args:
@@ -61,10 +63,10 @@ def warp_grid(camera: Dict[str, float], a: np.ndarray, size: Tuple[int, int], sh
     c = np.array([-shift_m, 0.0, 0.0])
     h, w = size
     v, u = np.mgrid[0:h, 0:w].astype(np.float64)
-    pix = np.stack([u.ravel(), v.ravel(), np.ones(h * w)])            # [3, P] target model pixels
-    rays = r @ (np.linalg.inv(k) @ np.linalg.inv(a) @ pix)            # target rays in source camera axes
-    down = np.maximum(n @ rays, 0.0)                                  # > 0 where the ray meets the ground
-    q = rays + np.outer(c, down) / d                                  # ground: (I + C n^T/d) R r; sky: R r
+    pix = np.stack([u.ravel(), v.ravel(), np.ones(h * w)])  # [3, P] target model pixels
+    rays = r @ (np.linalg.inv(k) @ np.linalg.inv(a) @ pix)  # target rays in source camera axes
+    down = np.maximum(n @ rays, 0.0)  # > 0 where the ray meets the ground
+    q = rays + np.outer(c, down) / d  # ground: (I + C n^T/d) R r; sky: R r
     src = a @ k @ q
     z = np.where(np.abs(src[2]) < 1e-9, 1e-9, src[2])
     x, y = src[0] / z, src[1] / z
@@ -79,16 +81,21 @@ def warp_frames(frames: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
     return F.grid_sample(frames, grid, mode="bilinear", padding_mode="border", align_corners=False)
 
 
-def corrected_curvature(curvature_per_m: np.ndarray, shift_m: np.ndarray, yaw_rad: np.ndarray,
-                        speed_mps: np.ndarray, lookahead_s: float = 2.0, min_lookahead_m: float = 5.0,
-                        ) -> np.ndarray:
+def corrected_curvature(
+    curvature_per_m: np.ndarray,
+    shift_m: np.ndarray,
+    yaw_rad: np.ndarray,
+    speed_mps: np.ndarray,
+    lookahead_s: float = 2.0,
+    min_lookahead_m: float = 5.0,
+) -> np.ndarray:
     """Pure-pursuit label for the shifted/yawed car [T] (1/m); see module docstring.
 
     Look-ahead L = max(min_lookahead_m, lookahead_s x speed).
     """
     la = np.maximum(min_lookahead_m, lookahead_s * np.asarray(speed_mps, dtype=np.float64))
     s, y = np.asarray(shift_m, dtype=np.float64), np.asarray(yaw_rad, dtype=np.float64)
-    return np.asarray(curvature_per_m) + 2.0 * (-la * np.sin(y) - s * np.cos(y)) / (la ** 2 + s ** 2)
+    return np.asarray(curvature_per_m) + 2.0 * (-la * np.sin(y) - s * np.cos(y)) / (la**2 + s**2)
 
 
 def road_region_error(a: np.ndarray, b: np.ndarray, mask: Optional[np.ndarray] = None) -> float:

@@ -5,6 +5,7 @@ Acceptance: the NCP-LTC drives at least 6 km of held-out roads (from several tes
 took is reported beside the 15-minute target for a quiet 2-core machine, but it is not judged: what the
 model learns never depends on the machine (training budgets are optimizer steps).
 """
+
 from __future__ import annotations
 
 import csv
@@ -20,8 +21,11 @@ __all__ = ["write_report", "training_curve", "ACCEPT_KM", "ACCEPT_INTERVENTIONS_
 ACCEPT_KM = 6.0
 ACCEPT_INTERVENTIONS_PER_KM = 0.5
 ACCEPT_MINUTES = 15.0  # target on a quiet 2-core machine; reported, not judged
-_DRIVERS = (("ncp_ltc", "NCP-LTC (learned, camera only)"), ("expert", "expert (pure pursuit, privileged)"),
-            ("constant", "constant steering (straight ahead)"))
+_DRIVERS = (
+    ("ncp_ltc", "NCP-LTC (learned, camera only)"),
+    ("expert", "expert (pure pursuit, privileged)"),
+    ("constant", "constant steering (straight ahead)"),
+)
 
 
 def training_curve(metrics_csv: Path, out_png: Path) -> Dict[str, Any]:
@@ -33,8 +37,11 @@ def training_curve(metrics_csv: Path, out_png: Path) -> Dict[str, Any]:
 
     rows = list(csv.DictReader(open(metrics_csv)))
     train = [(int(r["step"]), float(r["train/loss_step"])) for r in rows if r.get("train/loss_step")]
-    val = [(int(r["step"]), float(r["val/mse_km"]), float(r.get("val/mae_km") or "nan")) for r in rows
-           if r.get("val/mse_km")]
+    val = [
+        (int(r["step"]), float(r["val/mse_km"]), float(r.get("val/mae_km") or "nan"))
+        for r in rows
+        if r.get("val/mse_km")
+    ]
     fig, ax = plt.subplots(figsize=(7, 3.5))
     if train:
         ax.plot(*zip(*train), lw=0.8, alpha=0.7, label="train loss (weighted MSE)")
@@ -48,8 +55,7 @@ def training_curve(metrics_csv: Path, out_png: Path) -> Dict[str, Any]:
     fig.tight_layout()
     save_figure(fig, out_png, dpi=110)
     last = val[-1] if val else (None, float("nan"), float("nan"))
-    return {"val_mse_km": last[1], "val_mae_km": last[2],
-            "val_points": len(val)}
+    return {"val_mse_km": last[1], "val_mae_km": last[2], "val_points": len(val)}
 
 
 def _config_name(path: str) -> str:
@@ -71,9 +77,20 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     out = Path(out)
     drive = results["drive"]
     policy = drive["ncp_ltc"]["metrics"]
-    stage_seconds = {k: results[k].get("seconds", 0.0) for k in
-                     ("simulate", "train", "baselines", "drive", "saliency", "robustness", "closed_form", "export")
-                     if k in results}
+    stage_seconds = {
+        k: results[k].get("seconds", 0.0)
+        for k in (
+            "simulate",
+            "train",
+            "baselines",
+            "drive",
+            "saliency",
+            "robustness",
+            "closed_form",
+            "export",
+        )
+        if k in results
+    }
     total_s = sum(stage_seconds.values())
     acceptance = _acceptance(policy, results.get("export", {}).get("closed_loop"))
     acceptance["minutes"] = total_s / 60.0
@@ -105,22 +122,33 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     ]
     for key, label in _DRIVERS:
         m = drive[key]["metrics"]
-        lines.append(f"| {label} | {m['km']:.2f} | {m['interventions']} | {m['interventions_per_km']:.2f} | "
-                     f"{m['autonomy_pct']:.1f} | {m['lateral_rms_m']:.3f} | {m['heading_rms_rad']:.3f} | "
-                     f"{m['steering_rate_rms']:.3f} |")
-    lines += ["", *(f"![{key}]({_rel(drive[key]['plot'], out)})" for key, _ in _DRIVERS if drive[key].get("plot"))]
+        lines.append(
+            f"| {label} | {m['km']:.2f} | {m['interventions']} | {m['interventions_per_km']:.2f} | "
+            f"{m['autonomy_pct']:.1f} | {m['lateral_rms_m']:.3f} | {m['heading_rms_rad']:.3f} | "
+            f"{m['steering_rate_rms']:.3f} |"
+        )
+    lines += [
+        "",
+        *(f"![{key}]({_rel(drive[key]['plot'], out)})" for key, _ in _DRIVERS if drive[key].get("plot")),
+    ]
     if drive["ncp_ltc"].get("video"):
-        lines += ["", f"Camera view of the NCP-LTC's drive: [{_rel(drive['ncp_ltc']['video'], out)}]"
-                      f"({_rel(drive['ncp_ltc']['video'], out)})"]
+        lines += [
+            "",
+            f"Camera view of the NCP-LTC's drive: [{_rel(drive['ncp_ltc']['video'], out)}]"
+            f"({_rel(drive['ncp_ltc']['video'], out)})",
+        ]
     t = results["train"]
     lines += [
-        "", "## Training", "",
+        "",
+        "## Training",
+        "",
         f"{t['steps']} optimizer steps; last validation (whole recordings, hidden state carried): "
         f"MSE {_fmt(curve['val_mse_km'], 1)} (1/km)^2, MAE {_fmt(curve['val_mae_km'])} 1/km. "
         f"Policy: the final weights, `{_rel(t['checkpoint'], out)}` (loads alone: policy config with wiring, "
         "preprocessing, fps); the best-validation checkpoint is kept beside it"
         + (f" (`{_rel(t['best_checkpoint'], out)}`)." if t.get("best_checkpoint") else "."),
-        "", "![training curve](training_curve.png)",
+        "",
+        "![training curve](training_curve.png)",
     ]
     lines += _optional_sections(out, results)
     lines += ["", "## Time per stage", "", "| stage | seconds |", "|---|---|"]
@@ -128,10 +156,14 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     lines += [f"| **total** | **{total_s:.0f}** |", ""]
     report = out / "REPORT.md"
     write_text(report, "\n".join(lines) + "\n")
-    summary = {"report": str(report), "acceptance": acceptance, "settings": s,
-               "training": {**curve, "steps": t["steps"]},
-               "stage_seconds": stage_seconds,
-               "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS}}
+    summary = {
+        "report": str(report),
+        "acceptance": acceptance,
+        "settings": s,
+        "training": {**curve, "steps": t["steps"]},
+        "stage_seconds": stage_seconds,
+        "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS},
+    }
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     return summary
 
@@ -140,75 +172,130 @@ def _acceptance(policy: Dict[str, Any], exported: Any) -> Dict[str, Any]:
     """Each criterion as a line, the failed ones by name, and the verdict."""
     rate = policy["interventions_per_km"]
     criteria = [
-        (f"NCP-LTC distance on held-out roads: **{policy['km']:.2f} km** (required: >= {ACCEPT_KM:g} km)",
-         policy["km"] >= ACCEPT_KM - 1e-6, f"drove {policy['km']:.2f} km < {ACCEPT_KM:g} km"),
-        (f"NCP-LTC interventions: **{rate:.2f}/km** ({policy['interventions']} in {policy['km']:.2f} km; required: "
-         f"<= {ACCEPT_INTERVENTIONS_PER_KM:g}/km)", rate <= ACCEPT_INTERVENTIONS_PER_KM,
-         f"NCP-LTC {rate:.2f} interventions/km > {ACCEPT_INTERVENTIONS_PER_KM:g}"),
+        (
+            f"NCP-LTC distance on held-out roads: **{policy['km']:.2f} km** (required: >= {ACCEPT_KM:g} km)",
+            policy["km"] >= ACCEPT_KM - 1e-6,
+            f"drove {policy['km']:.2f} km < {ACCEPT_KM:g} km",
+        ),
+        (
+            f"NCP-LTC interventions: **{rate:.2f}/km** ({policy['interventions']} in {policy['km']:.2f} km; required: "
+            f"<= {ACCEPT_INTERVENTIONS_PER_KM:g}/km)",
+            rate <= ACCEPT_INTERVENTIONS_PER_KM,
+            f"NCP-LTC {rate:.2f} interventions/km > {ACCEPT_INTERVENTIONS_PER_KM:g}",
+        ),
     ]
     if exported:
         ex_rate = exported["interventions_per_km"]
-        criteria.append((f"exported TorchScript file: **{ex_rate:.2f} interventions/km** on the same roads "
-                         f"(required: <= {ACCEPT_INTERVENTIONS_PER_KM:g}/km)", ex_rate <= ACCEPT_INTERVENTIONS_PER_KM,
-                         f"exported file {ex_rate:.2f} interventions/km > {ACCEPT_INTERVENTIONS_PER_KM:g}"))
+        criteria.append(
+            (
+                f"exported TorchScript file: **{ex_rate:.2f} interventions/km** on the same roads "
+                f"(required: <= {ACCEPT_INTERVENTIONS_PER_KM:g}/km)",
+                ex_rate <= ACCEPT_INTERVENTIONS_PER_KM,
+                f"exported file {ex_rate:.2f} interventions/km > {ACCEPT_INTERVENTIONS_PER_KM:g}",
+            )
+        )
     failed = [why for _, ok, why in criteria if not ok]
-    return {"km": policy["km"], "interventions_per_km": rate, "passed": not failed, "failed": failed,
-            "checks": [f"{line}: {'ok' if ok else 'FAILED'}" for line, ok, _ in criteria]}
+    return {
+        "km": policy["km"],
+        "interventions_per_km": rate,
+        "passed": not failed,
+        "failed": failed,
+        "checks": [f"{line}: {'ok' if ok else 'FAILED'}" for line, ok, _ in criteria],
+    }
 
 
 def _optional_sections(out: Path, results: Dict[str, Any]) -> List[str]:
     lines: List[str] = []
     sal = results.get("saliency")
     if sal:
-        lines += ["", "## Saliency (VisualBackProp)", "",
-                  f"Where the policy looks, clean (top) and with Gaussian noise std {sal.get('noise')} (bottom), "
-                  f"{sal.get('frames')} frames of a held-out recording: [{_rel(sal['video'], out)}]({_rel(sal['video'], out)})"]
+        lines += [
+            "",
+            "## Saliency (VisualBackProp)",
+            "",
+            f"Where the policy looks, clean (top) and with Gaussian noise std {sal.get('noise')} (bottom), "
+            f"{sal.get('frames')} frames of a held-out recording: [{_rel(sal['video'], out)}]({_rel(sal['video'], out)})",
+        ]
         if sal.get("contact_sheet"):
             lines += ["", f"![saliency]({_rel(sal['contact_sheet'], out)})"]
     rob = results.get("robustness")
     if rob:
-        lines += ["", "## Robustness to camera noise", "",
-                  "Per model and perturbation: open-loop MSE on a held-out recording ((1/km)^2, hidden state "
-                  "carried), closed-loop interventions per km on held-out roads with the camera perturbed, SSIM of "
-                  "clean vs perturbed saliency maps, largest per-neuron sensitivity of the recurrent state. "
-                  "Baselines are trained on the same data for "
-                  f"{results['settings'].get('baseline_steps', 0)} optimizer steps each. Full report: "
-                  f"[{_rel(rob['report'], out)}]({_rel(rob['report'], out)})", ""]
+        lines += [
+            "",
+            "## Robustness to camera noise",
+            "",
+            "Per model and perturbation: open-loop MSE on a held-out recording ((1/km)^2, hidden state "
+            "carried), closed-loop interventions per km on held-out roads with the camera perturbed, SSIM of "
+            "clean vs perturbed saliency maps, largest per-neuron sensitivity of the recurrent state. "
+            "Baselines are trained on the same data for "
+            f"{results['settings'].get('baseline_steps', 0)} optimizer steps each. Full report: "
+            f"[{_rel(rob['report'], out)}]({_rel(rob['report'], out)})",
+            "",
+        ]
         rows = rob.get("rows", [])
         if rows:
-            keys = [k for k in ("model", "kind", "level", "mse", "interventions_per_km", "ssim_mean", "lipschitz_max")
-                    if k in rows[0]]
+            keys = [
+                k
+                for k in (
+                    "model",
+                    "kind",
+                    "level",
+                    "mse",
+                    "interventions_per_km",
+                    "ssim_mean",
+                    "lipschitz_max",
+                )
+                if k in rows[0]
+            ]
             lines += ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
             lines += ["| " + " | ".join(_fmt(r.get(k), 3) for k in keys) + " |" for r in rows]
-        lines += [""] + [f"![robustness]({_rel(p, out)})" for p in rob.get("plots", [])
-                         if Path(p).stem in ("mse", "interventions_per_km", "ssim_mean")]
+        lines += [""] + [
+            f"![robustness]({_rel(p, out)})"
+            for p in rob.get("plots", [])
+            if Path(p).stem in ("mse", "interventions_per_km", "ssim_mean")
+        ]
     cf = results.get("closed_form")
     if cf:
         fid = cf.get("fidelity", {})
         ol, sp, cl = fid.get("open_loop", {}), fid.get("speed", {}), fid.get("closed_loop", {})
-        lines += ["", "## Closed-form LTC", "",
-                  f"The trained LTC converted to its closed form (`{fid.get('method')}`, no ODE solver): "
-                  f"`{_rel(cf['converted'], out)}`.", "",
-                  "| | ODE LTC (6 unfolds) | closed form |", "|---|---|---|",
-                  f"| output MSE vs the ODE LTC, held-out recording ((1/km)^2) | 0 | {_fmt(ol.get('mse_vs_ode'), 3)} |",
-                  f"| forward B=16 L=32 (ms, 1 thread) | {_fmt(sp.get('ode', {}).get('forward_ms'), 3)} | "
-                  f"{_fmt(sp.get('closed_form', {}).get('forward_ms'), 3)} ({_fmt(sp.get('forward_speedup'))}x) |",
-                  f"| step B=1 (ms) | {_fmt(sp.get('ode', {}).get('step_ms'), 4)} | "
-                  f"{_fmt(sp.get('closed_form', {}).get('step_ms'), 4)} ({_fmt(sp.get('step_speedup'))}x) |"]
+        lines += [
+            "",
+            "## Closed-form LTC",
+            "",
+            f"The trained LTC converted to its closed form (`{fid.get('method')}`, no ODE solver): "
+            f"`{_rel(cf['converted'], out)}`.",
+            "",
+            "| | ODE LTC (6 unfolds) | closed form |",
+            "|---|---|---|",
+            f"| output MSE vs the ODE LTC, held-out recording ((1/km)^2) | 0 | {_fmt(ol.get('mse_vs_ode'), 3)} |",
+            f"| forward B=16 L=32 (ms, 1 thread) | {_fmt(sp.get('ode', {}).get('forward_ms'), 3)} | "
+            f"{_fmt(sp.get('closed_form', {}).get('forward_ms'), 3)} ({_fmt(sp.get('forward_speedup'))}x) |",
+            f"| step B=1 (ms) | {_fmt(sp.get('ode', {}).get('step_ms'), 4)} | "
+            f"{_fmt(sp.get('closed_form', {}).get('step_ms'), 4)} ({_fmt(sp.get('step_speedup'))}x) |",
+        ]
         if cl:
-            lines.append(f"| closed loop, {_fmt(cl.get('km'), 1)} km held-out: interventions/km | "
-                         f"{_fmt(cl['ode'].get('interventions_per_km'))} | "
-                         f"{_fmt(cl['closed_form'].get('interventions_per_km'))} |")
+            lines.append(
+                f"| closed loop, {_fmt(cl.get('km'), 1)} km held-out: interventions/km | "
+                f"{_fmt(cl['ode'].get('interventions_per_km'))} | "
+                f"{_fmt(cl['closed_form'].get('interventions_per_km'))} |"
+            )
         details = _rel(cf["converted"], out).rsplit(".", 1)[0] + ".fidelity.md"
         lines += ["", f"Details: [{details}]({details})"]
     ex = results.get("export")
     if ex:
-        lines += ["", "## Export", "", f"TorchScript `{_rel(ex['file'], out)}` ({ex['bytes'] / 1e6:.2f} MB, "
-                  f"preprocessing inside); largest difference from the checkpoint over {ex['frames_compared']} frames "
-                  f"of a held-out recording: {ex['max_abs_diff_per_km']:.2e} 1/km."]
+        lines += [
+            "",
+            "## Export",
+            "",
+            f"TorchScript `{_rel(ex['file'], out)}` ({ex['bytes'] / 1e6:.2f} MB, "
+            f"preprocessing inside); largest difference from the checkpoint over {ex['frames_compared']} frames "
+            f"of a held-out recording: {ex['max_abs_diff_per_km']:.2e} 1/km.",
+        ]
         if ex.get("closed_loop"):
             m, ref = ex["closed_loop"], results["drive"]["ncp_ltc"]["metrics"]
-            lines += ["", f"The exported file drove the same {m['km']:.2f} km of held-out roads: "
-                          f"{m['interventions']} intervention(s), lateral RMS {m['lateral_rms_m']:.3f} m "
-                          f"(checkpoint: {ref['interventions']}, {ref['lateral_rms_m']:.3f} m)."]
+            lines += [
+                "",
+                f"The exported file drove the same {m['km']:.2f} km of held-out roads: "
+                f"{m['interventions']} intervention(s), lateral RMS {m['lateral_rms_m']:.3f} m "
+                f"(checkpoint: {ref['interventions']}, {ref['lateral_rms_m']:.3f} m).",
+            ]
     return lines

@@ -23,6 +23,7 @@ outputs still exist; changing a setting re-runs that stage and everything downst
 
 Everything lands in ``--out`` (``runs/demo``) and is summarised in ``REPORT.md`` there.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -88,7 +89,9 @@ class DemoSettings:
         try:
             seeds = [int(x) for x in self.test_seeds.split(",") if x.strip()]
         except ValueError:
-            raise ValueError(f"--test-seeds must be comma-separated integers, got {self.test_seeds!r}") from None
+            raise ValueError(
+                f"--test-seeds must be comma-separated integers, got {self.test_seeds!r}"
+            ) from None
         if not seeds:
             raise ValueError("--test-seeds names no seed")
         return seeds
@@ -104,9 +107,13 @@ class _Stages:
         self.started = time.perf_counter()
         (out / "stages").mkdir(parents=True, exist_ok=True)
 
-    def __call__(self, name: str, settings: Dict[str, Any], fn: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    def __call__(
+        self, name: str, settings: Dict[str, Any], fn: Callable[[], Dict[str, Any]]
+    ) -> Dict[str, Any]:
         self.index += 1
-        self.key = hashlib.sha256(json.dumps([self.key, name, settings], sort_keys=True).encode()).hexdigest()[:16]
+        self.key = hashlib.sha256(
+            json.dumps([self.key, name, settings], sort_keys=True).encode()
+        ).hexdigest()[:16]
         stamp = self.out / "stages" / f"{name}.json"
         prefix = f"[{self.index}/{self.total}] {name}"
         if stamp.is_file() and not self.dirty:
@@ -121,7 +128,10 @@ class _Stages:
         result["seconds"] = round(time.perf_counter() - t0, 1)
         outputs = [str(p) for p in result.pop("_outputs", [])]
         write_text(stamp, json.dumps({"key": self.key, "result": result, "outputs": outputs}, indent=2))
-        print(f"{prefix}: {result['seconds']:.0f} s (total {time.perf_counter() - self.started:.0f} s)", flush=True)
+        print(
+            f"{prefix}: {result['seconds']:.0f} s (total {time.perf_counter() - self.started:.0f} s)",
+            flush=True,
+        )
         return result
 
 
@@ -133,14 +143,31 @@ def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
         print(f"  recorded {i + 1}/{n}: {path.name}", flush=True)
 
     conditions = [c for c in s.conditions.split(",") if c] or None
-    common = dict(fps=s.fps, noise_std=s.dart_noise, recording_minutes=s.recording_minutes, progress=progress,
-                  conditions=conditions)
+    common = dict(
+        fps=s.fps,
+        noise_std=s.dart_noise,
+        recording_minutes=s.recording_minutes,
+        progress=progress,
+        conditions=conditions,
+    )
     train = simulate(data / "train", s.train_minutes, seed=s.seed, split="train", **common)
     val = simulate(data / "val", s.val_minutes, seed=s.seed + 1, split="train", **common)
-    test = simulate(data / "test", 1.0, seed=s.seeds[0] + 1, split="test", fps=s.fps, noise_std=0.0,
-                    recording_minutes=1.0, conditions=conditions)
-    return {"train": [str(p) for p in train], "val": [str(p) for p in val], "test": [str(p) for p in test],
-            "_outputs": [*train, *val, *test]}
+    test = simulate(
+        data / "test",
+        1.0,
+        seed=s.seeds[0] + 1,
+        split="test",
+        fps=s.fps,
+        noise_std=0.0,
+        recording_minutes=1.0,
+        conditions=conditions,
+    )
+    return {
+        "train": [str(p) for p in train],
+        "val": [str(p) for p in val],
+        "test": [str(p) for p in test],
+        "_outputs": [*train, *val, *test],
+    }
 
 
 # What a baseline changes in the demo profile (configs/demo.yaml): PilotNet's VALID convolutions need
@@ -150,8 +177,20 @@ BASELINE_OVERRIDES: Dict[str, List[str]] = {
     "lstm": ["--model.family", "lstm"],
     "ctrnn": ["--model.family", "ctrnn"],
     "cfc": ["--model.family", "cfc"],
-    "cnn": ["--model.family", "cnn", "--model.input_hw", "[78, 200]", "--data.image_size", "[78, 200]",
-            "--data.seq_len", "1", "--data.stride", "1", "--data.batch_size", "32"],
+    "cnn": [
+        "--model.family",
+        "cnn",
+        "--model.input_hw",
+        "[78, 200]",
+        "--data.image_size",
+        "[78, 200]",
+        "--data.seq_len",
+        "1",
+        "--data.stride",
+        "1",
+        "--data.batch_size",
+        "32",
+    ],
 }
 
 
@@ -167,9 +206,22 @@ def _train(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[st
     """``drive fit`` on the demo data: the NCP-LTC (``family=None``) or a baseline, each on a step budget."""
     root = out / "train" if family is None else out / "baselines" / family
     shutil.rmtree(root, ignore_errors=True)
-    argv = ["fit", "--config", s.config, "--seed_everything", str(s.seed),
-            "--data.train", json.dumps(data["train"]), "--data.val", json.dumps(data["val"]),
-            "--data.cache_dir", str(out / "cache"), "--trainer.default_root_dir", str(root), *_accelerator()]
+    argv = [
+        "fit",
+        "--config",
+        s.config,
+        "--seed_everything",
+        str(s.seed),
+        "--data.train",
+        json.dumps(data["train"]),
+        "--data.val",
+        json.dumps(data["val"]),
+        "--data.cache_dir",
+        str(out / "cache"),
+        "--trainer.default_root_dir",
+        str(root),
+        *_accelerator(),
+    ]
     steps = s.baseline_steps if family is not None else s.max_steps
     if family is not None:
         argv += BASELINE_OVERRIDES[family]
@@ -185,9 +237,13 @@ def _train(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[st
     # checkpoint stays beside it for comparison
     last = root / "checkpoints" / "last.ckpt"
     best = sorted((root / "checkpoints").glob("best*.ckpt"))
-    return {"checkpoint": str(last), "best_checkpoint": str(best[-1]) if best else "",
-            "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))), "steps": _global_step(last),
-            "_outputs": [last]}
+    return {
+        "checkpoint": str(last),
+        "best_checkpoint": str(best[-1]) if best else "",
+        "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
+        "steps": _global_step(last),
+        "_outputs": [last],
+    }
 
 
 def _global_step(ckpt: Path) -> int:
@@ -227,27 +283,55 @@ def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
 
         video = folder / "drive.mp4" if name == "ncp_ltc" else None
         folder.mkdir(parents=True, exist_ok=True)
-        result = evaluate(driver, s.km, seed=s.seeds, split="test", fps=s.fps, video_path=video,
-                          progress=progress, conditions=[c for c in s.conditions.split(",") if c] or None,
-                          segment_km=0.5)
+        result = evaluate(
+            driver,
+            s.km,
+            seed=s.seeds,
+            split="test",
+            fps=s.fps,
+            video_path=video,
+            progress=progress,
+            conditions=[c for c in s.conditions.split(",") if c] or None,
+            segment_km=0.5,
+        )
         paths = result.save(folder)
-        results[name] = {"metrics": result.metrics, "plot": str(paths.get("plot", "")),
-                         "video": str(video) if video else ""}
+        results[name] = {
+            "metrics": result.metrics,
+            "plot": str(paths.get("plot", "")),
+            "video": str(video) if video else "",
+        }
     torch.set_num_threads(threads)
     return {**results, "_outputs": [out / "drive" / n / "metrics.json" for n in drivers]}
 
 
 def _saliency(out: Path, ckpt: str, test: List[str], frames: int) -> Dict[str, Any]:
     policy, meta = load_policy(ckpt)
-    info = saliency_video(policy, meta, test[0], out / "saliency" / "saliency.mp4", side_by_side=True,
-                          noise=0.2, max_frames=frames)
-    return {**{k: (str(v) if isinstance(v, Path) else v) for k, v in info.items()}, "_outputs": [info["video"]]}
+    info = saliency_video(
+        policy,
+        meta,
+        test[0],
+        out / "saliency" / "saliency.mp4",
+        side_by_side=True,
+        noise=0.2,
+        max_frames=frames,
+    )
+    return {
+        **{k: (str(v) if isinstance(v, Path) else v) for k, v in info.items()},
+        "_outputs": [info["video"]],
+    }
 
 
-def _robustness(s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str], test: List[str]) -> Dict[str, Any]:
-    config = RobustnessConfig(noise_levels=(0.0, 0.1, 0.2, 0.3), saliency_frames=24, max_frames=s.robustness_frames,
-                              other={"blur": (2.0,), "brightness": (-0.3,)}, closed_loop_km=s.robustness_km,
-                              closed_loop_seed=s.seeds[0])
+def _robustness(
+    s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str], test: List[str]
+) -> Dict[str, Any]:
+    config = RobustnessConfig(
+        noise_levels=(0.0, 0.1, 0.2, 0.3),
+        saliency_frames=24,
+        max_frames=s.robustness_frames,
+        other={"blur": (2.0,), "brightness": (-0.3,)},
+        closed_loop_km=s.robustness_km,
+        closed_loop_seed=s.seeds[0],
+    )
     named = out / "robustness" / "models"
     named.mkdir(parents=True, exist_ok=True)
     models = []
@@ -257,35 +341,65 @@ def _robustness(s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str]
         link.symlink_to(Path(path).resolve())
         models.append(str(link))
     info = robustness_report(models, test, out / "robustness", config=config, workers=min(2, len(models)))
-    return {"report": str(info["report"]), "plots": [str(p) for p in info.get("plots", [])],
-            "rows": info["rows"], "_outputs": [info["report"]]}
+    return {
+        "report": str(info["report"]),
+        "plots": [str(p) for p in info.get("plots", [])],
+        "rows": info["rows"],
+        "_outputs": [info["report"]],
+    }
 
 
 def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Dict[str, Any]:
     path = out / "closed_form" / "ncp_ltc_closed_form.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    report = convert_checkpoint(ckpt, "exact", path, recordings=test, km=s.closed_form_km, seed=s.seeds[0],
-                                rounds=s.speed_rounds)
+    report = convert_checkpoint(
+        ckpt, "exact", path, recordings=test, km=s.closed_form_km, seed=s.seeds[0], rounds=s.speed_rounds
+    )
     return {"converted": str(path), "fidelity": report, "_outputs": [path]}
 
 
 def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Dict[str, Any]:
     rec = Recording.open(test[0])
-    path = export_policy(ckpt, out / "export" / "policy.ts", format="torchscript",
-                         frame_size=(rec.meta.height, rec.meta.width))
+    path = export_policy(
+        ckpt, out / "export" / "policy.ts", format="torchscript", frame_size=(rec.meta.height, rec.meta.width)
+    )
     exported, reference = load_driver(path), load_driver(ckpt)
     dt = 1.0 / rec.meta.fps
     diffs = []
     for i, frame in enumerate(rec.frames()):
         if i == 100:
             break
-        obs = Observation(image=frame, dt_s=dt, speed_mps=8.3, timestamp_s=i * dt, road=None, s_m=0.0, x_m=0.0,
-                          y_m=0.0, yaw_rad=0.0, lateral_offset_m=0.0, heading_error_rad=0.0)
+        obs = Observation(
+            image=frame,
+            dt_s=dt,
+            speed_mps=8.3,
+            timestamp_s=i * dt,
+            road=None,
+            s_m=0.0,
+            x_m=0.0,
+            y_m=0.0,
+            yaw_rad=0.0,
+            lateral_offset_m=0.0,
+            heading_error_rad=0.0,
+        )
         diffs.append(abs(exported.act(obs) - reference.act(obs)))
-    drive = evaluate(load_driver(path), s.km, seed=s.seeds, split="test", fps=s.fps, segment_km=0.5,
-                     conditions=[c for c in s.conditions.split(",") if c] or None)
-    return {"file": str(path), "bytes": Path(path).stat().st_size, "frames_compared": len(diffs),
-            "max_abs_diff_per_km": float(np.max(diffs)) * 1000.0, "closed_loop": drive.metrics, "_outputs": [path]}
+    drive = evaluate(
+        load_driver(path),
+        s.km,
+        seed=s.seeds,
+        split="test",
+        fps=s.fps,
+        segment_km=0.5,
+        conditions=[c for c in s.conditions.split(",") if c] or None,
+    )
+    return {
+        "file": str(path),
+        "bytes": Path(path).stat().st_size,
+        "frames_compared": len(diffs),
+        "max_abs_diff_per_km": float(np.max(diffs)) * 1000.0,
+        "closed_loop": drive.metrics,
+        "_outputs": [path],
+    }
 
 
 def run_demo(s: DemoSettings) -> Dict[str, Any]:
@@ -294,24 +408,56 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     stage = _Stages(out, total=8)
-    sim_keys = ["seed", "train_minutes", "val_minutes", "recording_minutes", "fps", "dart_noise", "test_seeds",
-                "conditions"]
+    sim_keys = [
+        "seed",
+        "train_minutes",
+        "val_minutes",
+        "recording_minutes",
+        "fps",
+        "dart_noise",
+        "test_seeds",
+        "conditions",
+    ]
     data = stage("simulate", {k: getattr(s, k) for k in sim_keys}, lambda: _simulate(s, out))
     config_text = Path(s.config).read_text()
-    trained = stage("train", {"config": config_text, "max_steps": s.max_steps, "threads": s.threads},
-                    lambda: _train(s, out, data))
+    trained = stage(
+        "train",
+        {"config": config_text, "max_steps": s.max_steps, "threads": s.threads},
+        lambda: _train(s, out, data),
+    )
     ckpt = trained["checkpoint"]
-    baselines = stage("baselines", {"families": s.baselines, "steps": s.baseline_steps, "threads": s.threads,
-                                    "overrides": {f: BASELINE_OVERRIDES.get(f) for f in s.baselines.split(",") if f}},
-                      lambda: _baselines(s, out, data))
-    results: Dict[str, Any] = {"settings": asdict(s), "simulate": data, "train": trained, "baselines": baselines}
+    baselines = stage(
+        "baselines",
+        {
+            "families": s.baselines,
+            "steps": s.baseline_steps,
+            "threads": s.threads,
+            "overrides": {f: BASELINE_OVERRIDES.get(f) for f in s.baselines.split(",") if f},
+        },
+        lambda: _baselines(s, out, data),
+    )
+    results: Dict[str, Any] = {
+        "settings": asdict(s),
+        "simulate": data,
+        "train": trained,
+        "baselines": baselines,
+    }
     results["drive"] = stage("drive", {"km": s.km, "conditions": s.conditions}, lambda: _drive(s, out, ckpt))
-    results["saliency"] = stage("saliency", {"frames": s.saliency_frames},
-                                lambda: _saliency(out, ckpt, data["test"], s.saliency_frames))
-    results["robustness"] = stage("robustness", {"km": s.robustness_km, "frames": s.robustness_frames},
-                                  lambda: _robustness(s, out, ckpt, baselines["checkpoints"], data["test"]))
-    results["closed_form"] = stage("closed_form", {"km": s.closed_form_km, "rounds": s.speed_rounds},
-                                   lambda: _closed_form(out, ckpt, data["test"], s))
+    results["saliency"] = stage(
+        "saliency",
+        {"frames": s.saliency_frames},
+        lambda: _saliency(out, ckpt, data["test"], s.saliency_frames),
+    )
+    results["robustness"] = stage(
+        "robustness",
+        {"km": s.robustness_km, "frames": s.robustness_frames},
+        lambda: _robustness(s, out, ckpt, baselines["checkpoints"], data["test"]),
+    )
+    results["closed_form"] = stage(
+        "closed_form",
+        {"km": s.closed_form_km, "rounds": s.speed_rounds},
+        lambda: _closed_form(out, ckpt, data["test"], s),
+    )
     results["export"] = stage("export", {"km": s.km}, lambda: _export(s, out, ckpt, data["test"]))
     results["total_seconds"] = round(time.perf_counter() - started, 1)
     return write_report(out, results)

@@ -3,6 +3,7 @@
 An output folder holds one run: the files a previous run wrote there are removed first, and the
 report links only the plots this run drew, so a reused folder never shows a stale result.
 """
+
 from __future__ import annotations
 
 import csv
@@ -14,10 +15,10 @@ from typing import Any, Dict, List, Mapping, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from drive.io.atomic import atomic_path, save_figure, write_text
 from drive.data.perturb import KINDS
+from drive.io.atomic import atomic_path, save_figure, write_text
 
 __all__ = ["write_report", "METRICS", "COLUMNS", "OUTPUTS"]
 
@@ -28,10 +29,25 @@ METRICS: Dict[str, tuple] = {
     "ssim_mean": ("saliency SSIM clean vs perturbed (mean over frames)", "higher"),
     "interventions_per_km": ("closed-loop interventions per km", "lower"),
     "lateral_rms_m": ("closed-loop lateral RMS (m)", "lower"),
-    "lipschitz_max": ("recurrent sensitivity on the perturbed drive, max over neurons of max |dh|/|dx|", "lower"),
+    "lipschitz_max": (
+        "recurrent sensitivity on the perturbed drive, max over neurons of max |dh|/|dx|",
+        "lower",
+    ),
 }
-COLUMNS = ["model", "family", "kind", "level", "mse", "mae", "ssim_mean", "ssim_std",
-           "interventions_per_km", "lateral_rms_m", "lipschitz_max", "lipschitz_median"]
+COLUMNS = [
+    "model",
+    "family",
+    "kind",
+    "level",
+    "mse",
+    "mae",
+    "ssim_mean",
+    "ssim_std",
+    "interventions_per_km",
+    "lateral_rms_m",
+    "lipschitz_max",
+    "lipschitz_median",
+]
 PROFILE_PLOT = "sensitivity_profile.png"
 # x axis of each perturbation kind's plot (drive.data.perturb says what a level is)
 LEVEL_AXIS: Dict[str, str] = {
@@ -41,8 +57,14 @@ LEVEL_AXIS: Dict[str, str] = {
     "occlusion": "occluded fraction of the image",
 }
 # every file write_report may write; nothing else in the folder is touched (e.g. the demo's models/)
-OUTPUTS = ("REPORT.md", "results.csv", "results.json", PROFILE_PLOT, *(f"{m}.png" for m in METRICS),
-           *(f"{m}_{k}.png" for m in METRICS for k in KINDS if k != "gaussian"))
+OUTPUTS = (
+    "REPORT.md",
+    "results.csv",
+    "results.json",
+    PROFILE_PLOT,
+    *(f"{m}.png" for m in METRICS),
+    *(f"{m}_{k}.png" for m in METRICS for k in KINDS if k != "gaussian"),
+)
 
 
 def _fmt(value: Any) -> str:
@@ -75,7 +97,9 @@ def _noise_unit(config: Mapping[str, Any]) -> str:
     return "variance sigma^2" if config.get("variance") else "standard deviation"
 
 
-def _plot(rows: Sequence[Mapping[str, Any]], metric: str, kind: str, title: str, xlabel: str, path: Path) -> None:
+def _plot(
+    rows: Sequence[Mapping[str, Any]], metric: str, kind: str, title: str, xlabel: str, path: Path
+) -> None:
     fig, ax = plt.subplots(figsize=(5.5, 3.6), dpi=110)
     for model in dict.fromkeys(r["model"] for r in rows):
         pts = sorted((r["level"], r[metric]) for r in rows if r["model"] == model and r["kind"] == kind)
@@ -105,23 +129,30 @@ def _plot_profiles(results: Sequence[Mapping[str, Any]], path: Path) -> None:
 
 def _profile_section(results: Sequence[Mapping[str, Any]], plotted: bool) -> List[str]:
     """The sensitivity profile's text: what was measured, and which models have none and why."""
-    md = ["## Sensitivity profile", "",
-          "Per neuron, max over a clean drive (the first test recording; the state reset and pairs "
-          "skipped at time gaps) of |h(t+1) - h(t)| / ||x(t+1) - x(t)|| (x = conv-head features), sorted. "
-          "h is the neurons' output state only: an LSTM's or mixed-memory CfC's cell state c is not a "
-          "neuron's response and is left out. Lower and flatter = smoother response to input changes.", ""]
+    md = [
+        "## Sensitivity profile",
+        "",
+        "Per neuron, max over a clean drive (the first test recording; the state reset and pairs "
+        "skipped at time gaps) of |h(t+1) - h(t)| / ||x(t+1) - x(t)|| (x = conv-head features), sorted. "
+        "h is the neurons' output state only: an LSTM's or mixed-memory CfC's cell state c is not a "
+        "neuron's response and is left out. Lower and flatter = smoother response to input changes.",
+        "",
+    ]
     for res in results:
         if not res["profile"]:
             md.append(f"- {res['name']}: no profile, the policy has no recurrent state (feed-forward).")
         elif len(res["profile"]) < res["state_size"]:
-            md.append(f"- {res['name']}: {len(res['profile'])} neurons (h) of its {res['state_size']} state entries.")
+            md.append(
+                f"- {res['name']}: {len(res['profile'])} neurons (h) of its {res['state_size']} state entries."
+            )
     if plotted:
         md += ["", f"![sensitivity]({PROFILE_PLOT})"]
     return md + [""]
 
 
-def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Mapping[str, Any],
-                 recordings: Sequence[str]) -> Dict[str, Any]:
+def write_report(
+    results: Sequence[Mapping[str, Any]], out_dir: Path, config: Mapping[str, Any], recordings: Sequence[str]
+) -> Dict[str, Any]:
     """Write REPORT.md, results.csv, results.json and plots under ``out_dir``; return their paths and rows.
 
     Outputs of an earlier run in ``out_dir`` (:data:`OUTPUTS`) are removed first.
@@ -135,8 +166,14 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Ma
         writer.writeheader()
         for r in rows:
             writer.writerow({c: r.get(c, float("nan")) for c in COLUMNS})
-    write_text(out_dir / "results.json", json.dumps({"config": config, "recordings": list(recordings),
-                                                     "results": list(results)}, indent=1, default=float))
+    write_text(
+        out_dir / "results.json",
+        json.dumps(
+            {"config": config, "recordings": list(recordings), "results": list(results)},
+            indent=1,
+            default=float,
+        ),
+    )
     noise_unit = _noise_unit(config)
     present = [m for m in METRICS if any(m in r and not _isnan(r[m]) for r in rows)]
     plots = []
@@ -146,8 +183,14 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Ma
     for metric in present:
         if gaussian:
             plots.append(out_dir / f"{metric}.png")
-            _plot(rows, metric, "gaussian", METRICS[metric][0], f"Gaussian noise {noise_unit} on [0, 1] pixels",
-                  plots[-1])
+            _plot(
+                rows,
+                metric,
+                "gaussian",
+                METRICS[metric][0],
+                f"Gaussian noise {noise_unit} on [0, 1] pixels",
+                plots[-1],
+            )
         for kind in curves:
             plots.append(out_dir / f"{metric}_{kind}.png")
             _plot(rows, metric, kind, METRICS[metric][0], LEVEL_AXIS[kind], plots[-1])
@@ -155,10 +198,13 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Ma
     if profiled:
         _plot_profiles(results, out_dir / PROFILE_PLOT)
         plots.append(out_dir / PROFILE_PLOT)
-    md = ["# Robustness report", "",
-          f"Models: {', '.join(res['name'] for res in results)}. Test recordings: {len(recordings)}. "
-          f"Gaussian levels are the noise {noise_unit} on [0, 1] pixels (clipped), seed {config.get('seed')}.",
-          ""]
+    md = [
+        "# Robustness report",
+        "",
+        f"Models: {', '.join(res['name'] for res in results)}. Test recordings: {len(recordings)}. "
+        f"Gaussian levels are the noise {noise_unit} on [0, 1] pixels (clipped), seed {config.get('seed')}.",
+        "",
+    ]
     other_kinds = sorted({r["kind"] for r in rows} - {"gaussian"})
     for metric in present:
         title, better = METRICS[metric]
@@ -171,7 +217,10 @@ def write_report(results: Sequence[Mapping[str, Any]], out_dir: Path, config: Ma
             md += [f"![{metric}]({metric}.png)", ""]
         md += [f"![{metric}, {kind}]({metric}_{kind}.png)" for kind in curves] + ([""] if curves else [])
     md += _profile_section(results, profiled)
-    md += ["Raw numbers: `results.csv` (one row per model x perturbation), `results.json` (with profiles).", ""]
+    md += [
+        "Raw numbers: `results.csv` (one row per model x perturbation), `results.json` (with profiles).",
+        "",
+    ]
     write_text(out_dir / "REPORT.md", "\n".join(md))
     return {"rows": rows, "report": out_dir / "REPORT.md", "csv": out_dir / "results.csv", "plots": plots}
 

@@ -18,6 +18,7 @@
 Perturbations act on the network's view (after the checkpoint's crop and resize), as in the papers,
 so levels compare across cameras (:mod:`drive.data.perturb`).
 """
+
 from __future__ import annotations
 
 import concurrent.futures as futures
@@ -32,14 +33,14 @@ from typing import Any, Dict, Iterable, Iterator, List, Mapping, NamedTuple, Opt
 import numpy as np
 import torch
 
+from drive.checkpoint import load_policy
 from drive.data.perturb import Perturbation, perturb_views
+from drive.data.preprocess import Preprocessing
+from drive.drivers import PolicyDriver
 from drive.evaluate.ssim import ssim
 from drive.explain.visual_backprop import visual_backprop
-from drive.nn.policy import Policy
-from drive.checkpoint import load_policy
-from drive.drivers import PolicyDriver
-from drive.data.preprocess import Preprocessing
 from drive.io.recording import Recording
+from drive.nn.policy import Policy
 from drive.sim.closed_loop import evaluate
 
 __all__ = [
@@ -62,8 +63,14 @@ class RobustnessConfig:
 
     noise_levels: Sequence[float] = (0.0, 0.1, 0.2, 0.25, 0.3)
     variance: bool = False
-    other: Mapping[str, Sequence[float]] = field(default_factory=lambda: {
-        "salt_pepper": (0.05,), "blur": (2.0,), "brightness": (-0.3, 0.3), "occlusion": (0.1,)})
+    other: Mapping[str, Sequence[float]] = field(
+        default_factory=lambda: {
+            "salt_pepper": (0.05,),
+            "blur": (2.0,),
+            "brightness": (-0.3, 0.3),
+            "occlusion": (0.1,),
+        }
+    )
     seed: int = 0
     closed_loop_km: float = 0.0
     closed_loop_seed: int = 0
@@ -71,7 +78,9 @@ class RobustnessConfig:
     max_frames: Optional[int] = None
 
     def perturbations(self) -> List[Perturbation]:
-        out = [Perturbation("gaussian", lvl, seed=self.seed, variance=self.variance) for lvl in self.noise_levels]
+        out = [
+            Perturbation("gaussian", lvl, seed=self.seed, variance=self.variance) for lvl in self.noise_levels
+        ]
         for kind, levels in self.other.items():
             out += [Perturbation(kind, lvl, seed=self.seed) for lvl in levels]
         return out
@@ -93,8 +102,9 @@ def find_recordings(paths: Iterable[Union[str, os.PathLike]]) -> List[Path]:
     return found
 
 
-def _frames_tensor(frames: Sequence[np.ndarray], pre: Preprocessing,
-                   perturb: Optional[Perturbation] = None) -> torch.Tensor:
+def _frames_tensor(
+    frames: Sequence[np.ndarray], pre: Preprocessing, perturb: Optional[Perturbation] = None
+) -> torch.Tensor:
     """Camera frames -> the network's [0, 1] input [N, 3, h, w], perturbed after crop and resize."""
     return perturb_views(pre(np.stack(frames)), perturb).float().div_(255.0)
 
@@ -126,8 +136,14 @@ class _Drive(NamedTuple):
 
 
 @torch.inference_mode()
-def _drive_recording(policy: Policy, meta: Mapping[str, Any], rec: Recording, perturb: Optional[Perturbation],
-                     max_frames: Optional[int], chunk: int = 64) -> _Drive:
+def _drive_recording(
+    policy: Policy,
+    meta: Mapping[str, Any],
+    rec: Recording,
+    perturb: Optional[Perturbation],
+    max_frames: Optional[int],
+    chunk: int = 64,
+) -> _Drive:
     """Run a policy over a whole recording with carried state, reset at gaps (``perturb`` None: clean)."""
     pre = Preprocessing.from_dict(meta["preprocessing"])
     n = len(rec) if max_frames is None else min(len(rec), max_frames)
@@ -149,9 +165,13 @@ def _drive_recording(policy: Policy, meta: Mapping[str, Any], rec: Recording, pe
     return _Drive(np.concatenate(preds), label, np.concatenate(feats), np.asarray(t, dtype=np.float64))
 
 
-def open_loop_errors(policy: Policy, meta: Mapping[str, Any], recordings: Sequence[Recording],
-                     perturb: Optional[Perturbation], max_frames: Optional[int] = None
-                     ) -> Tuple[Dict[str, float], _Drive]:
+def open_loop_errors(
+    policy: Policy,
+    meta: Mapping[str, Any],
+    recordings: Sequence[Recording],
+    perturb: Optional[Perturbation],
+    max_frames: Optional[int] = None,
+) -> Tuple[Dict[str, float], _Drive]:
     """Steering MSE (1/km^2) and MAE (1/km) over all frames of ``recordings``.
 
     Also returns the first recording's drive, whose features feed the sensitivity profile, so the
@@ -162,8 +182,13 @@ def open_loop_errors(policy: Policy, meta: Mapping[str, Any], recordings: Sequen
     return {"mse": float(np.mean(e**2)), "mae": float(np.mean(np.abs(e)))}, drives[0]
 
 
-def saliency_stability(policy: Policy, meta: Mapping[str, Any], recordings: Sequence[Recording],
-                       perturb: Perturbation, n_frames: int) -> Dict[str, float]:
+def saliency_stability(
+    policy: Policy,
+    meta: Mapping[str, Any],
+    recordings: Sequence[Recording],
+    perturb: Perturbation,
+    n_frames: int,
+) -> Dict[str, float]:
     """SSIM between VisualBackProp maps of clean and perturbed frames (evenly spaced frames)."""
     pre = Preprocessing.from_dict(meta["preprocessing"])
     per_rec = max(1, n_frames // max(1, len(recordings)))
@@ -190,8 +215,12 @@ def neuron_count(policy: Policy) -> int:
 
 
 @torch.inference_mode()
-def sensitivity_profile(policy: Policy, features: np.ndarray, timestamps_s: Optional[np.ndarray] = None,
-                        period_s: Optional[float] = None) -> np.ndarray:
+def sensitivity_profile(
+    policy: Policy,
+    features: np.ndarray,
+    timestamps_s: Optional[np.ndarray] = None,
+    period_s: Optional[float] = None,
+) -> np.ndarray:
     """Per neuron ``max_t |h(t+1)-h(t)| / ||x(t+1)-x(t)||`` over a feature sequence [T, F], sorted descending.
 
     The cell steps through ``timestamps_s`` as the open-loop drive does (elapsed time per step, the
@@ -217,22 +246,26 @@ def sensitivity_profile(policy: Policy, features: np.ndarray, timestamps_s: Opti
         hidden = policy.initial_state(1)
         states = []
         for t in range(start, end):
-            _, hidden = policy.decode(x[None, t:t + 1], hidden, torch.from_numpy(dt[None, t:t + 1]))
+            _, hidden = policy.decode(x[None, t : t + 1], hidden, torch.from_numpy(dt[None, t : t + 1]))
             states.append(hidden[0, :units].clone())
         h = torch.stack(states)
         dh = (h[1:] - h[:-1]).abs()
-        dx = (x[start + 1:end] - x[start:end - 1]).norm(dim=1, keepdim=True)
+        dx = (x[start + 1 : end] - x[start : end - 1]).norm(dim=1, keepdim=True)
         keep = dx[:, 0] > 1e-6
         ratios.append(dh[keep] / dx[keep])
     return np.sort(torch.cat(ratios).amax(dim=0).numpy())[::-1].copy()
 
 
-def _closed_loop(policy: Policy, meta: Mapping[str, Any], perturb: Perturbation, km: float,
-                 seed: int) -> Dict[str, float]:
+def _closed_loop(
+    policy: Policy, meta: Mapping[str, Any], perturb: Perturbation, km: float, seed: int
+) -> Dict[str, float]:
     perturb.reset()
     result = evaluate(PolicyDriver(policy, meta, perturb=perturb), km=km, seed=seed)
     m = result.metrics
-    return {"interventions_per_km": float(m["interventions_per_km"]), "lateral_rms_m": float(m["lateral_rms_m"])}
+    return {
+        "interventions_per_km": float(m["interventions_per_km"]),
+        "lateral_rms_m": float(m["lateral_rms_m"]),
+    }
 
 
 ModelSpec = Union[str, os.PathLike, Tuple[str, Policy, Mapping[str, Any]]]
@@ -269,8 +302,12 @@ def _lipschitz(profile: np.ndarray) -> Dict[str, float]:
     return {"lipschitz_max": float(profile.max()), "lipschitz_median": float(np.median(profile))}
 
 
-def evaluate_model(model: ModelSpec, recordings: Sequence[Union[str, os.PathLike]], config: RobustnessConfig,
-                   log: bool = True) -> Dict[str, Any]:
+def evaluate_model(
+    model: ModelSpec,
+    recordings: Sequence[Union[str, os.PathLike]],
+    config: RobustnessConfig,
+    log: bool = True,
+) -> Dict[str, Any]:
     """All measurements for one model: ``{"name", "family", "rows": [...], "profile": [...], "state_size"}``.
 
     ``profile`` is the sensitivity profile on the clean first recording, whatever the levels asked
@@ -286,26 +323,48 @@ def evaluate_model(model: ModelSpec, recordings: Sequence[Union[str, os.PathLike
         rows = []
         for perturb in config.perturbations():
             started = time.perf_counter()
-            row: Dict[str, Any] = {"model": name, "family": meta.get("family", ""), "kind": perturb.kind,
-                                   "level": perturb.level}
+            row: Dict[str, Any] = {
+                "model": name,
+                "family": meta.get("family", ""),
+                "kind": perturb.kind,
+                "level": perturb.level,
+            }
             errors, first = open_loop_errors(policy, meta, recs, perturb, config.max_frames)
             row.update(errors)
             row.update(saliency_stability(policy, meta, recs, perturb, config.saliency_frames))
             row.update(_lipschitz(sensitivity_profile(policy, first.features, first.timestamps_s, period)))
             if config.closed_loop_km > 0:
-                row.update(_closed_loop(policy, meta, perturb, config.closed_loop_km, config.closed_loop_seed))
+                row.update(
+                    _closed_loop(policy, meta, perturb, config.closed_loop_km, config.closed_loop_seed)
+                )
             rows.append(row)
             if log:
-                closed = f"  interventions/km {row['interventions_per_km']:.2f}" if config.closed_loop_km > 0 else ""
-                print(f"  [{name}] {perturb.name:<18} mse {row['mse']:9.2f}  ssim {row['ssim_mean']:.3f}{closed}"
-                      f"  ({time.perf_counter() - started:.1f}s)", flush=True)
-    return {"name": name, "family": meta.get("family", ""), "rows": rows, "profile": profile.tolist(),
-            "state_size": policy.state_size}
+                closed = (
+                    f"  interventions/km {row['interventions_per_km']:.2f}"
+                    if config.closed_loop_km > 0
+                    else ""
+                )
+                print(
+                    f"  [{name}] {perturb.name:<18} mse {row['mse']:9.2f}  ssim {row['ssim_mean']:.3f}{closed}"
+                    f"  ({time.perf_counter() - started:.1f}s)",
+                    flush=True,
+                )
+    return {
+        "name": name,
+        "family": meta.get("family", ""),
+        "rows": rows,
+        "profile": profile.tolist(),
+        "state_size": policy.state_size,
+    }
 
 
-def robustness_report(models: Sequence[ModelSpec], recordings: Sequence[Union[str, os.PathLike]],
-                      out_dir: Union[str, os.PathLike], config: Optional[RobustnessConfig] = None,
-                      workers: Optional[int] = None) -> Dict[str, Any]:
+def robustness_report(
+    models: Sequence[ModelSpec],
+    recordings: Sequence[Union[str, os.PathLike]],
+    out_dir: Union[str, os.PathLike],
+    config: Optional[RobustnessConfig] = None,
+    workers: Optional[int] = None,
+) -> Dict[str, Any]:
     """Measure every model at every level and write ``REPORT.md``, ``results.csv`` and plots.
 
     Args:
@@ -328,8 +387,11 @@ def robustness_report(models: Sequence[ModelSpec], recordings: Sequence[Union[st
     workers = workers or min(len(models), os.cpu_count() or 1)
     in_process = workers == 1 or any(isinstance(m, tuple) for m in models)
     closed = f", closed loop {config.closed_loop_km:g} km" if config.closed_loop_km else ""
-    print(f"robustness: {len(models)} model(s) x {len(config.perturbations())} perturbation(s) "
-          f"on {len(rec_dirs)} recording(s){closed}", flush=True)
+    print(
+        f"robustness: {len(models)} model(s) x {len(config.perturbations())} perturbation(s) "
+        f"on {len(rec_dirs)} recording(s){closed}",
+        flush=True,
+    )
     if in_process:
         results = [evaluate_model(m, rec_dirs, config) for m in models]
     else:

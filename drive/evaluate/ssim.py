@@ -5,6 +5,7 @@ ceil(3 sigma)), replicate padding so the SSIM map has the image's size, K1 = 0.0
 data range 1 (maps in [0, 1]); the score is the mean of the map. The saliency-robustness figure of
 the CfC paper (Fig. 5) compares clean and noisy VisualBackProp maps this way.
 """
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,14 @@ def _blur(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return F.conv2d(x, g.view(1, 1, -1, 1))
 
 
-def ssim_map(a: torch.Tensor, b: torch.Tensor, data_range: float = 1.0, sigma: float = 1.5,
-             k1: float = 0.01, k2: float = 0.03) -> torch.Tensor:
+def ssim_map(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    data_range: float = 1.0,
+    sigma: float = 1.5,
+    k1: float = 0.01,
+    k2: float = 0.03,
+) -> torch.Tensor:
     """Per-pixel SSIM of two batches of single-channel images [B, H, W] (or [H, W]) -> same shape."""
     if a.shape != b.shape:
         raise ValueError(f"ssim: shapes differ, {tuple(a.shape)} vs {tuple(b.shape)}")

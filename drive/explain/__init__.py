@@ -5,6 +5,7 @@
 - :func:`saliency_video` -- MP4 + contact sheet for a policy on a recording (``drive saliency``).
 - :class:`SaliencyRecorder` -- the same video recorded live during closed-loop driving.
 """
+
 from drive.explain.live import SaliencyRecorder
 from drive.explain.policy_saliency import SaliencyFrame, policy_saliency
 from drive.explain.video import SaliencyVideoWriter, saliency_still, saliency_video

@@ -15,6 +15,7 @@ The optional ``reference`` driver (e.g. the world's expert) sees the same observ
 command is drawn as the label curve of the steering trace; it never steers. Episode resets
 (start, after an intervention) reset both and break the trace.
 """
+
 from __future__ import annotations
 
 import os
@@ -92,7 +93,11 @@ class SaliencyRecorder:
         view = self.driver.view(obs.image)
         curvature = self.driver.act_on_view(view, obs)
         with torch.no_grad():
-            mask = visual_backprop(self.driver.policy.head, view.float() / 255.0, method=self.method)[0].cpu().numpy()
+            mask = (
+                visual_backprop(self.driver.policy.head, view.float() / 255.0, method=self.method)[0]
+                .cpu()
+                .numpy()
+            )
         frame = view[0].permute(1, 2, 0).cpu().numpy()
         label = float(self.reference.act(obs)) if self.reference is not None else None
         self.writer.write([SaliencyFrame(frame, mask, float(curvature))], label)
@@ -103,10 +108,18 @@ class SaliencyRecorder:
         return self.writer.close()
 
 
-def saliency_drive(policy: nn.Module, meta: Mapping[str, Any], out_path: PathLike, km: float, seed: int = 0,
-                   conditions: Union[None, str, Sequence[str]] = None, noise: Optional[float] = None,
-                   method: str = "bojarski", scale: int = 3,
-                   device: Union[str, torch.device] = "cpu") -> Dict[str, Any]:
+def saliency_drive(
+    policy: nn.Module,
+    meta: Mapping[str, Any],
+    out_path: PathLike,
+    km: float,
+    seed: int = 0,
+    conditions: Union[None, str, Sequence[str]] = None,
+    noise: Optional[float] = None,
+    method: str = "bojarski",
+    scale: int = 3,
+    device: Union[str, torch.device] = "cpu",
+) -> Dict[str, Any]:
     """Drive ``km`` of held-out roads (world ``seed``) with ``policy`` closed loop, recording its
     saliency live (the expert's command as the label curve); ``noise``: Gaussian std on the
     network's view (seeded by ``seed``). A failed drive leaves no half-written video.
@@ -115,14 +128,20 @@ def saliency_drive(policy: nn.Module, meta: Mapping[str, Any], out_path: PathLik
     interventions per km, lateral RMS).
     """
     perturb = Perturbation("gaussian", noise, seed=seed) if noise else None
-    recorder = SaliencyRecorder(PolicyDriver(policy, meta, device=device, perturb=perturb), out_path,
-                                reference=PurePursuitExpert(), method=method, scale=scale)
+    recorder = SaliencyRecorder(
+        PolicyDriver(policy, meta, device=device, perturb=perturb),
+        out_path,
+        reference=PurePursuitExpert(),
+        method=method,
+        scale=scale,
+    )
     try:
         drive = evaluate(recorder, km=km, seed=seed, conditions=conditions)
     except BaseException:
         recorder.writer.abort()
         raise
     result = recorder.close()
-    result["closed_loop"] = {k: drive.metrics[k] for k in ("km", "interventions", "interventions_per_km",
-                                                           "lateral_rms_m")}
+    result["closed_loop"] = {
+        k: drive.metrics[k] for k in ("km", "interventions", "interventions_per_km", "lateral_rms_m")
+    }
     return result

@@ -11,6 +11,7 @@ clipped; the same :class:`drive.data.perturb.Perturbation` the robustness report
 
 in chunks of frames so both run batched.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Iterator, NamedTuple, Optional, Sequence, Union
@@ -19,9 +20,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from drive.explain.visual_backprop import visual_backprop
 from drive.data.perturb import Perturbation, perturb_views
 from drive.data.preprocess import Preprocessing
+from drive.explain.visual_backprop import visual_backprop
 
 __all__ = ["SaliencyFrame", "policy_saliency"]
 

@@ -8,6 +8,7 @@ input, so clean and noisy attention can be compared side by side (NCP paper, Fig
 Output: an MP4 (``mp4v``, the recording's frame rate) written atomically, and a PNG contact sheet
 of evenly spaced frames beside it (``<out>.contact.png``).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,9 +21,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from drive.io.atomic import write_image
-from drive.explain.policy_saliency import SaliencyFrame, policy_saliency
 from drive.data.preprocess import Preprocessing
+from drive.explain.policy_saliency import SaliencyFrame, policy_saliency
+from drive.io.atomic import write_image
 from drive.io.recording import Recording
 
 __all__ = [
@@ -63,7 +64,9 @@ class TracePanel:
     only ever grows and a curve never leaves the panel.
     """
 
-    def __init__(self, size_hw: Tuple[int, int], window: int, rows: int = 1, y_limit_per_km: float = 5.0) -> None:
+    def __init__(
+        self, size_hw: Tuple[int, int], window: int, rows: int = 1, y_limit_per_km: float = 5.0
+    ) -> None:
         self.height, self.width = size_hw
         self.window = max(2, int(window))
         self.limit = float(y_limit_per_km)
@@ -104,8 +107,26 @@ class TracePanel:
         now = self.predictions[row][-1] if self.predictions[row] else float("nan")
         label = self.labels[-1] if self.labels else float("nan")
         _title(panel, f"steering 1/km  pred {now:+6.1f}  label {label:+6.1f}")
-        cv2.putText(panel, f"+{self.limit:.0f} (left)", (8, self.height - 28), _FONT, 0.4, (160, 160, 160), 1, cv2.LINE_AA)
-        cv2.putText(panel, f"-{self.limit:.0f} (right)", (8, self.height - 10), _FONT, 0.4, (160, 160, 160), 1, cv2.LINE_AA)
+        cv2.putText(
+            panel,
+            f"+{self.limit:.0f} (left)",
+            (8, self.height - 28),
+            _FONT,
+            0.4,
+            (160, 160, 160),
+            1,
+            cv2.LINE_AA,
+        )
+        cv2.putText(
+            panel,
+            f"-{self.limit:.0f} (right)",
+            (8, self.height - 10),
+            _FONT,
+            0.4,
+            (160, 160, 160),
+            1,
+            cv2.LINE_AA,
+        )
         return panel
 
 
@@ -124,8 +145,14 @@ class SaliencyCanvas:
         row_names: one title per row (e.g. ``["clean"]`` or ``["clean", "noise 0.2"]``).
     """
 
-    def __init__(self, input_hw: Tuple[int, int], fps: float, row_names: Sequence[str] = ("clean",),
-                 scale: int = 3, trace_seconds: float = 10.0) -> None:
+    def __init__(
+        self,
+        input_hw: Tuple[int, int],
+        fps: float,
+        row_names: Sequence[str] = ("clean",),
+        scale: int = 3,
+        trace_seconds: float = 10.0,
+    ) -> None:
         self.row_names = list(row_names)
         self.panel_hw = (int(input_hw[0]) * scale, int(input_hw[1]) * scale)
         self.size_wh = (3 * self.panel_hw[1], len(self.row_names) * self.panel_hw[0])
@@ -180,7 +207,9 @@ class SaliencyVideoWriter:
         self._sheet: List[Tuple[int, np.ndarray]] = []
         self._sheet_stride = 1
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(f".{self.path.stem}.partial-{os.getpid()}{self.path.suffix or '.mp4'}")
+        self._tmp = self.path.with_name(
+            f".{self.path.stem}.partial-{os.getpid()}{self.path.suffix or '.mp4'}"
+        )
         self._video = cv2.VideoWriter(str(self._tmp), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, self.size_wh)
         if not self._video.isOpened():
             raise RuntimeError(f"{self.path}: OpenCV cannot write an mp4v video here")
@@ -197,15 +226,21 @@ class SaliencyVideoWriter:
         self.frames_written += 1
 
     def _write_sheet(self) -> Path:
-        keep = np.linspace(0, len(self._sheet) - 1, min(self.sheet_frames, len(self._sheet))).round().astype(int)
+        keep = (
+            np.linspace(0, len(self._sheet) - 1, min(self.sheet_frames, len(self._sheet))).round().astype(int)
+        )
         tiles = []
         for index, canvas in (self._sheet[k] for k in keep):
-            tile = cv2.resize(canvas, (canvas.shape[1] // 2, canvas.shape[0] // 2), interpolation=cv2.INTER_AREA)
+            tile = cv2.resize(
+                canvas, (canvas.shape[1] // 2, canvas.shape[0] // 2), interpolation=cv2.INTER_AREA
+            )
             tiles.append(_title(tile, f"frame {index}  t={index / self.fps:.1f}s", bottom=True))
         columns = 2 if len(tiles) > 1 else 1
         while len(tiles) % columns:
             tiles.append(np.zeros_like(tiles[0]))
-        grid = np.concatenate([np.concatenate(tiles[r : r + columns], axis=1) for r in range(0, len(tiles), columns)])
+        grid = np.concatenate(
+            [np.concatenate(tiles[r : r + columns], axis=1) for r in range(0, len(tiles), columns)]
+        )
         path = contact_sheet_path(self.path)
         return write_image(path, grid)
 
@@ -231,8 +266,16 @@ class SaliencyVideoWriter:
         self._tmp.unlink(missing_ok=True)
 
 
-def _streams(policy: nn.Module, meta: Mapping[str, Any], recording: Recording, count: int,
-             noise_levels: Sequence[Optional[float]], method: str, seed: int, device: Union[str, torch.device]):
+def _streams(
+    policy: nn.Module,
+    meta: Mapping[str, Any],
+    recording: Recording,
+    count: int,
+    noise_levels: Sequence[Optional[float]],
+    method: str,
+    seed: int,
+    device: Union[str, torch.device],
+):
     """One :func:`policy_saliency` stream per noise level over the first ``count`` frames, and row names."""
     preprocessing = Preprocessing.from_dict(meta["preprocessing"])
     streams = [

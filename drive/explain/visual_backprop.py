@@ -26,6 +26,7 @@ between), the first conv seeing the frame's size; what comes after the last conv
 dense layers) does not enter the mask. Anything else is a :class:`VisualBackPropError` naming
 what is missing.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -100,7 +101,9 @@ def conv_geometry(head: nn.Module) -> List[ConvGeometry]:
         )
     layers = list(convs)
     if len(layers) % 2:
-        raise VisualBackPropError(f"{name}.convs must alternate Conv2d and ReLU; it ends with {type(layers[-1]).__name__}")
+        raise VisualBackPropError(
+            f"{name}.convs must alternate Conv2d and ReLU; it ends with {type(layers[-1]).__name__}"
+        )
     geometry = []
     for i in range(0, len(layers), 2):
         conv, act = layers[i], layers[i + 1]
@@ -163,12 +166,15 @@ def _traced_chain(head: nn.Module, frames: Tensor) -> Tuple[List[ConvGeometry], 
     forward pass with hooks on its leaf modules (module docstring)."""
     name = type(head).__name__
     if not any(isinstance(m, nn.Conv2d) for m in head.modules()):
-        raise VisualBackPropError(f"{name} has no Conv2d layer: VisualBackProp needs a conv head whose forward "
-                                  "is a chain of Conv2d layers each followed by a ReLU")
+        raise VisualBackPropError(
+            f"{name} has no Conv2d layer: VisualBackProp needs a conv head whose forward "
+            "is a chain of Conv2d layers each followed by a ReLU"
+        )
     calls: List[_Call] = []
     handles = []
     for layer_name, module in head.named_modules():
         if len(list(module.children())) == 0:
+
             def pre(mod, args, layer_name=layer_name):
                 t = _first_tensor(args)
                 calls.append(_Call(layer_name or name, mod, None if t is None else t.detach().clone(), None))
@@ -184,8 +190,10 @@ def _traced_chain(head: nn.Module, frames: Tensor) -> Tuple[List[ConvGeometry], 
     except VisualBackPropError:
         raise
     except Exception as e:  # the user's forward on these frames: say so, one line
-        raise VisualBackPropError(f"{name}: its forward failed on frames of shape {tuple(frames.shape)} "
-                                  f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+        raise VisualBackPropError(
+            f"{name}: its forward failed on frames of shape {tuple(frames.shape)} "
+            f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        ) from None
     finally:
         for h in handles:
             h.remove()
@@ -194,8 +202,10 @@ def _traced_chain(head: nn.Module, frames: Tensor) -> Tuple[List[ConvGeometry], 
     chain = [c for c in calls if not (type(c.module) is not nn.Conv2d and _same(c.input, c.output))]
     convs = [i for i, c in enumerate(chain) if isinstance(c.module, nn.Conv2d)]
     if len({id(chain[i].module) for i in convs}) != len(convs):
-        raise VisualBackPropError(f"{name}: a Conv2d is called more than once (shared weights or a loop); "
-                                  "VisualBackProp needs a plain chain")
+        raise VisualBackPropError(
+            f"{name}: a Conv2d is called more than once (shared weights or a loop); "
+            "VisualBackProp needs a plain chain"
+        )
     geometry, maps = [], []
     x = chain[convs[0]].input
     for k, i in enumerate(convs):
@@ -204,34 +214,51 @@ def _traced_chain(head: nn.Module, frames: Tensor) -> Tuple[List[ConvGeometry], 
         if type(conv.module) is not nn.Conv2d:
             raise VisualBackPropError(f"{where} is {type(conv.module).__name__}, expected a plain Conv2d")
         if k == 0 and conv.input is not None and tuple(conv.input.shape[-2:]) != tuple(frames.shape[-2:]):
-            raise VisualBackPropError(f"{where}: the first Conv2d sees {tuple(conv.input.shape[-2:])}, not the "
-                                      f"frame's size {tuple(frames.shape[-2:])}; VisualBackProp maps back to the frame")
+            raise VisualBackPropError(
+                f"{where}: the first Conv2d sees {tuple(conv.input.shape[-2:])}, not the "
+                f"frame's size {tuple(frames.shape[-2:])}; VisualBackProp maps back to the frame"
+            )
         relu = torch.relu(conv.output)
         following = chain[i + 1] if i + 1 < len(chain) else None
         nxt = chain[convs[k + 1]] if k + 1 < len(convs) else None
-        if following is not None and type(following.module) is nn.ReLU and _same(following.input, conv.output):
+        if (
+            following is not None
+            and type(following.module) is nn.ReLU
+            and _same(following.input, conv.output)
+        ):
             after = following.output  # nn.ReLU
             if nxt is not None and convs[k + 1] != i + 2:
                 other = chain[i + 2]
-                raise VisualBackPropError(f"{name} layer {other.name!r} ({type(other.module).__name__}) sits between "
-                                          f"{conv.name!r}+ReLU and the next Conv2d {nxt.name!r}: VisualBackProp "
-                                          "needs each Conv2d+ReLU to feed the next Conv2d directly")
-        elif following is not None and (_same(following.input, relu) if nxt is not None else _same_flat(following.input, relu)) \
-                and (nxt is None or nxt is following):
+                raise VisualBackPropError(
+                    f"{name} layer {other.name!r} ({type(other.module).__name__}) sits between "
+                    f"{conv.name!r}+ReLU and the next Conv2d {nxt.name!r}: VisualBackProp "
+                    "needs each Conv2d+ReLU to feed the next Conv2d directly"
+                )
+        elif (
+            following is not None
+            and (_same(following.input, relu) if nxt is not None else _same_flat(following.input, relu))
+            and (nxt is None or nxt is following)
+        ):
             after = relu  # F.relu in the forward, then the next layer
         elif following is None and nxt is None and _same(result, relu):
             after = relu  # the forward ends with F.relu(last conv)
         elif following is None and nxt is None:
-            raise VisualBackPropError(f"{where} is the last layer and the forward does not return its ReLU; "
-                                      "VisualBackProp needs a ReLU after every Conv2d")
+            raise VisualBackPropError(
+                f"{where} is the last layer and the forward does not return its ReLU; "
+                "VisualBackProp needs a ReLU after every Conv2d"
+            )
         else:
             got = type(following.module).__name__ if following is not None else "nothing"
-            raise VisualBackPropError(f"{where} is followed by {got} ({following.name if following else ''!r}), not by "
-                                      "a ReLU: VisualBackProp needs a ReLU directly after every Conv2d (non-negative maps)")
+            raise VisualBackPropError(
+                f"{where} is followed by {got} ({following.name if following else ''!r}), not by "
+                "a ReLU: VisualBackProp needs a ReLU directly after every Conv2d (non-negative maps)"
+            )
         if nxt is not None and not _same(nxt.input, after):
-            raise VisualBackPropError(f"{name}: Conv2d {nxt.name!r} does not take the output of {conv.name!r}+ReLU "
-                                      "(a branch, a skip connection or an unhooked operation between them); "
-                                      "VisualBackProp needs a chain")
+            raise VisualBackPropError(
+                f"{name}: Conv2d {nxt.name!r} does not take the output of {conv.name!r}+ReLU "
+                "(a branch, a skip connection or an unhooked operation between them); "
+                "VisualBackProp needs a chain"
+            )
         geometry.append(_geometry(conv.module, where))
         maps.append(after)
     return geometry, x, maps
@@ -244,7 +271,9 @@ def _normalize(mask: Tensor) -> Tensor:
     hi = flat.max(dim=1).values.view(-1, 1, 1)
     span = hi - lo
     constant = span <= 1e-6 * torch.maximum(hi.abs(), lo.abs()).clamp_min(torch.finfo(mask.dtype).tiny)
-    return torch.where(constant, torch.zeros_like(mask), (mask - lo) / torch.where(constant, torch.ones_like(span), span))
+    return torch.where(
+        constant, torch.zeros_like(mask), (mask - lo) / torch.where(constant, torch.ones_like(span), span)
+    )
 
 
 def _bojarski(geometry: List[ConvGeometry], x: Tensor, maps: List[Tensor]) -> Tensor:
@@ -255,7 +284,11 @@ def _bojarski(geometry: List[ConvGeometry], x: Tensor, maps: List[Tensor]) -> Te
         g = geometry[i]
         ones = torch.ones(1, 1, *g.kernel, dtype=mask.dtype, device=mask.device)
         mask = F.conv_transpose2d(
-            mask, ones, stride=g.stride, padding=g.padding, output_padding=g.output_padding(sizes[i], sizes[i + 1])
+            mask,
+            ones,
+            stride=g.stride,
+            padding=g.padding,
+            output_padding=g.output_padding(sizes[i], sizes[i + 1]),
         )
         if i > 0:
             mask = mask * means[i - 1]
@@ -266,7 +299,9 @@ def _ncp(x: Tensor, maps: List[Tensor]) -> Tensor:
     means = [(m / (m.amax(dim=(2, 3), keepdim=True) + 1e-4)).mean(dim=1, keepdim=True) for m in maps]
     mask = means[-1]
     for shallower in reversed(means[:-1]):
-        mask = F.interpolate(mask, size=shallower.shape[-2:], mode="bilinear", align_corners=False) * shallower
+        mask = (
+            F.interpolate(mask, size=shallower.shape[-2:], mode="bilinear", align_corners=False) * shallower
+        )
     mask = _normalize(mask[:, 0])[:, None]
     mask = F.interpolate(mask, size=x.shape[-2:], mode="bilinear", align_corners=False)[:, 0]
     intensity = _normalize(x.mean(dim=1))

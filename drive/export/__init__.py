@@ -9,9 +9,23 @@
 
 See docs/deploy.md and deploy/README.md.
 """
-from drive.export.formats import DEFAULT_CURVATURE_LIMIT_PER_M, FORMATS, build_deployed, export_metadata, export_policy
+
+from drive.export.formats import (
+    DEFAULT_CURVATURE_LIMIT_PER_M,
+    FORMATS,
+    build_deployed,
+    export_metadata,
+    export_policy,
+)
 from drive.export.module import STATUS, DeployedPolicy, decode_status
-from drive.export.runtime import PRESERVED, ExportedDriver, ExportedPolicy, load_exported, optimize_loaded, read_metadata
+from drive.export.runtime import (
+    PRESERVED,
+    ExportedDriver,
+    ExportedPolicy,
+    load_exported,
+    optimize_loaded,
+    read_metadata,
+)
 
 __all__ = [
     "export_policy",

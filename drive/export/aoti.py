@@ -3,6 +3,7 @@ can run it, a probe in a child process before a CUDA package is loaded here, and
 flat entry point. :class:`drive.export.runtime.ExportedPolicy` uses these; damaged archives are
 refused by :mod:`drive.export.integrity`.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,19 +73,25 @@ def check_aoti_loadable(path: PathLike, meta: Optional[Dict[str, Any]] = None) -
     built = str(meta.get("torch_version", ""))
     here = torch.__version__.split("+")[0]
     if built and built != here:
-        raise ValueError(f"{path}: AOTInductor package compiled by torch {built}, this is torch {here}: "
-                           "a package is native code for the torch that built it; export it again here "
-                           "(or use the TorchScript file, which is portable)")
+        raise ValueError(
+            f"{path}: AOTInductor package compiled by torch {built}, this is torch {here}: "
+            "a package is native code for the torch that built it; export it again here "
+            "(or use the TorchScript file, which is portable)"
+        )
     device = strings.get("AOTI_DEVICE_KEY", str(meta.get("device", "cpu")))
     if device == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"{path}: AOTInductor package compiled for CUDA, but torch sees no CUDA device in "
-                               "this process; export with --device cpu for this machine, or use the TorchScript file")
+            raise ValueError(
+                f"{path}: AOTInductor package compiled for CUDA, but torch sees no CUDA device in "
+                "this process; export with --device cpu for this machine, or use the TorchScript file"
+            )
         built_cc = strings.get("AOTI_COMPUTE_CAPABILITY", "")
         major, minor = torch.cuda.get_device_capability()
         if built_cc and built_cc.isdigit() and built_cc != f"{major}{minor}":
-            raise ValueError(f"{path}: AOTInductor package compiled for CUDA compute capability {built_cc}, "
-                               f"this GPU ({torch.cuda.get_device_name()}) is {major}{minor}; export it again on this GPU")
+            raise ValueError(
+                f"{path}: AOTInductor package compiled for CUDA compute capability {built_cc}, "
+                f"this GPU ({torch.cuda.get_device_name()}) is {major}{minor}; export it again on this GPU"
+            )
     elif device == "cpu":
         built_isa = strings.get("AOTI_CPU_ISA", "")
         if built_isa and built_isa not in ("", "INVALIDVECISA", "NONE"):
@@ -93,11 +100,15 @@ def check_aoti_loadable(path: PathLike, meta: Optional[Dict[str, Any]] = None) -
 
             supported = {str(isa).upper() for isa in cpu_vec_isa.valid_vec_isa_list()}
             if built_isa.upper() not in supported:
-                raise ValueError(f"{path}: AOTInductor CPU package compiled for the {built_isa} instruction set, "
-                                   f"which this CPU lacks (it has: {', '.join(sorted(supported)) or 'none'}); "
-                                   "export it again on this machine")
+                raise ValueError(
+                    f"{path}: AOTInductor CPU package compiled for the {built_isa} instruction set, "
+                    f"which this CPU lacks (it has: {', '.join(sorted(supported)) or 'none'}); "
+                    "export it again on this machine"
+                )
     else:
-        raise ValueError(f"{path}: AOTInductor package compiled for device {device!r}; drive runs cpu or cuda packages")
+        raise ValueError(
+            f"{path}: AOTInductor package compiled for device {device!r}; drive runs cpu or cuda packages"
+        )
     return strings
 
 
@@ -126,8 +137,13 @@ def probe_aoti(path: PathLike, timeout_s: float = 600.0) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         try:
-            proc = subprocess.run([sys.executable, "-c", _PROBE, str(path)], env=env, capture_output=True,
-                                  text=True, timeout=timeout_s)
+            proc = subprocess.run(
+                [sys.executable, "-c", _PROBE, str(path)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
             if proc.returncode == 0:
                 _PROBED[key] = None
             else:
@@ -141,9 +157,11 @@ def probe_aoti(path: PathLike, timeout_s: float = 600.0) -> None:
             _PROBED[key] = f"no answer within {timeout_s:.0f} s"
     failure = _PROBED[key]
     if failure is not None:
-        raise ValueError(f"{path}: loading and stepping this AOTInductor CUDA package in a probe process failed "
-                           f"({failure}); refused rather than risk this process: use the TorchScript export "
-                           "(`drive export --format torchscript --device cuda`), which steps in a CUDA graph")
+        raise ValueError(
+            f"{path}: loading and stepping this AOTInductor CUDA package in a probe process failed "
+            f"({failure}); refused rather than risk this process: use the TorchScript export "
+            "(`drive export --format torchscript --device cuda`), which steps in a CUDA graph"
+        )
 
 
 def flat_runner(package: Any) -> Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]]:

@@ -1,6 +1,7 @@
 """One policy step captured in a CUDA graph (:class:`CapturedStep`): what
 :meth:`drive.export.runtime.ExportedPolicy.step` replays on CUDA for TorchScript and AOTInductor
 files, one graph per (batch size, frame dtype)."""
+
 from __future__ import annotations
 
 from typing import Callable, Tuple
@@ -19,8 +20,12 @@ class CapturedStep:
 
     WARMUP = 4
 
-    def __init__(self, fn: Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, ...]], frame: torch.Tensor,
-                 hidden: torch.Tensor) -> None:
+    def __init__(
+        self,
+        fn: Callable[[torch.Tensor, torch.Tensor], Tuple[torch.Tensor, ...]],
+        frame: torch.Tensor,
+        hidden: torch.Tensor,
+    ) -> None:
         device = hidden.device if hidden.is_cuda else torch.device("cuda", torch.cuda.current_device())
         self.frame = frame.to(device, copy=True)
         self.hidden = hidden.to(device, copy=True)
@@ -36,7 +41,9 @@ class CapturedStep:
         with torch.cuda.graph(self.graph):
             self.out = fn(self.frame, self.hidden)
 
-    def __call__(self, frame: torch.Tensor, hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, frame: torch.Tensor, hidden: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         self.frame.copy_(frame)
         self.hidden.copy_(hidden)
         self.graph.replay()

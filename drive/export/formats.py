@@ -18,6 +18,7 @@ metadata (:func:`export_metadata`), each where its loaders find it:
 Checkpoints are read through :func:`drive.checkpoint.load_policy` (``weights_only=True``): a file
 with a pickled payload is refused before anything in it runs.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,11 +32,11 @@ from typing import Any, Dict, Iterator, Optional, Tuple, Union
 import torch
 
 from drive import __version__
-from drive.io.atomic import write_bytes
-from drive.export.module import STATUS, DeployedPolicy
-from drive.nn.policy import Policy
 from drive.checkpoint import load_policy, policy_meta
 from drive.data.preprocess import Preprocessing
+from drive.export.module import STATUS, DeployedPolicy
+from drive.io.atomic import write_bytes
+from drive.nn.policy import Policy
 
 __all__ = ["export_policy", "build_deployed", "export_metadata", "FORMATS", "DEFAULT_CURVATURE_LIMIT_PER_M"]
 
@@ -56,7 +57,7 @@ def export_metadata(deployed: DeployedPolicy, meta: Dict[str, Any], fmt: str, de
         "family": str(meta.get("family", "policy")),
         "frame_size": [deployed.frame_height, deployed.frame_width],
         "frame_layout": "RGB HWC uint8 [B, H, W, 3] or [H, W, 3] (TorchScript also float32 in [0, 1]); "
-                        "AOTInductor and ONNX: uint8 [1, H, W, 3]",
+        "AOTInductor and ONNX: uint8 [1, H, W, 3]",
         "crop": list(deployed.crop) or None,
         "model_input_size": list(deployed.model_size),
         "fps": deployed.fps,
@@ -67,8 +68,12 @@ def export_metadata(deployed: DeployedPolicy, meta: Dict[str, Any], fmt: str, de
         "network_units": "1/km",
         "state_size": deployed.state_size,
         "hidden_size": deployed.hidden_size,
-        "hidden_layout": {"recurrent_state": [0, deployed.state_size], "last_command_per_m": deployed.state_size,
-                          "status": deployed.state_size + 1, "gap_s": deployed.state_size + 2},
+        "hidden_layout": {
+            "recurrent_state": [0, deployed.state_size],
+            "last_command_per_m": deployed.state_size,
+            "status": deployed.state_size + 1,
+            "gap_s": deployed.state_size + 2,
+        },
         "initial_state": "zeros",
         "curvature_limit_per_m": deployed.curvature_limit_per_m,
         "black_level": deployed.black_level,
@@ -93,8 +98,10 @@ def _resolve_frame_size(meta: Dict[str, Any], frame_size: Optional[Tuple[int, in
         return int(camera["height"]), int(camera["width"])
     prep = Preprocessing.from_dict(meta["preprocessing"])
     if prep.crop is not None:
-        raise ValueError("the checkpoint crops frames but does not say the camera's frame size: "
-                         "pass frame_size=(height, width) (`drive export --frame-size HxW`)")
+        raise ValueError(
+            "the checkpoint crops frames but does not say the camera's frame size: "
+            "pass frame_size=(height, width) (`drive export --frame-size HxW`)"
+        )
     return int(prep.size[0]), int(prep.size[1])
 
 
@@ -115,13 +122,24 @@ def build_deployed(
     limit = curvature_limit_per_m or meta.get("curvature_limit_per_m") or DEFAULT_CURVATURE_LIMIT_PER_M
     labels = meta.get("label_range_per_m")
     if labels and max(abs(float(v)) for v in labels) > float(limit):
-        warnings.warn(f"the curvature limit {float(limit):g} 1/m is below the training labels' range "
-                      f"{float(labels[0]):+.3f}..{float(labels[1]):+.3f} 1/m: commands the policy was trained to "
-                      "give will be clamped (pass a larger curvature limit, or leave it out to use the "
-                      "checkpoint's, derived from its labels)", stacklevel=2)
+        warnings.warn(
+            f"the curvature limit {float(limit):g} 1/m is below the training labels' range "
+            f"{float(labels[0]):+.3f}..{float(labels[1]):+.3f} 1/m: commands the policy was trained to "
+            "give will be clamped (pass a larger curvature limit, or leave it out to use the "
+            "checkpoint's, derived from its labels)",
+            stacklevel=2,
+        )
     size = _resolve_frame_size(meta, frame_size)
-    deployed = DeployedPolicy(policy, size, prep.crop_list, float(meta["fps"]), float(limit), half=half,
-                              black_level=black_level, max_gap_s=max_gap_s)
+    deployed = DeployedPolicy(
+        policy,
+        size,
+        prep.crop_list,
+        float(meta["fps"]),
+        float(limit),
+        half=half,
+        black_level=black_level,
+        max_gap_s=max_gap_s,
+    )
     deployed.requires_grad_(False)
     deployed.family = str(meta.get("family", "policy"))
     deployed.metadata_json = json.dumps(export_metadata(deployed, meta, "eager", "cpu"), sort_keys=True)
@@ -129,7 +147,9 @@ def build_deployed(
 
 
 def _example_inputs(deployed: DeployedPolicy, device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
-    frame = torch.full((1, deployed.frame_height, deployed.frame_width, 3), 128, dtype=torch.uint8, device=device)
+    frame = torch.full(
+        (1, deployed.frame_height, deployed.frame_width, 3), 128, dtype=torch.uint8, device=device
+    )
     return frame, deployed.initial_state(1).to(device)
 
 
@@ -144,7 +164,9 @@ def _export_program(deployed: DeployedPolicy, device: torch.device) -> torch.exp
     with torch.no_grad(), warnings.catch_warnings():
         # nn.LSTM refreshes its _flat_weights list in forward; export restores it afterwards and
         # says so in a warning that asks for buffers (pytorch#163809): nothing for a user to act on
-        warnings.filterwarnings("ignore", message=r"The tensor attributes .*_flat_weights", category=UserWarning)
+        warnings.filterwarnings(
+            "ignore", message=r"The tensor attributes .*_flat_weights", category=UserWarning
+        )
         return torch.export.export(deployed, _example_inputs(deployed, device), strict=False)
 
 
@@ -156,17 +178,23 @@ def _write_torchscript(deployed: DeployedPolicy, meta_json: str, tmp: io.BytesIO
         torch.jit.save(scripted, tmp, _extra_files={META_FILE: meta_json})
 
 
-def _write_aoti(deployed: DeployedPolicy, meta: Dict[str, Any], meta_json: str, tmp: io.BytesIO,
-                device: torch.device) -> None:
+def _write_aoti(
+    deployed: DeployedPolicy, meta: Dict[str, Any], meta_json: str, tmp: io.BytesIO, device: torch.device
+) -> None:
     # torch._inductor takes ~5 s to import: only an AOTInductor export pays it (start-up time)
     from torch._inductor import aoti_compile_and_package
 
     deployed.metadata_json = meta_json
     program = _export_program(deployed, device)
-    strings = {k: json.dumps(v) if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else str(v)
-               for k, v in meta.items()}
-    strings.update(frame_height=str(deployed.frame_height), frame_width=str(deployed.frame_width),
-                   metadata_json=meta_json)
+    strings = {
+        k: json.dumps(v) if isinstance(v, (dict, list)) else str(v).lower() if isinstance(v, bool) else str(v)
+        for k, v in meta.items()
+    }
+    strings.update(
+        frame_height=str(deployed.frame_height),
+        frame_width=str(deployed.frame_width),
+        metadata_json=meta_json,
+    )
     cpu = device.type == "cpu"
     configs: Dict[str, Any] = {"aot_inductor.metadata": strings, "freezing": cpu}
     # under grad mode Inductor would skip the freezing without a word
@@ -187,7 +215,7 @@ def _cpu_aoti_freezing() -> Iterator[None]:
     are registered first, as the rest of the process will see them. Not thread-safe: nothing else
     may compile while an export runs.
     """
-    import torch._inductor.lowering  # noqa: F401  (registers the mkl/oneDNN lowerings on import)
+    import torch._inductor.lowering  # start-up time: Inductor takes seconds to import, only for .pt2
 
     has_mkl = torch._C.has_mkl
     torch._C.has_mkl = False
@@ -199,9 +227,13 @@ def _cpu_aoti_freezing() -> Iterator[None]:
 
 def _write_onnx(deployed: DeployedPolicy, meta_json: str, tmp: io.BytesIO) -> None:
     program = torch.onnx.export(
-        _export_program(deployed, torch.device("cpu")), dynamo=True, opset_version=ONNX_OPSET,
-        input_names=["frame", "hidden"], output_names=["curvature_per_m", "hidden_out", "status"],
-        external_data=False, verbose=False,
+        _export_program(deployed, torch.device("cpu")),
+        dynamo=True,
+        opset_version=ONNX_OPSET,
+        input_names=["frame", "hidden"],
+        output_names=["curvature_per_m", "hidden_out", "status"],
+        external_data=False,
+        verbose=False,
     )
     model = program.model_proto
     del model.metadata_props[:]
@@ -249,11 +281,20 @@ def export_policy(
         policy, meta = load_policy(ckpt_or_policy)
     elif isinstance(ckpt_or_policy, Policy):  # no checkpoint metadata: frames at the network size
         policy = ckpt_or_policy
-        meta = policy_meta(policy, Preprocessing(size=policy.input_size), 1.0 / policy.frame_period_s, "policy")
+        meta = policy_meta(
+            policy, Preprocessing(size=policy.input_size), 1.0 / policy.frame_period_s, "policy"
+        )
     else:
         policy, meta = ckpt_or_policy
-    deployed = build_deployed(policy, meta, half=half, curvature_limit_per_m=curvature_limit_per_m,
-                              frame_size=frame_size, black_level=black_level, max_gap_s=max_gap_s)
+    deployed = build_deployed(
+        policy,
+        meta,
+        half=half,
+        curvature_limit_per_m=curvature_limit_per_m,
+        frame_size=frame_size,
+        black_level=black_level,
+        max_gap_s=max_gap_s,
+    )
     dev = torch.device(device)
     deployed.to(dev)
     info = export_metadata(deployed, meta, format, device)
@@ -270,4 +311,3 @@ def export_policy(
     else:
         _write_onnx(deployed, meta_json, buffer)
     return write_bytes(out, buffer.getbuffer())
-

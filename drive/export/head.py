@@ -19,6 +19,7 @@ oneDNN directly (``aten::mkldnn_convolution``); PyTorch's own heuristic sends th
 10x25 maps at batch 1 to its slower im2col path. Loaders set it where oneDNN is present
 (:func:`drive.export.runtime.optimize_loaded`, ``drive_runtime``), then freeze the module.
 """
+
 from typing import List, Tuple
 
 import torch
@@ -57,8 +58,13 @@ class DeployedNCPHead(nn.Module):
         self.use_mkldnn = False
 
     def forward(self, x: Tensor) -> Tuple[Tensor, Tensor]:
-        torch._assert(x.dim() == 4 and x.size(1) == 3 and x.size(2) == self.input_size[0]
-                      and x.size(3) == self.input_size[1], "DeployedNCPHead: frames must be [B, 3, H, W] at input_size")
+        torch._assert(
+            x.dim() == 4
+            and x.size(1) == 3
+            and x.size(2) == self.input_size[0]
+            and x.size(3) == self.input_size[1],
+            "DeployedNCPHead: frames must be [B, 3, H, W] at input_size",
+        )
         batch, height, width = x.size(0), x.size(2), x.size(3)
         # HWC order: for a channels-last (camera HWC) frame the reshape is a view, the cast the one copy
         centred = x.permute(0, 2, 3, 1).reshape(batch, -1).to(torch.float32, copy=True)
@@ -67,11 +73,15 @@ class DeployedNCPHead(nn.Module):
         # std = |x - m| / sqrt(n) (two-pass: no cancellation), floored at 255 / sqrt(n)
         root_n = float(self.numel) ** 0.5
         centred.mul_(root_n / torch.linalg.vector_norm(centred, dim=1, keepdim=True).clamp_min(255.0))
-        y = centred.view(batch, height, width, 3).permute(0, 3, 1, 2).to(self.dense_block.dtype)  # channels-last
+        y = (
+            centred.view(batch, height, width, 3).permute(0, 3, 1, 2).to(self.dense_block.dtype)
+        )  # channels-last
         fast = self.use_mkldnn and y.device.type == "cpu" and y.dtype == torch.float32
         for i, conv in enumerate(self.convs):
             if fast:
-                y = torch.mkldnn_convolution(y, conv.weight, conv.bias, self.paddings[i], self.strides[i], [1, 1], 1)
+                y = torch.mkldnn_convolution(
+                    y, conv.weight, conv.bias, self.paddings[i], self.strides[i], [1, 1], 1
+                )
             else:
                 y = F.conv2d(y, conv.weight, conv.bias, self.strides[i], self.paddings[i])
             y = torch.relu_(y)

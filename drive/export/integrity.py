@@ -8,6 +8,7 @@ segments and section table lie inside the file) before anything is extracted;
 :func:`load_error` turns a failure of torch, zipfile, onnx or onnxruntime into one ``ValueError``
 line naming the file.
 """
+
 from __future__ import annotations
 
 import glob
@@ -34,7 +35,9 @@ def load_error(path: PathLike, err: BaseException) -> ValueError:
         return ValueError(f"{path}: cannot load: the file is empty (0 bytes; an interrupted copy?)")
     detail = " ".join(str(err).split())[:200]
     detail = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
-    return ValueError(f"{path}: cannot load: not a policy exported by drive, or a truncated or corrupt one ({detail})")
+    return ValueError(
+        f"{path}: cannot load: not a policy exported by drive, or a truncated or corrupt one ({detail})"
+    )
 
 
 def _elf_fits(data: bytes) -> bool:
@@ -63,7 +66,9 @@ def check_aoti_package(path: PathLike) -> None:
                 raise ValueError(f"{path}: damaged archive: {bad} fails its checksum")
             for name in zf.namelist():
                 if name.endswith(".so") and not _elf_fits(zf.read(name)):
-                    raise ValueError(f"{path}: damaged package: the library {name} is cut short or not a library")
+                    raise ValueError(
+                        f"{path}: damaged package: the library {name} is cut short or not a library"
+                    )
     except (zipfile.BadZipFile, OSError, EOFError) as err:
         raise load_error(path, err) from None
 

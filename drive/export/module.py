@@ -37,6 +37,7 @@ Safety, per row of the batch (the status bits, :data:`STATUS`):
 Precision: with ``half=True`` the conv head runs in fp16 and its features are cast back to fp32;
 the recurrent cell, the readout and ``hidden`` stay fp32 (LTC's epsilon 1e-8 underflows in fp16).
 """
+
 import copy
 import json
 from typing import Any, Dict, List, Optional, Tuple
@@ -44,10 +45,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
+from drive.data.preprocess import preprocess_frames
 from drive.export.head import deployed_head
 from drive.nn.checks import skip_value_checks
 from drive.nn.policy import Policy
-from drive.data.preprocess import preprocess_frames
 
 __all__ = ["DeployedPolicy", "STATUS", "EXTRA_STATE", "decode_status"]
 
@@ -77,10 +78,18 @@ def decode_status(status: int) -> List[str]:
 
 def _dtype_name(dtype: torch.dtype) -> str:
     """``str(dtype)`` in TorchScript gives a number; name the usual suspects."""
-    names = [(torch.float64, "torch.float64"), (torch.float16, "torch.float16"), (torch.bfloat16, "torch.bfloat16"),
-             (torch.int8, "torch.int8"), (torch.int16, "torch.int16"), (torch.int32, "torch.int32"),
-             (torch.int64, "torch.int64"), (torch.bool, "torch.bool"), (torch.float32, "torch.float32"),
-             (torch.uint8, "torch.uint8")]
+    names = [
+        (torch.float64, "torch.float64"),
+        (torch.float16, "torch.float16"),
+        (torch.bfloat16, "torch.bfloat16"),
+        (torch.int8, "torch.int8"),
+        (torch.int16, "torch.int16"),
+        (torch.int32, "torch.int32"),
+        (torch.int64, "torch.int64"),
+        (torch.bool, "torch.bool"),
+        (torch.float32, "torch.float32"),
+        (torch.uint8, "torch.uint8"),
+    ]
     for candidate, name in names:
         if dtype == candidate:
             return name
@@ -136,9 +145,14 @@ class DeployedPolicy(nn.Module):
         self.frame_height = int(frame_size[0])
         self.frame_width = int(frame_size[1])
         self.crop: List[int] = [int(c) for c in crop]
-        if self.crop and not (len(self.crop) == 4 and 0 <= self.crop[0] < self.crop[1] <= self.frame_height
-                              and 0 <= self.crop[2] < self.crop[3] <= self.frame_width):
-            raise ValueError(f"crop {self.crop} does not fit frames of size {self.frame_height}x{self.frame_width} (H x W)")
+        if self.crop and not (
+            len(self.crop) == 4
+            and 0 <= self.crop[0] < self.crop[1] <= self.frame_height
+            and 0 <= self.crop[2] < self.crop[3] <= self.frame_width
+        ):
+            raise ValueError(
+                f"crop {self.crop} does not fit frames of size {self.frame_height}x{self.frame_width} (H x W)"
+            )
         self.model_size: List[int] = [int(policy.input_size[0]), int(policy.input_size[1])]
         self.state_size = int(policy.state_size)
         self.hidden_size = self.state_size + EXTRA_STATE
@@ -153,7 +167,9 @@ class DeployedPolicy(nn.Module):
         self.metadata_json = json.dumps(meta or {}, sort_keys=True)
         self.register_buffer("status_bits", torch.tensor([float(b) for b in STATUS.values()]))
         if bool(policy.initial_state(1).abs().sum() != 0):
-            raise ValueError("DeployedPolicy resets corrupted rows to zeros: the policy's initial_state must be zeros")
+            raise ValueError(
+                "DeployedPolicy resets corrupted rows to zeros: the policy's initial_state must be zeros"
+            )
 
     @torch.jit.export
     def metadata(self) -> str:
@@ -164,7 +180,9 @@ class DeployedPolicy(nn.Module):
     def initial_state(self, batch: int) -> Tensor:
         """Fresh hidden ``[batch, S + 3]`` fp32: zero recurrent state, last command 0, no flags."""
         rnn = self.policy.initial_state(batch)
-        return torch.cat([rnn.float(), torch.zeros((batch, 3), dtype=torch.float32, device=rnn.device)], dim=1)
+        return torch.cat(
+            [rnn.float(), torch.zeros((batch, 3), dtype=torch.float32, device=rnn.device)], dim=1
+        )
 
     def _frames_uint8(self, frame: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """Validate the shape and dtype (host-side, no sync); return (uint8 frames ``[B, H, W, 3]``,
@@ -172,18 +190,37 @@ class DeployedPolicy(nn.Module):
         given = list(frame.shape)
         if frame.dim() == 3:
             frame = frame.unsqueeze(0)
-        if frame.dim() != 4 or frame.size(1) != self.frame_height or frame.size(2) != self.frame_width or frame.size(3) != 3:
-            raise ValueError("frame must be RGB [H, W, 3] or [B, H, W, 3] with H, W = "
-                             + str(self.frame_height) + ", " + str(self.frame_width)
-                             + " (the camera's native size); got " + str(given))
+        if (
+            frame.dim() != 4
+            or frame.size(1) != self.frame_height
+            or frame.size(2) != self.frame_width
+            or frame.size(3) != 3
+        ):
+            raise ValueError(
+                "frame must be RGB [H, W, 3] or [B, H, W, 3] with H, W = "
+                + str(self.frame_height)
+                + ", "
+                + str(self.frame_width)
+                + " (the camera's native size); got "
+                + str(given)
+            )
         if frame.size(0) == 0:
-            raise ValueError("frame batch is empty (got " + str(given) + "): pass at least one frame [1, "
-                             + str(self.frame_height) + ", " + str(self.frame_width) + ", 3]")
+            raise ValueError(
+                "frame batch is empty (got "
+                + str(given)
+                + "): pass at least one frame [1, "
+                + str(self.frame_height)
+                + ", "
+                + str(self.frame_width)
+                + ", 3]"
+            )
         if frame.dtype == torch.uint8:
             none = torch.zeros(frame.size(0), dtype=torch.bool, device=frame.device)
             return frame, none, none
         if frame.dtype != torch.float32:
-            raise ValueError("frame must be uint8 (0-255) or float32 (0-1) RGB; got " + _dtype_name(frame.dtype))
+            raise ValueError(
+                "frame must be uint8 (0-255) or float32 (0-1) RGB; got " + _dtype_name(frame.dtype)
+            )
         finite = torch.isfinite(frame).flatten(1).all(dim=1)
         clean = torch.nan_to_num(frame, nan=0.0, posinf=0.0, neginf=0.0)
         flat = clean.flatten(1)
@@ -194,8 +231,14 @@ class DeployedPolicy(nn.Module):
 
     def _check_hidden(self, hidden: Tensor, batch: int) -> None:
         if hidden.dim() != 2 or hidden.size(0) != batch or hidden.size(1) != self.hidden_size:
-            raise ValueError("hidden must be [B, " + str(self.hidden_size) + "] with B = "
-                             + str(batch) + " (from initial_state(B)); got " + str(list(hidden.shape)))
+            raise ValueError(
+                "hidden must be [B, "
+                + str(self.hidden_size)
+                + "] with B = "
+                + str(batch)
+                + " (from initial_state(B)); got "
+                + str(list(hidden.shape))
+            )
         if hidden.dtype != torch.float32:
             raise ValueError("hidden must be float32; got " + _dtype_name(hidden.dtype))
 
@@ -209,7 +252,7 @@ class DeployedPolicy(nn.Module):
             h, w = self.crop[1] - self.crop[0], self.crop[3] - self.crop[2]
         if h == self.model_size[0] and w == self.model_size[1]:
             if len(self.crop) == 4:
-                frames = frames[:, self.crop[0]:self.crop[1], self.crop[2]:self.crop[3], :]
+                frames = frames[:, self.crop[0] : self.crop[1], self.crop[2] : self.crop[3], :]
             return frames.permute(0, 3, 1, 2)
         return preprocess_frames(frames, self.crop, self.model_size)
 
@@ -252,7 +295,9 @@ class DeployedPolicy(nn.Module):
         new_state = torch.where(held.unsqueeze(1), state, torch.where(restart.unsqueeze(1), 0.0, new_state))
 
         # status bits as in STATUS, weighted by the buffer status_bits = [1, 2, 4, 8, 16, 32]
-        flags = torch.stack([nonfinite, black & ~nonfinite & ~out_of_range, clamped, reset, restart, out_of_range], dim=1)
+        flags = torch.stack(
+            [nonfinite, black & ~nonfinite & ~out_of_range, clamped, reset, restart, out_of_range], dim=1
+        )
         status = torch.mv(flags.float(), self.status_bits)
         tail = torch.stack([command, status, torch.where(held, dt, 0.0)], dim=1)
         return command, torch.cat([new_state, tail], dim=1), status.long()

@@ -13,6 +13,7 @@ closed loop exactly as its checkpoint was.
 AOTInductor checks and loading live in :mod:`drive.export.aoti`, the CUDA-graph step in
 :mod:`drive.export.cuda_graph`.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,17 @@ from drive.export.aoti import check_aoti_loadable, flat_runner, init_cuda, probe
 from drive.export.cuda_graph import CapturedStep
 from drive.export.integrity import check_aoti_package, load_aoti_package, load_error
 
-__all__ = ["ExportedPolicy", "ExportedDriver", "load_exported", "read_metadata", "read_aoti_strings",
-           "check_aoti_loadable", "probe_aoti", "optimize_loaded", "PRESERVED"]
+__all__ = [
+    "ExportedPolicy",
+    "ExportedDriver",
+    "load_exported",
+    "read_metadata",
+    "read_aoti_strings",
+    "check_aoti_loadable",
+    "probe_aoti",
+    "optimize_loaded",
+    "PRESERVED",
+]
 
 META_FILE = "drive_meta.json"
 PathLike = Union[str, os.PathLike]
@@ -49,7 +59,7 @@ def read_metadata(path: PathLike) -> Dict[str, Any]:
         return _read_metadata(path)
     except (ValueError, RuntimeError, OSError, EOFError, zipfile.BadZipFile, KeyError) as err:
         raise load_error(path, err) from None
-    except Exception as err:  # noqa: BLE001 (onnx's protobuf DecodeError)
+    except Exception as err:
         if type(err).__name__ != "DecodeError":
             raise
         raise load_error(path, err) from None
@@ -78,9 +88,26 @@ def _read_metadata(path: PathLike) -> Dict[str, Any]:
 
 
 # What a frozen module keeps: the methods and the attributes drive_runtime and run_policy.py read.
-PRESERVED = ("step", "step_with_status", "initial_state", "metadata", "frame_height", "frame_width",
-             "state_size", "hidden_size", "fps", "period_s", "curvature_limit_per_m", "half", "black_level",
-             "max_gap_s", "family", "metadata_json", "crop", "model_size")
+PRESERVED = (
+    "step",
+    "step_with_status",
+    "initial_state",
+    "metadata",
+    "frame_height",
+    "frame_width",
+    "state_size",
+    "hidden_size",
+    "fps",
+    "period_s",
+    "curvature_limit_per_m",
+    "half",
+    "black_level",
+    "max_gap_s",
+    "family",
+    "metadata_json",
+    "crop",
+    "model_size",
+)
 
 
 def optimize_loaded(module: torch.jit.ScriptModule, device: str = "cpu") -> torch.jit.ScriptModule:
@@ -110,8 +137,15 @@ class ExportedPolicy:
     TorchScript files also take batches ``[B, H, W, 3]``.
     """
 
-    def __init__(self, path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True,
-                 cuda_graph: bool = True, probe: bool = True) -> None:
+    def __init__(
+        self,
+        path: PathLike,
+        device: str = "cpu",
+        threads: int = 0,
+        optimize: bool = True,
+        cuda_graph: bool = True,
+        probe: bool = True,
+    ) -> None:
         self.path = Path(path)
         self.meta = read_metadata(self.path)
         self.format = self.meta["format"]
@@ -141,14 +175,22 @@ class ExportedPolicy:
             if threads:
                 options.intra_op_num_threads = threads
                 options.inter_op_num_threads = 1
-            providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+            providers = (
+                ["CUDAExecutionProvider", "CPUExecutionProvider"]
+                if device == "cuda"
+                else ["CPUExecutionProvider"]
+            )
             self._session = ort.InferenceSession(str(self.path), options, providers=providers)
             self.device = torch.device("cpu")
         else:
             raise ValueError(f"{self.path}: unknown export format {self.format!r}")
         # CUDA graphs: on by default on CUDA (TorchScript and AOTInductor), one per (batch, frame dtype)
-        self.cuda_graph = bool(cuda_graph) and self.device.type == "cuda" and self.format in ("torchscript", "aoti") \
+        self.cuda_graph = (
+            bool(cuda_graph)
+            and self.device.type == "cuda"
+            and self.format in ("torchscript", "aoti")
             and os.environ.get("DRIVE_CUDA_GRAPH", "1") != "0"
+        )
         self._graphs: Dict[Tuple[int, torch.dtype], Optional[CapturedStep]] = {}
         self.graph_failures: Dict[int, str] = {}  # batch -> why its capture failed (stepped without a graph)
 
@@ -162,18 +204,24 @@ class ExportedPolicy:
         h, w = self.frame_size
         batched = self.format == "torchscript"
         if frame.dim() != 4 or (not batched and frame.size(0) != 1) or tuple(frame.shape[1:]) != (h, w, 3):
-            raise ValueError(f"frame must be RGB [H, W, 3] or [{'B' if batched else 1}, H, W, 3] with H, W = {h}, {w} "
-                             f"(the camera's native size); got {list(frame.shape)}")
+            raise ValueError(
+                f"frame must be RGB [H, W, 3] or [{'B' if batched else 1}, H, W, 3] with H, W = {h}, {w} "
+                f"(the camera's native size); got {list(frame.shape)}"
+            )
         if frame.dtype != torch.uint8 and not (batched and frame.dtype == torch.float32):
             raise ValueError(f"frame must be uint8 (0-255) RGB; got {frame.dtype}")
         if hidden.dim() != 2 or hidden.size(0) != frame.size(0) or hidden.size(1) != self.hidden_size:
-            raise ValueError(f"hidden must be [B, {self.hidden_size}] with B = {frame.size(0)} "
-                             f"(from initial_state(B)); got {list(hidden.shape)}")
+            raise ValueError(
+                f"hidden must be [B, {self.hidden_size}] with B = {frame.size(0)} "
+                f"(from initial_state(B)); got {list(hidden.shape)}"
+            )
         if hidden.dtype != torch.float32:
             raise ValueError(f"hidden must be float32; got {hidden.dtype}")
         return frame
 
-    def _uncaptured(self, frame: torch.Tensor, hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _uncaptured(
+        self, frame: torch.Tensor, hidden: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         if self.format == "torchscript":
             return self._module.step_with_status(frame, hidden)
         curvature, hidden, status = self._run([frame, hidden]) if self._run else self._module(frame, hidden)
@@ -193,14 +241,18 @@ class ExportedPolicy:
                 reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
                 self.graph_failures[key[0]] = reason
                 self._graphs[key] = None
-                message = (f"{self.path}: CUDA-graph capture of the step at batch {key[0]} failed ({reason}); "
-                           "stepping without a graph (load with cuda_graph=False, or set DRIVE_CUDA_GRAPH=0, "
-                           "to skip the attempt)")
+                message = (
+                    f"{self.path}: CUDA-graph capture of the step at batch {key[0]} failed ({reason}); "
+                    "stepping without a graph (load with cuda_graph=False, or set DRIVE_CUDA_GRAPH=0, "
+                    "to skip the attempt)"
+                )
                 warnings.warn(message, RuntimeWarning, stacklevel=3)
         return self._graphs[key]
 
     @torch.inference_mode()
-    def step(self, frame: Union[np.ndarray, torch.Tensor], hidden: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def step(
+        self, frame: Union[np.ndarray, torch.Tensor], hidden: torch.Tensor
+    ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One frame -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``, status int64 ``[B]``).
 
         On CUDA (TorchScript and AOTInductor files, unless ``cuda_graph=False``) the first step at
@@ -220,8 +272,14 @@ class ExportedPolicy:
         return self._uncaptured(frame, hidden)
 
 
-def load_exported(path: PathLike, device: str = "cpu", threads: int = 0, optimize: bool = True,
-                  cuda_graph: bool = True, probe: bool = True) -> ExportedPolicy:
+def load_exported(
+    path: PathLike,
+    device: str = "cpu",
+    threads: int = 0,
+    optimize: bool = True,
+    cuda_graph: bool = True,
+    probe: bool = True,
+) -> ExportedPolicy:
     """Open an exported policy file (``.ts``, ``.pt2``, ``.onnx``); TorchScript files are
     specialised to this process with :func:`optimize_loaded` unless ``optimize=False``. On CUDA
     the step is captured in a CUDA graph per batch size unless ``cuda_graph=False`` (or the
@@ -230,13 +288,14 @@ def load_exported(path: PathLike, device: str = "cpu", threads: int = 0, optimiz
     once in a child process first unless ``probe=False`` (:func:`probe_aoti`). A damaged file is a
     ``ValueError`` naming it."""
     try:
-        return ExportedPolicy(path, device=device, threads=threads, optimize=optimize, cuda_graph=cuda_graph,
-                              probe=probe)
+        return ExportedPolicy(
+            path, device=device, threads=threads, optimize=optimize, cuda_graph=cuda_graph, probe=probe
+        )
     except (ValueError, RuntimeError, OSError, EOFError, zipfile.BadZipFile) as err:
         if isinstance(err, FileNotFoundError) or type(err).__name__ == "OutOfMemoryError":
             raise
         raise load_error(path, err) from None
-    except Exception as err:  # noqa: BLE001 (onnxruntime's own exception types)
+    except Exception as err:
         if not type(err).__module__.startswith("onnxruntime"):
             raise
         raise load_error(path, err) from None
@@ -267,7 +326,9 @@ class ExportedDriver:
     def act(self, obs: Any) -> float:
         dt_s = float(getattr(obs, "dt_s", self.nominal_dt_s))
         if abs(dt_s - self.nominal_dt_s) > 0.01 * self.nominal_dt_s:
-            raise ValueError(f"observation dt_s {dt_s} differs from the exported policy's 1/fps = {self.nominal_dt_s}")
+            raise ValueError(
+                f"observation dt_s {dt_s} differs from the exported policy's 1/fps = {self.nominal_dt_s}"
+            )
         curvature, self.hidden, status = self.policy.step(np.ascontiguousarray(obs.image), self.hidden)
         self.last_status = int(status[0])
         return float(curvature[0])

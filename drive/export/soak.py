@@ -6,6 +6,7 @@ hold path is exercised too. The report says whether the recurrent state stayed b
 finite, how the resident memory moved after warm-up, and how latency drifted (first vs last
 tenth of the run).
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,14 @@ class SoakReport:
 
 
 @torch.inference_mode()
-def soak(model: ExportedPolicy, steps: int, frames: torch.Tensor, warmup_steps: int = 200,
-         black_every: Optional[int] = 1000, check_every: int = 500) -> SoakReport:
+def soak(
+    model: ExportedPolicy,
+    steps: int,
+    frames: torch.Tensor,
+    warmup_steps: int = 200,
+    black_every: Optional[int] = 1000,
+    check_every: int = 500,
+) -> SoakReport:
     """Step ``model`` ``steps`` times over ``frames`` (uint8 ``[K, H, W, 3]``, cycled).
 
     Memory is sampled every ``check_every`` steps after ``warmup_steps`` (allocator caches and
@@ -92,8 +99,18 @@ def soak(model: ExportedPolicy, steps: int, frames: torch.Tensor, warmup_steps: 
         if k % check_every == check_every - 1:
             max_growth = max(max_growth, rss_mb() - baseline)
     end = rss_mb()
-    return SoakReport(steps=steps, warmup_steps=warmup_steps, rss_after_warmup_mb=baseline, rss_end_mb=end,
-                      rss_growth_mb=end - baseline, rss_max_growth_mb=max(max_growth, end - baseline),
-                      max_abs_state=max_abs, all_finite=finite, held_steps=held, other_status_steps=other,
-                      first_tenth_ms=head_ms / tenth, last_tenth_ms=tail_ms / tenth,
-                      seconds=time.perf_counter() - start)
+    return SoakReport(
+        steps=steps,
+        warmup_steps=warmup_steps,
+        rss_after_warmup_mb=baseline,
+        rss_end_mb=end,
+        rss_growth_mb=end - baseline,
+        rss_max_growth_mb=max(max_growth, end - baseline),
+        max_abs_state=max_abs,
+        all_finite=finite,
+        held_steps=held,
+        other_status_steps=other,
+        first_tenth_ms=head_ms / tenth,
+        last_tenth_ms=tail_ms / tenth,
+        seconds=time.perf_counter() - start,
+    )

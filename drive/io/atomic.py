@@ -12,6 +12,7 @@ kill can cut short). A write that fails for want of space or permission raises
 intact. Streamed outputs follow the same rule with their own temporary names (saliency videos,
 recordings, the frame cache; :func:`commit` renames and syncs them).
 """
+
 from __future__ import annotations
 
 import errno
@@ -24,8 +25,17 @@ from typing import TYPE_CHECKING, Any, Iterator, Union
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["atomic_path", "commit", "fsync_path", "write_bytes", "write_text", "write_image", "save_figure",
-           "WriteError", "no_empty_dir_on_error"]
+__all__ = [
+    "atomic_path",
+    "commit",
+    "fsync_path",
+    "write_bytes",
+    "write_text",
+    "write_image",
+    "save_figure",
+    "WriteError",
+    "no_empty_dir_on_error",
+]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -76,7 +86,9 @@ def atomic_path(out: PathLike) -> Iterator[Path]:
     out = Path(out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        while True:  # not tempfile.mkstemp: its files are private (0600); this one gets the umask's mode, as out would
+        while (
+            True
+        ):  # not tempfile.mkstemp: its files are private (0600); this one gets the umask's mode, as out would
             tmp = out.parent / f".{out.stem}.{secrets.token_hex(4)}.tmp{out.suffix}"
             try:
                 os.close(os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))

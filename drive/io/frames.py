@@ -3,6 +3,7 @@ image files, one video file, an array (numpy, memmap, HDF5 dataset) or a subset 
 
 Every reader (:mod:`drive.data.readers`) hands a :class:`drive.io.recording.Recording` one of these.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -89,8 +90,10 @@ class VideoFrames:
         if not self._complete_known:
             self._complete, self._complete_known = complete_video_frames(self.path), True
         if self._complete is not None and index >= self._complete:
-            raise RecordingError(f"{self.path}: video is truncated, frame {index} is cut short by the end of the "
-                                 f"file (only frames 0..{self._complete - 1} are whole)")
+            raise RecordingError(
+                f"{self.path}: video is truncated, frame {index} is cut short by the end of the "
+                f"file (only frames 0..{self._complete - 1} are whole)"
+            )
         if self._cap is None:
             self._cap = cv2.VideoCapture(str(self.path))
             self._next = 0

@@ -20,6 +20,7 @@ Layout: ``meta.json`` and the error type in :mod:`drive.io.recording_meta`, fram
 :mod:`drive.io.frames`, writing in :mod:`drive.io.recording_writer`; this module reads, and
 re-exports all of them (``from drive.io.recording import Recording, RecordingWriter`` works).
 """
+
 from __future__ import annotations
 
 import csv
@@ -33,8 +34,15 @@ import numpy as np
 
 # the format's pieces live beside this module; they are re-exported here, the one import path users need
 from drive.io.frames import ArrayFrames, FrameSource, ImageFiles, SubsetFrames, VideoFrames
-from drive.io.recording_meta import (FORMAT_NAME, FORMAT_VERSION, REQUIRED_COLUMNS, CameraCalibration,
-                                     PathLike, RecordingError, RecordingMeta)
+from drive.io.recording_meta import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    REQUIRED_COLUMNS,
+    CameraCalibration,
+    PathLike,
+    RecordingError,
+    RecordingMeta,
+)
 from drive.io.recording_writer import RecordingWriter
 from drive.io.video_index import complete_video_frames
 
@@ -90,8 +98,14 @@ class Recording:
             row of the user's file even after unusable rows were dropped; None: ``(path, i)``.
     """
 
-    def __init__(self, meta: RecordingMeta, log: Dict[str, np.ndarray], source: FrameSource,
-                 path: Optional[PathLike] = None, origin: Optional[Tuple[str, np.ndarray]] = None):
+    def __init__(
+        self,
+        meta: RecordingMeta,
+        log: Dict[str, np.ndarray],
+        source: FrameSource,
+        path: Optional[PathLike] = None,
+        origin: Optional[Tuple[str, np.ndarray]] = None,
+    ):
         missing = [c for c in REQUIRED_COLUMNS if c not in log]
         where = str(path) if path is not None else "recording"
         if missing:
@@ -153,8 +167,14 @@ class Recording:
         t = self.log["timestamp_s"]
         for i in np.flatnonzero(np.diff(t) <= 0):
             kind = "duplicate" if t[i + 1] == t[i] else "decreasing"
-            out.append(Problem(log_name, int(lines[i + 1]), f"{kind}_timestamp",
-                               f"{kind} timestamp_s {t[i + 1]!r} after {t[i]!r}"))
+            out.append(
+                Problem(
+                    log_name,
+                    int(lines[i + 1]),
+                    f"{kind}_timestamp",
+                    f"{kind} timestamp_s {t[i + 1]!r} after {t[i]!r}",
+                )
+            )
         return out
 
     @classmethod
@@ -179,8 +199,10 @@ class Recording:
         frames = log["frame"]
         if not np.array_equal(frames, positions):
             bad = int(np.flatnonzero(frames != positions)[0])
-            raise RecordingError(f"{root / 'log.csv'}, row {int(lines[bad])}: frame column must count 0, 1, 2, ... "
-                                 f"(one per data row), got {int(frames[bad])} on data row {int(positions[bad])}")
+            raise RecordingError(
+                f"{root / 'log.csv'}, row {int(lines[bad])}: frame column must count 0, 1, 2, ... "
+                f"(one per data row), got {int(frames[bad])} on data row {int(positions[bad])}"
+            )
         if meta.storage == "video":
             source: FrameSource = VideoFrames(root / (meta.video or "video.mp4"), count=total)
             if len(frames) < total:
@@ -197,8 +219,9 @@ def read_log_csv(path: Path) -> Dict[str, np.ndarray]:
     return read_log_rows(path)[0]
 
 
-def read_log_rows(path: Path, report: Optional[Report] = None
-                  ) -> Tuple[Dict[str, np.ndarray], np.ndarray, np.ndarray, int]:
+def read_log_rows(
+    path: Path, report: Optional[Report] = None
+) -> Tuple[Dict[str, np.ndarray], np.ndarray, np.ndarray, int]:
     """Read a canonical log.csv: (columns, line [K], data-row index [K], data rows in the file).
 
     Lines are 1-based file lines (the header is line 1); blank lines are skipped (they count as
@@ -248,8 +271,12 @@ def read_log_rows(path: Path, report: Optional[Report] = None
     table = np.array(rows, dtype=np.float64).reshape(len(rows), len(header))
     columns = {name: table[:, j] for j, name in enumerate(header)}
     columns["frame"] = columns["frame"].astype(np.int64)
-    return (columns, np.asarray(lines, dtype=np.int64), np.asarray(positions, dtype=np.int64),
-            len(numbered) - 1)
+    return (
+        columns,
+        np.asarray(lines, dtype=np.int64),
+        np.asarray(positions, dtype=np.int64),
+        len(numbered) - 1,
+    )
 
 
 def _is_float(text: str) -> bool:

@@ -4,6 +4,7 @@ calibration, the format's name and version and its error type (docs/formats.md).
 :mod:`drive.io.recording` reads recordings, :mod:`drive.io.recording_writer` writes them; both
 (and every frame source in :mod:`drive.io.frames`) share these definitions.
 """
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,14 @@ from typing import Any, Dict, Optional, Union
 
 import numpy as np
 
-__all__ = ["CameraCalibration", "RecordingMeta", "RecordingError", "REQUIRED_COLUMNS", "FORMAT_NAME",
-           "FORMAT_VERSION"]
+__all__ = [
+    "CameraCalibration",
+    "RecordingMeta",
+    "RecordingError",
+    "REQUIRED_COLUMNS",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+]
 
 FORMAT_NAME = "drive-recording"
 FORMAT_VERSION = 1

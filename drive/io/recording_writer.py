@@ -1,6 +1,7 @@
 """Writing the canonical recording directory atomically (docs/formats.md): :class:`RecordingWriter`
 builds it under a temporary name and renames it into place on :meth:`RecordingWriter.close`, so a
 crash never leaves a half-written recording behind."""
+
 from __future__ import annotations
 
 import csv
@@ -31,8 +32,9 @@ class RecordingWriter:
     writer closes without error; an exception discards everything written.
     """
 
-    def __init__(self, directory: PathLike, meta: RecordingMeta, jpeg_quality: int = 95,
-                 overwrite: bool = False):
+    def __init__(
+        self, directory: PathLike, meta: RecordingMeta, jpeg_quality: int = 95, overwrite: bool = False
+    ):
         self.directory = Path(directory)
         if self.directory.exists() and not overwrite:
             raise RecordingError(f"{self.directory}: already exists (pass overwrite=True to replace)")
@@ -48,8 +50,9 @@ class RecordingWriter:
             meta.video = meta.video or "video.mp4"
             (self._tmp / "frames").rmdir()
             fourcc = cv2.VideoWriter_fourcc(*"mp4v")
-            self._video = cv2.VideoWriter(str(self._tmp / meta.video), fourcc, meta.fps,
-                                          (meta.width, meta.height))
+            self._video = cv2.VideoWriter(
+                str(self._tmp / meta.video), fourcc, meta.fps, (meta.width, meta.height)
+            )
             if not self._video.isOpened():
                 raise RecordingError(f"{self._tmp / meta.video}: OpenCV cannot write this video")
 
@@ -65,15 +68,22 @@ class RecordingWriter:
     def __len__(self) -> int:
         return len(self._rows)
 
-    def append(self, frame_rgb: np.ndarray, *, timestamp_s: float, curvature: float, speed_mps: float,
-               **extra: float) -> None:
+    def append(
+        self, frame_rgb: np.ndarray, *, timestamp_s: float, curvature: float, speed_mps: float, **extra: float
+    ) -> None:
         """Add one frame and its log row (``extra`` columns: lateral_offset_m, heading_error_rad, ...)."""
         expected = (self.meta.height, self.meta.width, 3)
         if frame_rgb.shape != expected or frame_rgb.dtype != np.uint8:
-            raise RecordingError(f"frame {len(self._rows)}: expected uint8 {expected}, "
-                                 f"got {frame_rgb.dtype} {frame_rgb.shape}")
-        row = {"frame": len(self._rows), "timestamp_s": timestamp_s, "curvature": curvature,
-               "speed_mps": speed_mps, **extra}
+            raise RecordingError(
+                f"frame {len(self._rows)}: expected uint8 {expected}, got {frame_rgb.dtype} {frame_rgb.shape}"
+            )
+        row = {
+            "frame": len(self._rows),
+            "timestamp_s": timestamp_s,
+            "curvature": curvature,
+            "speed_mps": speed_mps,
+            **extra,
+        }
         for name in extra:
             if name not in self._columns:
                 if self._rows:

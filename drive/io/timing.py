@@ -1,4 +1,5 @@
 """Timing for benchmarks run on noisy, shared machines: interleaved rounds of blocks of calls."""
+
 from __future__ import annotations
 
 import statistics
@@ -8,8 +9,13 @@ from typing import Callable, Dict, List
 __all__ = ["interleaved_medians"]
 
 
-def interleaved_medians(calls: Dict[str, Callable[[], object]], rounds: int, inner: int,
-                        sync: Callable[[], None] = lambda: None, statistic: str = "median") -> Dict[str, float]:
+def interleaved_medians(
+    calls: Dict[str, Callable[[], object]],
+    rounds: int,
+    inner: int,
+    sync: Callable[[], None] = lambda: None,
+    statistic: str = "median",
+) -> Dict[str, float]:
     """Median (or ``statistic="min"``: the least-disturbed round) milliseconds per call of each entry,
     timed in turn every round (so load hits all alike). Every entry is timed for about the same wall
     time per round (the slowest for ``inner`` calls, faster ones for proportionally more, at most

@@ -5,6 +5,7 @@ decodes that last, partial frame without an error, half garbage. The container's
 every frame's bytes lie: MP4/MOV sample tables (``moov``, and ``moof`` track runs of a fragmented
 file) and AVI chunks. :func:`complete_video_frames` compares them with the file's size.
 """
+
 from __future__ import annotations
 
 import os
@@ -118,15 +119,22 @@ def _stbl_samples(f, stbl: Tuple[int, int]) -> Optional[Tuple[np.ndarray, np.nda
     if stsz is None or stsc is None or (stco is None and co64 is None):
         return None
     fixed, count = int.from_bytes(stsz[4:8], "big"), int.from_bytes(stsz[8:12], "big")
-    sizes = (np.full(count, fixed, np.int64) if fixed else
-             np.frombuffer(stsz[12:12 + 4 * count], ">u4").astype(np.int64))
+    sizes = (
+        np.full(count, fixed, np.int64)
+        if fixed
+        else np.frombuffer(stsz[12 : 12 + 4 * count], ">u4").astype(np.int64)
+    )
     if stco is not None:
         n = int.from_bytes(stco[4:8], "big")
-        chunks = np.frombuffer(stco[8:8 + 4 * n], ">u4").astype(np.int64)
+        chunks = np.frombuffer(stco[8 : 8 + 4 * n], ">u4").astype(np.int64)
     else:
         n = int.from_bytes(co64[4:8], "big")
-        chunks = np.frombuffer(co64[8:8 + 8 * n], ">u8").astype(np.int64)
-    runs = np.frombuffer(stsc[8:8 + 12 * int.from_bytes(stsc[4:8], "big")], ">u4").reshape(-1, 3).astype(np.int64)
+        chunks = np.frombuffer(co64[8 : 8 + 8 * n], ">u8").astype(np.int64)
+    runs = (
+        np.frombuffer(stsc[8 : 8 + 12 * int.from_bytes(stsc[4:8], "big")], ">u4")
+        .reshape(-1, 3)
+        .astype(np.int64)
+    )
     if len(sizes) != count or len(chunks) != n or (count and len(runs) == 0):
         return None
     offsets = np.empty(count, np.int64)
@@ -146,21 +154,22 @@ def _stbl_samples(f, stbl: Tuple[int, int]) -> Optional[Tuple[np.ndarray, np.nda
     times = np.arange(count, dtype=np.int64)  # decode times (stts) plus composition offsets (ctts)
     stts = table(b"stts")
     if stts is not None and count:
-        entries = np.frombuffer(stts[8:8 + 8 * int.from_bytes(stts[4:8], "big")], ">u4").reshape(-1, 2)
+        entries = np.frombuffer(stts[8 : 8 + 8 * int.from_bytes(stts[4:8], "big")], ">u4").reshape(-1, 2)
         deltas = np.repeat(entries[:, 1].astype(np.int64), entries[:, 0].astype(np.int64))[:count]
         if len(deltas) == count:
             times = np.concatenate([[0], np.cumsum(deltas)[:-1]])
     ctts = table(b"ctts")
     if ctts is not None and count:
-        entries = np.frombuffer(ctts[8:8 + 8 * int.from_bytes(ctts[4:8], "big")], ">i4").reshape(-1, 2)
+        entries = np.frombuffer(ctts[8 : 8 + 8 * int.from_bytes(ctts[4:8], "big")], ">i4").reshape(-1, 2)
         shifts = np.repeat(entries[:, 1].astype(np.int64), entries[:, 0].astype(np.int64))[:count]
         if len(shifts) == count:
             times = times + shifts
     return offsets + sizes, times
 
 
-def _fragment_samples(f, moof_start: int, a: int, b: int, track_id: int, clock: int
-                      ) -> Optional[Tuple[np.ndarray, np.ndarray, int]]:
+def _fragment_samples(
+    f, moof_start: int, a: int, b: int, track_id: int, clock: int
+) -> Optional[Tuple[np.ndarray, np.ndarray, int]]:
     """(end offset, presentation time, next decode time) of the video track's samples in one
     ``moof`` (ISO 14496-12 8.8: tfhd defaults, trun sizes, durations and composition offsets)."""
     ends: List[int] = []
@@ -178,14 +187,14 @@ def _fragment_samples(f, moof_start: int, a: int, b: int, track_id: int, clock: 
             continue
         pos, base, duration, size = 8, moof_start, 0, 0
         if flags & 0x1:
-            base = int.from_bytes(head[pos:pos + 8], "big")
+            base = int.from_bytes(head[pos : pos + 8], "big")
             pos += 8
         pos += 4 if flags & 0x2 else 0
         if flags & 0x8:
-            duration = int.from_bytes(head[pos:pos + 4], "big")
+            duration = int.from_bytes(head[pos : pos + 4], "big")
             pos += 4
         if flags & 0x10:
-            size = int.from_bytes(head[pos:pos + 4], "big")
+            size = int.from_bytes(head[pos : pos + 4], "big")
         offset = base
         for kind2, u, v in _boxes(f, x, y):
             if kind2 != b"trun":
@@ -195,20 +204,20 @@ def _fragment_samples(f, moof_start: int, a: int, b: int, track_id: int, clock: 
             rflags, count = int.from_bytes(run[1:4], "big"), int.from_bytes(run[4:8], "big")
             q = 8
             if rflags & 0x1:
-                offset = base + int.from_bytes(run[q:q + 4], "big", signed=True)
+                offset = base + int.from_bytes(run[q : q + 4], "big", signed=True)
                 q += 4
             q += 4 if rflags & 0x4 else 0
             for _ in range(count):
                 d, n, shift = duration, size, 0
                 if rflags & 0x100:
-                    d = int.from_bytes(run[q:q + 4], "big")
+                    d = int.from_bytes(run[q : q + 4], "big")
                     q += 4
                 if rflags & 0x200:
-                    n = int.from_bytes(run[q:q + 4], "big")
+                    n = int.from_bytes(run[q : q + 4], "big")
                     q += 4
                 q += 4 if rflags & 0x400 else 0
                 if rflags & 0x800:
-                    shift = int.from_bytes(run[q:q + 4], "big", signed=run[0] == 1)
+                    shift = int.from_bytes(run[q : q + 4], "big", signed=run[0] == 1)
                     q += 4
                 if q > len(run):  # the run itself is cut short: its samples are not whole
                     ends.append(1 << 62)

@@ -8,6 +8,7 @@ Parameter counts for the papers' 64 units, 32 inputs, 1 output (NCP slides' tabl
   torch's ``nn.LSTM`` (used here for its fused kernels) has two redundant bias vectors
   (b_ih + b_hh); b_hh is held at zero and frozen, so the trainable count is the slides' 24,897.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Tuple
@@ -44,7 +45,7 @@ class LSTM(RecurrentModule):
     def _sequence(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
         """x [B,L,F] -> (y [B,L,M], cat(h, c) [B, 2 units]); ts is not used."""
         h0 = hidden[:, : self.units].unsqueeze(0).contiguous()
-        c0 = hidden[:, self.units:].unsqueeze(0).contiguous()
+        c0 = hidden[:, self.units :].unsqueeze(0).contiguous()
         out, (h, c) = self.lstm(x, (h0, c0))
         return self.readout(out), torch.cat([h[0], c[0]], 1)
 
@@ -59,8 +60,9 @@ class CTRNN(RecurrentModule):
     (dt = the step's elapsed seconds, 1.0 when timespans is None; the authors' code used 6 steps
     of 0.1). ``tau`` is fixed (not trained), as in the papers' count of 6,208 (+65 readout)."""
 
-    def __init__(self, input_size: int, units: int = 64, output_size: int = 1, ode_unfolds: int = 6,
-                 tau: float = 1.0) -> None:
+    def __init__(
+        self, input_size: int, units: int = 64, output_size: int = 1, ode_unfolds: int = 6, tau: float = 1.0
+    ) -> None:
         if min(input_size, units, output_size, ode_unfolds) < 1:
             raise ValueError("input_size, units, output_size and ode_unfolds must be >= 1")
         if not tau > 0:
@@ -74,8 +76,13 @@ class CTRNN(RecurrentModule):
         self.readout = nn.Linear(units, output_size)
 
     def config(self) -> Dict[str, Any]:
-        return {"input_size": self.input_size, "units": self.units, "output_size": self.output_size,
-                "ode_unfolds": self.ode_unfolds, "tau": self.tau}
+        return {
+            "input_size": self.input_size,
+            "units": self.units,
+            "output_size": self.output_size,
+            "ode_unfolds": self.ode_unfolds,
+            "tau": self.tau,
+        }
 
     def _sequence(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
         """x [B,L,F], elapsed seconds ts [B,L,1] -> (y [B,L,M], h [B, units])."""

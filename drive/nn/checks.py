@@ -11,6 +11,7 @@ inside a wrapper that guarantees the values itself (the deployed policy: finite 
 dt > 0): its step then has no data-dependent read, so no host sync mid-step on a GPU and a graph
 that ``torch.export`` captures whole. Shape checks always run.
 """
+
 import math
 from typing import Optional
 
@@ -31,19 +32,30 @@ def _raise_non_finite(x: Tensor, hidden: Optional[Tensor]) -> None:
         raise ValueError("input contains NaN or infinite values")
     if hidden is not None:
         if not _finite_sum(hidden):
-            raise ValueError("hidden state contains NaN or infinite values (start from initial_state, "
-                             "or reset the rows that diverged)")
+            raise ValueError(
+                "hidden state contains NaN or infinite values (start from initial_state, "
+                "or reset the rows that diverged)"
+            )
 
 
-def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int, values: bool = True,
-                   hidden: Optional[Tensor] = None) -> Tensor:
+def check_sequence(
+    x: Tensor,
+    timespans: Optional[Tensor],
+    input_size: int,
+    values: bool = True,
+    hidden: Optional[Tensor] = None,
+) -> Tensor:
     """Validate x ``[B, L, F]`` and timespans ``[B, L]`` (their values too unless ``values`` is
     False, and then the values of ``hidden`` as well, in the same one read-back; its shape is
     :func:`check_hidden`'s); return the elapsed time as ``[B, L, 1]`` in x's dtype (None: ones, an
     expanded view)."""
     if x.dim() != 3 or x.size(2) != input_size:
-        raise ValueError("expected x [B, L, F] with F = " + str(input_size) + " input features, got shape "
-                         + str(list(x.shape)))
+        raise ValueError(
+            "expected x [B, L, F] with F = "
+            + str(input_size)
+            + " input features, got shape "
+            + str(list(x.shape))
+        )
     b, steps = x.size(0), x.size(1)
     if timespans is None:
         if values:
@@ -54,8 +66,14 @@ def check_sequence(x: Tensor, timespans: Optional[Tensor], input_size: int, valu
                 _raise_non_finite(x, hidden)
         return torch.ones(1, 1, 1, dtype=x.dtype, device=x.device).expand(b, steps, 1)
     if timespans.dim() != 2 or timespans.size(0) != b or timespans.size(1) != steps:
-        raise ValueError("expected timespans [B, L] = [" + str(b) + ", " + str(steps) + "], got shape "
-                         + str(list(timespans.shape)))
+        raise ValueError(
+            "expected timespans [B, L] = ["
+            + str(b)
+            + ", "
+            + str(steps)
+            + "], got shape "
+            + str(list(timespans.shape))
+        )
     if not values:
         return timespans.to(x.dtype).unsqueeze(2)
     # detached: a check is not part of the graph (and reading a grad-requiring scalar warns)
@@ -72,11 +90,17 @@ def check_step(x: Tensor, dt: Tensor, input_size: int) -> None:
     """Validate the shapes of one step: x ``[B, F]`` with F = ``input_size`` and dt ``[B]`` (the values
     are checked with the sequence the step runs as)."""
     if x.dim() != 2 or x.size(1) != input_size:
-        raise ValueError("expected x [B, F] with F = " + str(input_size) + " input features in a step, "
-                         + "got shape " + str(list(x.shape)))
+        raise ValueError(
+            "expected x [B, F] with F = "
+            + str(input_size)
+            + " input features in a step, "
+            + "got shape "
+            + str(list(x.shape))
+        )
     if dt.dim() != 1 or dt.size(0) != x.size(0):
-        raise ValueError("expected dt [B] with B = " + str(x.size(0)) + " in a step, got shape "
-                         + str(list(dt.shape)))
+        raise ValueError(
+            "expected dt [B] with B = " + str(x.size(0)) + " in a step, got shape " + str(list(dt.shape))
+        )
 
 
 def check_hidden(hidden: Optional[Tensor], x: Tensor, state_size: int) -> Tensor:
@@ -84,8 +108,14 @@ def check_hidden(hidden: Optional[Tensor], x: Tensor, state_size: int) -> Tensor
     if hidden is None:
         return torch.zeros(x.size(0), state_size, dtype=x.dtype, device=x.device)
     if hidden.dim() != 2 or hidden.size(0) != x.size(0) or hidden.size(1) != state_size:
-        raise ValueError("expected hidden [B, " + str(state_size) + "] with B = " + str(x.size(0))
-                         + ", got shape " + str(list(hidden.shape)))
+        raise ValueError(
+            "expected hidden [B, "
+            + str(state_size)
+            + "] with B = "
+            + str(x.size(0))
+            + ", got shape "
+            + str(list(hidden.shape))
+        )
     return hidden
 
 

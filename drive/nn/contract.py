@@ -24,6 +24,7 @@ shapes only. Everything scripts with ``torch.jit.script``: TorchScript compiles 
 instance's class, so the inherited ``forward`` / ``step`` / ``initial_state`` call the subclass's
 ``_sequence`` (no ``super()`` calls in scripted code).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
@@ -46,8 +47,9 @@ class RecurrentModule(nn.Module):
         kernel_checks: the subclass's kernel checks the values itself (base: shapes only).
     """
 
-    def __init__(self, input_size: int, output_size: int, state_size: int,
-                 kernel_checks: bool = False) -> None:
+    def __init__(
+        self, input_size: int, output_size: int, state_size: int, kernel_checks: bool = False
+    ) -> None:
         super().__init__()
         self.input_size: int = int(input_size)
         self.output_size: int = int(output_size)
@@ -66,8 +68,9 @@ class RecurrentModule(nn.Module):
         """Zeros ``[batch, state_size]``, float32, on the module's device."""
         return torch.zeros(batch, self.state_size, dtype=torch.float32, device=self._device_anchor.device)
 
-    def forward(self, x: Tensor, hidden: Optional[Tensor] = None,
-                timespans: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    def forward(
+        self, x: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
+    ) -> Tuple[Tensor, Tensor]:
         """x ``[B, L, F]``, hidden ``[B, H]`` or None (zeros), timespans ``[B, L]`` seconds or None
         (1.0) -> (y ``[B, L, M]``, hidden ``[B, H]``)."""
         if not torch.jit.is_scripting():
@@ -92,12 +95,16 @@ class RecurrentModule(nn.Module):
         raise NotImplementedError(type(self).__name__ + " must implement _sequence()")
 
     @torch.jit.unused
-    def _forward_fp32(self, x: Tensor, hidden: Optional[Tensor],
-                      timespans: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    def _forward_fp32(
+        self, x: Tensor, hidden: Optional[Tensor], timespans: Optional[Tensor]
+    ) -> Tuple[Tensor, Tensor]:
         """``forward`` in float32 with autocast off (the contract's mixed-precision rule)."""
         with torch.autocast(x.device.type, enabled=False):
-            return self.forward(x.float(), None if hidden is None else hidden.float(),
-                                None if timespans is None else timespans.float())
+            return self.forward(
+                x.float(),
+                None if hidden is None else hidden.float(),
+                None if timespans is None else timespans.float(),
+            )
 
     @torch.jit.unused
     def _step_fp32(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:

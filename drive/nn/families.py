@@ -17,6 +17,7 @@ either an options object or its fields as keywords (``build_policy("cfc", units=
 :class:`drive.train.module.PolicyModule` takes one options group per family, so ``drive fit`` sets
 them as ``--model.cfc.mode no_gate`` (YAML ``model: {cfc: {mode: no_gate}}``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,8 +33,19 @@ from drive.nn.ltc import LTC
 from drive.nn.policy import Policy
 from drive.nn.wiring import lane_keeping_ncp
 
-__all__ = ["FAMILIES", "Family", "NCPLTCOptions", "CfCOptions", "RNNOptions", "CNNOptions", "build_policy",
-           "family_options", "upgrade_flat_options", "DEFAULT_INPUT_HW", "FLAT_OPTIONS"]
+__all__ = [
+    "FAMILIES",
+    "Family",
+    "NCPLTCOptions",
+    "CfCOptions",
+    "RNNOptions",
+    "CNNOptions",
+    "build_policy",
+    "family_options",
+    "upgrade_flat_options",
+    "DEFAULT_INPUT_HW",
+    "FLAT_OPTIONS",
+]
 
 DEFAULT_INPUT_HW: Tuple[int, int] = (78, 200)  # the paper's network input (H, W)
 
@@ -89,8 +101,12 @@ class CNNOptions:
 
 
 def _ncp_ltc(features: int, o: NCPLTCOptions) -> nn.Module:
-    return LTC(lane_keeping_ncp(seed=o.wiring_seed, input_dim=features), input_size=features,
-               ode_unfolds=o.ode_unfolds, positivity=o.positivity)
+    return LTC(
+        lane_keeping_ncp(seed=o.wiring_seed, input_dim=features),
+        input_size=features,
+        ode_unfolds=o.ode_unfolds,
+        positivity=o.positivity,
+    )
 
 
 def _cfc(features: int, o: CfCOptions) -> nn.Module:
@@ -160,8 +176,9 @@ def _from_fields(family: str, kind: Type[Any], base: Any, fields: Dict[str, Any]
     names = [f.name for f in dataclasses.fields(kind)]
     unknown = sorted(set(fields) - set(names))
     if unknown:
-        raise ValueError(f"family {family!r} has no option {', '.join(unknown)}; its options: "
-                         f"{', '.join(names) or 'none'}")
+        raise ValueError(
+            f"family {family!r} has no option {', '.join(unknown)}; its options: {', '.join(names) or 'none'}"
+        )
     return dataclasses.replace(base, **fields)
 
 
@@ -181,8 +198,14 @@ def upgrade_flat_options(hparams: Mapping[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def build_policy(family: str, input_hw: Sequence[int] = DEFAULT_INPUT_HW, frame_period_s: float = 1.0,
-                 options: Any = None, feature_norm: Optional[str] = None, **fields: Any) -> Policy:
+def build_policy(
+    family: str,
+    input_hw: Sequence[int] = DEFAULT_INPUT_HW,
+    frame_period_s: float = 1.0,
+    options: Any = None,
+    feature_norm: Optional[str] = None,
+    **fields: Any,
+) -> Policy:
     """An untrained policy of ``family`` for frames of size ``input_hw``.
 
     ``options``: the family's options (:data:`FAMILIES`; a dataclass or a dict of its fields, None =

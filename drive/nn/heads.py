@@ -15,6 +15,7 @@ network (zero mean, unit standard deviation over all its pixels and channels, as
 an ``nn.Sequential`` of alternating ``Conv2d`` and ``ReLU``, and expose ``standardize(frames)``,
 so :func:`drive.explain.visual_backprop` derives its geometry from the module itself.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,7 +29,13 @@ __all__ = ["NCPConvHead", "PilotNetCNN", "standardize_frames", "conv_output_hw",
 
 # (out_channels, kernel, stride) per conv layer
 _NCP_CONVS: Tuple[Tuple[int, int, int], ...] = ((24, 5, 2), (36, 5, 2), (48, 3, 2), (64, 3, 1), (8, 3, 1))
-_PILOTNET_CONVS: Tuple[Tuple[int, int, int], ...] = ((24, 5, 2), (36, 5, 2), (48, 3, 2), (64, 3, 1), (64, 3, 1))
+_PILOTNET_CONVS: Tuple[Tuple[int, int, int], ...] = (
+    (24, 5, 2),
+    (36, 5, 2),
+    (48, 3, 2),
+    (64, 3, 1),
+    (64, 3, 1),
+)
 
 
 def standardize_frames(frames: Tensor) -> Tensor:
@@ -44,7 +51,9 @@ def standardize_frames(frames: Tensor) -> Tensor:
     return (frames - mean.view(-1, 1, 1, 1)) / std.view(-1, 1, 1, 1)
 
 
-def conv_output_hw(input_hw: Sequence[int], layers: Sequence[Tuple[int, int, int]], same: bool) -> Tuple[int, int]:
+def conv_output_hw(
+    input_hw: Sequence[int], layers: Sequence[Tuple[int, int, int]], same: bool
+) -> Tuple[int, int]:
     """Spatial size after a stack of convolutions (``same``: padding k//2, else none)."""
     h, w = int(input_hw[0]), int(input_hw[1])
     for _, k, s in layers:
@@ -92,7 +101,9 @@ class NCPConvHead(nn.Module):
             In eval mode and in exports it is a fixed per-feature affine map.
     """
 
-    def __init__(self, input_hw: Sequence[int] = (78, 200), features_per_map: int = 4, norm: str = "none") -> None:
+    def __init__(
+        self, input_hw: Sequence[int] = (78, 200), features_per_map: int = 4, norm: str = "none"
+    ) -> None:
         super().__init__()
         if norm not in ("none", "batch"):
             raise ValueError(f"norm must be 'none' or 'batch', got {norm!r}")

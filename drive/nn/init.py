@@ -25,6 +25,7 @@ architecture (the paper's model, its export, closed form and checkpoints stay ex
 :func:`feature_health` measures the two failure signs ``drive fit`` warns about: dead features
 and saturated cell inputs.
 """
+
 from __future__ import annotations
 
 from typing import Dict, Optional
@@ -114,9 +115,11 @@ def feature_health(policy: nn.Module, features: Tensor) -> Dict[str, float]:
     synapse) pairs whose sigmoid is below 0.02 or above 0.98 (no gradient), else NaN.
     """
     features = features.reshape(-1, features.shape[-1]).float()
-    out = {"dead": float((features.abs().amax(0) == 0).float().mean()),
-           "feature_max": float(features.abs().max()) if features.numel() else 0.0,
-           "saturated": float("nan")}
+    out = {
+        "dead": float((features.abs().amax(0) == 0).float().mean()),
+        "feature_max": float(features.abs().max()) if features.numel() else 0.0,
+        "saturated": float("nan"),
+    }
     saturation = getattr(policy.rnn, "input_saturation", None)
     if saturation is not None:
         out["saturated"] = float(saturation(features))

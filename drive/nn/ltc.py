@@ -22,6 +22,7 @@ denominator, cm/h) is computed for all time steps at once; the sequential unfold
 kernel, and in eager training its gradient is a hand-written backward (``_FusedSolver``) instead of
 an autograd graph of ~2,000 tiny nodes. Scripted modules differentiate the same kernel with autograd.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -40,15 +41,29 @@ __all__ = ["LTC", "INIT_RANGES", "POSITIVE", "register_synapses"]
 
 # Init ranges of the effective (post-positivity) values, as in ncps / the authors' code.
 INIT_RANGES: Dict[str, Tuple[float, float]] = {
-    "gleak": (0.001, 1.0), "vleak": (-0.2, 0.2), "cm": (0.4, 0.6),
-    "w": (0.001, 1.0), "sigma": (3.0, 8.0), "mu": (0.3, 0.8),
-    "sensory_w": (0.001, 1.0), "sensory_sigma": (3.0, 8.0), "sensory_mu": (0.3, 0.8),
+    "gleak": (0.001, 1.0),
+    "vleak": (-0.2, 0.2),
+    "cm": (0.4, 0.6),
+    "w": (0.001, 1.0),
+    "sigma": (3.0, 8.0),
+    "mu": (0.3, 0.8),
+    "sensory_w": (0.001, 1.0),
+    "sensory_sigma": (3.0, 8.0),
+    "sensory_mu": (0.3, 0.8),
 }
 POSITIVE = ("gleak", "cm", "w", "sensory_w")
 
 
-def fused_solver(v: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor, neg_sm: Tensor, q: Tensor,
-                 unfolds: int, save: bool) -> Tuple[Tensor, Tensor]:
+def fused_solver(
+    v: Tensor,
+    nd0: Tensor,
+    cm_t: Tensor,
+    pre_sigma: Tensor,
+    neg_sm: Tensor,
+    q: Tensor,
+    unfolds: int,
+    save: bool,
+) -> Tuple[Tensor, Tensor]:
     """Fused solver over a whole sequence (LTC Eq. 3) on the E present synapses.
 
     v [B,N] initial state; nd0 [L,B,2N] = [gleak vleak + S_num | gleak + S_den + cm/h + eps] and
@@ -75,9 +90,16 @@ def fused_solver(v: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor, neg_sm
     return torch.stack(states), torch.stack(v_in) if save else v.new_empty(0)
 
 
-def fused_solver_backward(g_states: Tensor, v_in: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor,
-                          neg_sm: Tensor, q: Tensor, unfolds: int
-                          ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+def fused_solver_backward(
+    g_states: Tensor,
+    v_in: Tensor,
+    nd0: Tensor,
+    cm_t: Tensor,
+    pre_sigma: Tensor,
+    neg_sm: Tensor,
+    q: Tensor,
+    unfolds: int,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Reverse pass of ``fused_solver``: gradients w.r.t. (v, nd0, cm_t, pre_sigma, neg_sm, q).
 
     Per unfold v' = n / d: [dn | dd] = g [1/d | -v'/d], ds = [dn | dd] q^T, dx = ds s (1 - s),
@@ -128,8 +150,16 @@ class _FusedSolver(torch.autograd.Function):
     """``fused_solver`` with a hand-written backward (eager mode only)."""
 
     @staticmethod
-    def forward(ctx: Any, v: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor, neg_sm: Tensor, q: Tensor,
-                unfolds: int) -> Tensor:
+    def forward(
+        ctx: Any,
+        v: Tensor,
+        nd0: Tensor,
+        cm_t: Tensor,
+        pre_sigma: Tensor,
+        neg_sm: Tensor,
+        q: Tensor,
+        unfolds: int,
+    ) -> Tensor:
         states, v_in = fused_solver(v, nd0, cm_t, pre_sigma, neg_sm, q, unfolds, True)
         ctx.save_for_backward(v_in, nd0, cm_t, pre_sigma, neg_sm, q)
         ctx.unfolds = unfolds
@@ -138,7 +168,9 @@ class _FusedSolver(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, g_states: Tensor) -> Tuple[Optional[Tensor], ...]:
         v_in, nd0, cm_t, pre_sigma, neg_sm, q = ctx.saved_tensors
-        grads = fused_solver_backward(g_states.contiguous(), v_in, nd0, cm_t, pre_sigma, neg_sm, q, ctx.unfolds)
+        grads = fused_solver_backward(
+            g_states.contiguous(), v_in, nd0, cm_t, pre_sigma, neg_sm, q, ctx.unfolds
+        )
         return tuple(g if need else None for g, need in zip(grads, ctx.needs_input_grad)) + (None,)
 
 
@@ -179,8 +211,14 @@ class LTC(RecurrentModule):
     effective values lie in ncps's ranges (``INIT_RANGES``); erev = the wiring's polarity.
     """
 
-    def __init__(self, wiring: Union[Wiring, Dict[str, Any]], input_size: Optional[int] = None,
-                 ode_unfolds: int = 6, epsilon: float = 1e-8, positivity: str = "softplus") -> None:
+    def __init__(
+        self,
+        wiring: Union[Wiring, Dict[str, Any]],
+        input_size: Optional[int] = None,
+        ode_unfolds: int = 6,
+        epsilon: float = 1e-8,
+        positivity: str = "softplus",
+    ) -> None:
         wiring = as_wiring(wiring)
         if input_size is not None and input_size != wiring.input_dim:
             raise ValueError(f"input_size={input_size} but the wiring has {wiring.input_dim} sensory inputs")
@@ -195,8 +233,17 @@ class LTC(RecurrentModule):
         self.positivity: str = positivity
         self.softplus: bool = positivity == "softplus"
         n, f, m = wiring.units, wiring.input_dim, wiring.output_dim
-        shapes = {"gleak": (n,), "vleak": (n,), "cm": (n,), "w": (n, n), "sigma": (n, n), "mu": (n, n),
-                  "sensory_w": (f, n), "sensory_sigma": (f, n), "sensory_mu": (f, n)}
+        shapes = {
+            "gleak": (n,),
+            "vleak": (n,),
+            "cm": (n,),
+            "w": (n, n),
+            "sigma": (n, n),
+            "mu": (n, n),
+            "sensory_w": (f, n),
+            "sensory_sigma": (f, n),
+            "sensory_mu": (f, n),
+        }
         for name, shape in shapes.items():
             lo, hi = INIT_RANGES[name]
             value = torch.rand(shape) * (hi - lo) + lo
@@ -216,10 +263,17 @@ class LTC(RecurrentModule):
 
     def config(self) -> Dict[str, Any]:
         """JSON-able constructor kwargs: ``LTC(**m.config())`` rebuilds the architecture."""
-        return {"wiring": self.wiring.to_dict(), "input_size": self.input_size, "ode_unfolds": self.ode_unfolds,
-                "epsilon": self.epsilon, "positivity": self.positivity}
+        return {
+            "wiring": self.wiring.to_dict(),
+            "input_size": self.input_size,
+            "ode_unfolds": self.ode_unfolds,
+            "epsilon": self.epsilon,
+            "positivity": self.positivity,
+        }
 
-    def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+    def _load_from_state_dict(
+        self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
         check_wiring_buffers(self, state_dict, prefix, ("mask", "sensory_mask"))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
@@ -230,12 +284,21 @@ class LTC(RecurrentModule):
         """The values the ODE uses: positivity applied; per-synapse entries of absent synapses are 0."""
         mask, smask = self.mask, self.sensory_mask
         return {
-            "gleak": self._positive(self.gleak), "vleak": self.vleak, "cm": self._positive(self.cm),
-            "w": self._positive(self.w) * mask, "sigma": self.sigma * mask, "mu": self.mu * mask,
+            "gleak": self._positive(self.gleak),
+            "vleak": self.vleak,
+            "cm": self._positive(self.cm),
+            "w": self._positive(self.w) * mask,
+            "sigma": self.sigma * mask,
+            "mu": self.mu * mask,
             "erev": self.erev * mask,
-            "sensory_w": self._positive(self.sensory_w) * smask, "sensory_sigma": self.sensory_sigma * smask,
-            "sensory_mu": self.sensory_mu * smask, "sensory_erev": self.sensory_erev * smask,
-            "input_w": self.input_w, "input_b": self.input_b, "output_w": self.output_w, "output_b": self.output_b,
+            "sensory_w": self._positive(self.sensory_w) * smask,
+            "sensory_sigma": self.sensory_sigma * smask,
+            "sensory_mu": self.sensory_mu * smask,
+            "sensory_erev": self.sensory_erev * smask,
+            "input_w": self.input_w,
+            "input_b": self.input_b,
+            "output_w": self.output_w,
+            "output_b": self.output_b,
         }
 
     @torch.no_grad()
@@ -289,17 +352,29 @@ class LTC(RecurrentModule):
         w = self._positive(self.w)
         pre_sigma = self.sigma.index_select(1, self.syn_post) * self.syn_pre_onehot
         neg_sm = -(self.sigma * self.mu).flatten().index_select(0, self.syn_flat)
-        q = torch.cat([(w * self.erev).index_select(0, self.syn_pre) * self.syn_post_onehot,
-                       w.index_select(0, self.syn_pre) * self.syn_post_onehot], 1)
+        q = torch.cat(
+            [
+                (w * self.erev).index_select(0, self.syn_pre) * self.syn_post_onehot,
+                w.index_select(0, self.syn_pre) * self.syn_post_onehot,
+            ],
+            1,
+        )
         # Everything that depends only on the inputs, for all steps at once, time-major [L,B,...].
         sw = self._positive(self.sensory_w)
         u = (x * self.input_w + self.input_b).transpose(0, 1).reshape(length * batch, self.input_size)
         s_pre_sigma = self.sensory_sigma.index_select(1, self.sens_post) * self.sens_pre_onehot
         s_neg_sm = -(self.sensory_sigma * self.sensory_mu).flatten().index_select(0, self.sens_flat)
-        s_q = torch.cat([(sw * self.sensory_erev).index_select(0, self.sens_pre) * self.sens_post_onehot,
-                         sw.index_select(0, self.sens_pre) * self.sens_post_onehot], 1)
+        s_q = torch.cat(
+            [
+                (sw * self.sensory_erev).index_select(0, self.sens_pre) * self.sens_post_onehot,
+                sw.index_select(0, self.sens_pre) * self.sens_post_onehot,
+            ],
+            1,
+        )
         base = torch.cat([gleak * self.vleak, gleak + self.epsilon])
-        nd_s = torch.addmm(base, torch.sigmoid(torch.addmm(s_neg_sm, u, s_pre_sigma)), s_q).view(length, batch, 2 * n)
+        nd_s = torch.addmm(base, torch.sigmoid(torch.addmm(s_neg_sm, u, s_pre_sigma)), s_q).view(
+            length, batch, 2 * n
+        )
         cm_t = cm * (float(self.ode_unfolds) / timespans.transpose(0, 1).unsqueeze(2))
         nd0 = torch.cat([nd_s[:, :, :n], nd_s[:, :, n:] + cm_t], 2)
         if not torch.jit.is_scripting():  # eager: Triton kernels on CUDA, else the hand-written backward
@@ -310,12 +385,21 @@ class LTC(RecurrentModule):
         return y.transpose(0, 1), states[-1]
 
     @torch.jit.unused
-    def _solve_with_manual_backward(self, hidden: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor,
-                                    neg_sm: Tensor, q: Tensor) -> Tensor:
+    def _solve_with_manual_backward(
+        self, hidden: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor, neg_sm: Tensor, q: Tensor
+    ) -> Tensor:
         if kernels.use_kernels(nd0, self.state_size):
-            return kernels.ltc_fused_solve(hidden, nd0, cm_t, self.sigma, self.mu, self._positive(self.w), self.erev,
-                                           self.mask, self.ode_unfolds)
+            return kernels.ltc_fused_solve(
+                hidden,
+                nd0,
+                cm_t,
+                self.sigma,
+                self.mu,
+                self._positive(self.w),
+                self.erev,
+                self.mask,
+                self.ode_unfolds,
+            )
         if not torch.is_grad_enabled():
             return fused_solver(hidden, nd0, cm_t, pre_sigma, neg_sm, q, self.ode_unfolds, False)[0]
         return _FusedSolver.apply(hidden, nd0, cm_t, pre_sigma, neg_sm, q, self.ode_unfolds)
-

@@ -26,6 +26,7 @@ Where ncps deviates from the papers, and how the LTC mapping handles it:
   is always batch-first and returns the whole sequence (take ``y[:, -1]``).
 - ``mixed_memory=True`` LTCs have no drive equivalent (the papers' LTC has no LSTM memory): refused.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -44,7 +45,9 @@ def wiring_from_ncps(wiring: Any) -> Wiring:
     """A built ``ncps.wirings.Wiring`` as a drive ``Wiring`` with the same matrices (neuron ids kept;
     an ncps NCP's layers become ("inter", ...), ("command", ...), ("motor", ...))."""
     if not wiring.is_built():
-        raise ValueError("the ncps wiring is not built (its input size is unknown); call wiring.build(F) first")
+        raise ValueError(
+            "the ncps wiring is not built (its input size is unknown); call wiring.build(F) first"
+        )
     if wiring.num_layers == 3:
         names = ["inter", "command", "motor"]
     elif wiring.num_layers == 1:
@@ -52,17 +55,37 @@ def wiring_from_ncps(wiring: Any) -> Wiring:
     else:
         names = [f"layer{i}" for i in range(wiring.num_layers)]
     layers = [(names[i], [int(j) for j in wiring.get_neurons_of_layer(i)]) for i in range(wiring.num_layers)]
-    return Wiring(wiring.adjacency_matrix, wiring.sensory_adjacency_matrix, output_dim=wiring.output_dim,
-                  layers=layers, kind="ncps." + type(wiring).__name__)
+    return Wiring(
+        wiring.adjacency_matrix,
+        wiring.sensory_adjacency_matrix,
+        output_dim=wiring.output_dim,
+        layers=layers,
+        kind="ncps." + type(wiring).__name__,
+    )
 
 
 @torch.no_grad()
 def _ltc_from_ncps(cell: Any, softplus: bool) -> LTC:
     params = cell._params
-    out = LTC(wiring_from_ncps(cell._wiring), ode_unfolds=int(cell._ode_unfolds), epsilon=float(cell._epsilon),
-              positivity="softplus" if softplus else "clip")
-    for name in ("gleak", "vleak", "cm", "w", "sigma", "mu", "erev",
-                 "sensory_w", "sensory_sigma", "sensory_mu", "sensory_erev"):
+    out = LTC(
+        wiring_from_ncps(cell._wiring),
+        ode_unfolds=int(cell._ode_unfolds),
+        epsilon=float(cell._epsilon),
+        positivity="softplus" if softplus else "clip",
+    )
+    for name in (
+        "gleak",
+        "vleak",
+        "cm",
+        "w",
+        "sigma",
+        "mu",
+        "erev",
+        "sensory_w",
+        "sensory_sigma",
+        "sensory_mu",
+        "sensory_erev",
+    ):
         getattr(out, name).copy_(params[name])
     for name in ("input_w", "input_b", "output_w", "output_b"):
         if name in params:

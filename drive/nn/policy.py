@@ -18,6 +18,7 @@ Everything scripts with ``torch.jit.script`` (the export helper does that); the 
     policy = Policy.from_config(cfg)
     assert Policy.from_config(policy.config()).config() == policy.config()
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -98,7 +99,9 @@ class Policy(nn.Module):
         if rnn is None:
             rnn = Stateless(head_out)
         if int(rnn.input_size) != head_out:
-            raise ValueError(f"head gives {head_out} features but the recurrent module takes {rnn.input_size}")
+            raise ValueError(
+                f"head gives {head_out} features but the recurrent module takes {rnn.input_size}"
+            )
         if frame_period_s <= 0:
             raise ValueError(f"frame_period_s must be positive, got {frame_period_s}")
         self.head = head

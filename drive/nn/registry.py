@@ -14,6 +14,7 @@ A name is looked up in this table only: nothing named in a file is ever imported
 The classes register themselves when their modules are imported; :mod:`drive.nn.policy` (which
 builds them from a config: ``build_rnn``) imports them all.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Dict, Iterable, List, TypeVar
@@ -58,8 +59,10 @@ def name_of(cls: type) -> str:
     """The registered name of ``cls`` (ValueError for an unregistered class)."""
     name = _NAMES.get(cls)
     if name is None:
-        raise ValueError(f"{cls.__module__}.{cls.__qualname__} is not a registered recurrent module "
-                         f"(drive.nn.registry.register)")
+        raise ValueError(
+            f"{cls.__module__}.{cls.__qualname__} is not a registered recurrent module "
+            f"(drive.nn.registry.register)"
+        )
     return name
 
 

@@ -1,6 +1,7 @@
 """``torch.jit.script`` without its deprecation notice (TorchScript is deprecated since torch 2.11 in
 favour of torch.export; drive still scripts its recurrent kernels, whose loops TorchScript runs with
 less dispatch than Python, and its deployment files, docs/deploy.md)."""
+
 import warnings
 from typing import Any
 

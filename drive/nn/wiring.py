@@ -24,6 +24,7 @@ neurons and recurrent command synapses), ``AutoNCP``, ``FullyConnected``, ``Rand
 fanouts 6/4/6/6, 70% excitatory) with 252 synapses, 3*19 + 4*252 = 1,065 parameters in the paper's
 count (``paper_parameter_count``).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,9 +32,16 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-
-__all__ = ["Wiring", "NCP", "AutoNCP", "FullyConnected", "Random", "lane_keeping_ncp", "as_wiring",
-           "check_wiring_buffers"]
+__all__ = [
+    "Wiring",
+    "NCP",
+    "AutoNCP",
+    "FullyConnected",
+    "Random",
+    "lane_keeping_ncp",
+    "as_wiring",
+    "check_wiring_buffers",
+]
 
 Layers = List[Tuple[str, List[int]]]
 
@@ -196,11 +204,14 @@ def check_wiring_buffers(module: Any, state_dict: Dict[str, Any], prefix: str, n
     weights must never silently rewire a network. Call from ``_load_from_state_dict``."""
     for name in names:
         theirs, ours = state_dict.get(prefix + name), getattr(module, name)
-        if theirs is not None and (theirs.shape != ours.shape
-                                   or not bool((theirs.to(ours.device, ours.dtype) == ours).all())):
-            raise ValueError(f"wiring mismatch: the state_dict's {prefix + name} (shape {tuple(theirs.shape)}) "
-                             f"differs from this module's wiring (shape {tuple(ours.shape)}); build the module "
-                             "from the checkpoint's wiring instead")
+        if theirs is not None and (
+            theirs.shape != ours.shape or not bool((theirs.to(ours.device, ours.dtype) == ours).all())
+        ):
+            raise ValueError(
+                f"wiring mismatch: the state_dict's {prefix + name} (shape {tuple(theirs.shape)}) "
+                f"differs from this module's wiring (shape {tuple(ours.shape)}); build the module "
+                "from the checkpoint's wiring instead"
+            )
 
 
 def _polarity(rng: np.random.Generator, excitatory_fraction: float) -> int:
@@ -246,8 +257,11 @@ class NCP(Wiring):
         *,
         input_dim: int,
     ) -> None:
-        for name, v, hi in (("sensory_fanout", sensory_fanout, inter), ("inter_fanout", inter_fanout, command),
-                            ("motor_fanin", motor_fanin, command)):
+        for name, v, hi in (
+            ("sensory_fanout", sensory_fanout, inter),
+            ("inter_fanout", inter_fanout, command),
+            ("motor_fanin", motor_fanin, command),
+        ):
             if not 1 <= v <= hi:
                 raise ValueError(f"{name}={v} must be in 1..{hi}")
         if min(inter, command, motor, input_dim) < 1:
@@ -271,8 +285,9 @@ class NCP(Wiring):
                     reached.add(int(d))
             return reached
 
-        def fill_in_targets(m: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndarray, reached: set,
-                            fanin: int) -> None:
+        def fill_in_targets(
+            m: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndarray, reached: set, fanin: int
+        ) -> None:
             for d in dst_ids:
                 if int(d) not in reached:
                     for s in rng.choice(src_ids, size=fanin, replace=False):
@@ -280,11 +295,17 @@ class NCP(Wiring):
 
         sensory_ids = np.arange(input_dim)
         reached = connect(sens, sensory_ids, inter_ids, sensory_fanout)
-        fill_in_targets(sens, sensory_ids, inter_ids, reached,
-                        int(np.clip(input_dim * sensory_fanout // inter, 1, input_dim)))
+        fill_in_targets(
+            sens,
+            sensory_ids,
+            inter_ids,
+            reached,
+            int(np.clip(input_dim * sensory_fanout // inter, 1, input_dim)),
+        )
         reached = connect(adj, inter_ids, command_ids, inter_fanout)
-        fill_in_targets(adj, inter_ids, command_ids, reached,
-                        int(np.clip(inter * inter_fanout // command, 1, inter)))
+        fill_in_targets(
+            adj, inter_ids, command_ids, reached, int(np.clip(inter * inter_fanout // command, 1, inter))
+        )
         pairs = rng.choice(command * command, size=recurrent_command_synapses, replace=False)
         for p in pairs:
             adj[command_ids[p // command], command_ids[p % command]] = _polarity(rng, excitatory_fraction)
@@ -299,13 +320,27 @@ class NCP(Wiring):
                 for d in rng.choice(motor_ids, size=fanout, replace=False):
                     adj[s, d] = _polarity(rng, excitatory_fraction)
         super().__init__(
-            adj, sens, output_dim=motor,
-            layers=[("inter", inter_ids.tolist()), ("command", command_ids.tolist()), ("motor", motor_ids.tolist())],
+            adj,
+            sens,
+            output_dim=motor,
+            layers=[
+                ("inter", inter_ids.tolist()),
+                ("command", command_ids.tolist()),
+                ("motor", motor_ids.tolist()),
+            ],
             kind="NCP",
-            params=dict(inter=inter, command=command, motor=motor, sensory_fanout=sensory_fanout,
-                        inter_fanout=inter_fanout, recurrent_command_synapses=recurrent_command_synapses,
-                        motor_fanin=motor_fanin, seed=seed, excitatory_fraction=excitatory_fraction,
-                        input_dim=input_dim),
+            params=dict(
+                inter=inter,
+                command=command,
+                motor=motor,
+                sensory_fanout=sensory_fanout,
+                inter_fanout=inter_fanout,
+                recurrent_command_synapses=recurrent_command_synapses,
+                motor_fanin=motor_fanin,
+                seed=seed,
+                excitatory_fraction=excitatory_fraction,
+                input_dim=input_dim,
+            ),
         )
 
 
@@ -314,8 +349,16 @@ class AutoNCP(NCP):
     inter = the rest; with density d = 1 - sparsity: sensory_fanout = max(int(inter d), 1),
     inter_fanout = motor_fanin = max(int(command d), 1), recurrent = max(int(2 command d), 1)."""
 
-    def __init__(self, units: int, outputs: int, sparsity: float = 0.5, seed: int = 22222,
-                 excitatory_fraction: float = 0.5, *, input_dim: int) -> None:
+    def __init__(
+        self,
+        units: int,
+        outputs: int,
+        sparsity: float = 0.5,
+        seed: int = 22222,
+        excitatory_fraction: float = 0.5,
+        *,
+        input_dim: int,
+    ) -> None:
         if outputs >= units - 2:
             raise ValueError(f"outputs must be < units - 2 (units={units}, outputs={outputs})")
         if not 0.1 <= sparsity <= 0.9:
@@ -323,12 +366,18 @@ class AutoNCP(NCP):
         density = 1.0 - sparsity
         command = max(int(0.4 * (units - outputs)), 1)
         inter = units - outputs - command
-        super().__init__(inter, command, outputs,
-                         sensory_fanout=max(int(inter * density), 1),
-                         inter_fanout=max(int(command * density), 1),
-                         recurrent_command_synapses=max(int(command * density * 2), 1),
-                         motor_fanin=max(int(command * density), 1),
-                         seed=seed, excitatory_fraction=excitatory_fraction, input_dim=input_dim)
+        super().__init__(
+            inter,
+            command,
+            outputs,
+            sensory_fanout=max(int(inter * density), 1),
+            inter_fanout=max(int(command * density), 1),
+            recurrent_command_synapses=max(int(command * density * 2), 1),
+            motor_fanin=max(int(command * density), 1),
+            seed=seed,
+            excitatory_fraction=excitatory_fraction,
+            input_dim=input_dim,
+        )
         self.kind = "AutoNCP"
         self.params.update(units=units, outputs=outputs, sparsity=sparsity)
 
@@ -337,25 +386,50 @@ class FullyConnected(Wiring):
     """Every input to every neuron and every neuron to every neuron (optionally without
     self-connections); polarity excitatory with probability ``excitatory_fraction`` (ncps: 2/3)."""
 
-    def __init__(self, units: int, output_dim: Optional[int] = None, seed: int = 1111,
-                 excitatory_fraction: float = 2.0 / 3.0, self_connections: bool = True,
-                 *, input_dim: int) -> None:
+    def __init__(
+        self,
+        units: int,
+        output_dim: Optional[int] = None,
+        seed: int = 1111,
+        excitatory_fraction: float = 2.0 / 3.0,
+        self_connections: bool = True,
+        *,
+        input_dim: int,
+    ) -> None:
         _check_fraction(excitatory_fraction)
         rng = np.random.default_rng(seed)
         adj = _polarities(rng, (units, units), excitatory_fraction)
         if not self_connections:
             np.fill_diagonal(adj, 0)
-        super().__init__(adj, _polarities(rng, (input_dim, units), excitatory_fraction), output_dim=output_dim or units, kind="FullyConnected",
-                         params=dict(units=units, output_dim=output_dim or units, seed=seed,
-                                     excitatory_fraction=excitatory_fraction,
-                                     self_connections=self_connections, input_dim=input_dim))
+        super().__init__(
+            adj,
+            _polarities(rng, (input_dim, units), excitatory_fraction),
+            output_dim=output_dim or units,
+            kind="FullyConnected",
+            params=dict(
+                units=units,
+                output_dim=output_dim or units,
+                seed=seed,
+                excitatory_fraction=excitatory_fraction,
+                self_connections=self_connections,
+                input_dim=input_dim,
+            ),
+        )
 
 
 class Random(Wiring):
     """A random fraction ``1 - sparsity`` of all neuron->neuron and input->neuron synapses."""
 
-    def __init__(self, units: int, output_dim: Optional[int] = None, sparsity: float = 0.0, seed: int = 1111,
-                 excitatory_fraction: float = 2.0 / 3.0, *, input_dim: int) -> None:
+    def __init__(
+        self,
+        units: int,
+        output_dim: Optional[int] = None,
+        sparsity: float = 0.0,
+        seed: int = 1111,
+        excitatory_fraction: float = 2.0 / 3.0,
+        *,
+        input_dim: int,
+    ) -> None:
         if not 0.0 <= sparsity < 1.0:
             raise ValueError(f"sparsity must be in [0, 1), got {sparsity}")
         _check_fraction(excitatory_fraction)
@@ -367,9 +441,20 @@ class Random(Wiring):
             m[keep] = _polarities(rng, (keep.size,), excitatory_fraction)
             return m.reshape(rows, units)
 
-        super().__init__(sample(units), sample(input_dim), output_dim=output_dim or units, kind="Random",
-                         params=dict(units=units, output_dim=output_dim or units, sparsity=sparsity, seed=seed,
-                                     excitatory_fraction=excitatory_fraction, input_dim=input_dim))
+        super().__init__(
+            sample(units),
+            sample(input_dim),
+            output_dim=output_dim or units,
+            kind="Random",
+            params=dict(
+                units=units,
+                output_dim=output_dim or units,
+                sparsity=sparsity,
+                seed=seed,
+                excitatory_fraction=excitatory_fraction,
+                input_dim=input_dim,
+            ),
+        )
 
 
 def lane_keeping_ncp(seed: int = 22222, input_dim: int = 32) -> NCP:
@@ -377,5 +462,15 @@ def lane_keeping_ncp(seed: int = 22222, input_dim: int = 32) -> NCP:
     sensory fanout 6, inter fanout 4, 6 recurrent command synapses, motor fanin 6, 70% excitatory.
     192 sensory + 48 inter->command + 6 recurrent + 6 command->motor = 252 synapses (the authors'
     code; the paper says 253), 3*19 + 4*252 = 1,065 parameters in the paper's count."""
-    return NCP(12, 6, 1, sensory_fanout=6, inter_fanout=4, recurrent_command_synapses=6, motor_fanin=6,
-               seed=seed, excitatory_fraction=0.7, input_dim=input_dim)
+    return NCP(
+        12,
+        6,
+        1,
+        sensory_fanout=6,
+        inter_fanout=4,
+        recurrent_command_synapses=6,
+        motor_fanin=6,
+        seed=seed,
+        excitatory_fraction=0.7,
+        input_dim=input_dim,
+    )

@@ -3,6 +3,7 @@
 See docs/world.md. Modules, upstream first: road -> appearance -> render (camera) -> vehicle
 -> driver (Observation, Driver protocol) -> expert -> world -> record / closed_loop.
 """
+
 from drive.sim.appearance import CONDITION_AXES, Appearance, parse_conditions, sample_appearance
 from drive.sim.driver import ConstantDriver, Driver, Observation
 from drive.sim.expert import PurePursuitExpert, SteeringNoise
@@ -12,8 +13,23 @@ from drive.sim.vehicle import Vehicle, VehicleLimits, VehicleState
 from drive.sim.world import World
 
 __all__ = [
-    "CONDITION_AXES", "Appearance", "parse_conditions", "sample_appearance",
-    "ConstantDriver", "Driver", "Observation", "PurePursuitExpert", "SteeringNoise",
-    "Camera", "Renderer", "render_view", "Road", "generate_road", "world_seed",
-    "Vehicle", "VehicleLimits", "VehicleState", "World",
+    "CONDITION_AXES",
+    "Appearance",
+    "parse_conditions",
+    "sample_appearance",
+    "ConstantDriver",
+    "Driver",
+    "Observation",
+    "PurePursuitExpert",
+    "SteeringNoise",
+    "Camera",
+    "Renderer",
+    "render_view",
+    "Road",
+    "generate_road",
+    "world_seed",
+    "Vehicle",
+    "VehicleLimits",
+    "VehicleState",
+    "World",
 ]

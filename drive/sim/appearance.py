@@ -15,6 +15,7 @@ axes not named are drawn at random. Within a named condition the continuous para
 are randomized too, so two recordings never look exactly alike. ``Appearance.to_dict()``
 is what recordings store in ``meta.json["conditions"]``.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -112,8 +113,9 @@ def _mix(a: RGB, b: RGB, t: float) -> RGB:
     return tuple(float((1 - t) * x + t * y) for x, y in zip(a, b))  # type: ignore
 
 
-def sample_appearance(seed: int, split: str = "train", index: int = 0,
-                      fixed: Optional[Dict[str, str]] = None) -> Appearance:
+def sample_appearance(
+    seed: int, split: str = "train", index: int = 0, fixed: Optional[Dict[str, str]] = None
+) -> Appearance:
     """Draw an appearance for recording/segment ``index`` of world ``(seed, split)``.
 
     ``fixed`` pins axes by name (e.g. ``{"season": "winter"}``); the rest are random.
@@ -153,15 +155,27 @@ def sample_appearance(seed: int, split: str = "train", index: int = 0,
         asphalt = _mix(asphalt, (0.50, 0.50, 0.52), 0.35)  # salty, dusty winter asphalt
     wear = {"marked": rng.uniform(0.0, 0.15), "worn": rng.uniform(0.45, 0.75), "unmarked": 1.0}[markings]
     return Appearance(
-        season=season, light=light, markings=markings,
-        brightness=float(brightness), tint=tint,
-        asphalt_rgb=_jitter(rng, asphalt, 0.05), asphalt_texture=float(rng.uniform(0.04, 0.12)),
-        shoulder_rgb=_jitter(rng, shoulder, 0.06), ground_rgb=_jitter(rng, ground, 0.12 if season != "winter" else 0.02),
+        season=season,
+        light=light,
+        markings=markings,
+        brightness=float(brightness),
+        tint=tint,
+        asphalt_rgb=_jitter(rng, asphalt, 0.05),
+        asphalt_texture=float(rng.uniform(0.04, 0.12)),
+        shoulder_rgb=_jitter(rng, shoulder, 0.06),
+        ground_rgb=_jitter(rng, ground, 0.12 if season != "winter" else 0.02),
         ground_texture=float(rng.uniform(0.10, 0.22) if season != "winter" else rng.uniform(0.02, 0.05)),
-        road_snow=float(road_snow), marking_rgb=(0.93, 0.93, 0.90), marking_wear=float(wear),
-        sky_top_rgb=_jitter(rng, sky_top, 0.06), sky_horizon_rgb=_jitter(rng, sky_hor, 0.04),
-        treeline_rgb=_jitter(rng, treeline, 0.1), haze_rgb=_mix(sky_hor, (0.8, 0.8, 0.8), 0.3),
-        visibility_m=float(visibility), shadow_strength=float(shadow),
-        sun_azimuth_rad=float(rng.uniform(-np.pi, np.pi)), sun_elevation_rad=float(elev),
-        canopy_rgb=_jitter(rng, canopy, 0.15), trunk_rgb=(0.25, 0.18, 0.12),
+        road_snow=float(road_snow),
+        marking_rgb=(0.93, 0.93, 0.90),
+        marking_wear=float(wear),
+        sky_top_rgb=_jitter(rng, sky_top, 0.06),
+        sky_horizon_rgb=_jitter(rng, sky_hor, 0.04),
+        treeline_rgb=_jitter(rng, treeline, 0.1),
+        haze_rgb=_mix(sky_hor, (0.8, 0.8, 0.8), 0.3),
+        visibility_m=float(visibility),
+        shadow_strength=float(shadow),
+        sun_azimuth_rad=float(rng.uniform(-np.pi, np.pi)),
+        sun_elevation_rad=float(elev),
+        canopy_rgb=_jitter(rng, canopy, 0.15),
+        trunk_rgb=(0.25, 0.18, 0.12),
     )

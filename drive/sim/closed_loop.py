@@ -17,6 +17,7 @@ elapsed time) x 100 (PilotNet; floored at 0), ``lateral_mean_abs_m``, ``lateral_
 ``lateral_max_abs_m``, ``heading_rms_rad``, ``steering_rate_rms`` (RMS of the commanded
 curvature's rate, 1/m per s; lower = smoother), ``km``, ``time_s``.
 """
+
 from __future__ import annotations
 
 import json
@@ -80,10 +81,10 @@ def summarize(segments: Sequence[Segment]) -> Dict[str, Any]:
         "interventions_per_km": n / km if km > 0 else float("nan"),
         "autonomy_pct": max(0.0, (1.0 - n * TAKEOVER_S / time_s) * 100.0) if time_s > 0 else float("nan"),
         "lateral_mean_abs_m": float(np.mean(np.abs(lat))),
-        "lateral_rms_m": float(np.sqrt(np.mean(lat ** 2))),
+        "lateral_rms_m": float(np.sqrt(np.mean(lat**2))),
         "lateral_max_abs_m": float(np.max(np.abs(lat))),
-        "heading_rms_rad": float(np.sqrt(np.mean(head ** 2))),
-        "steering_rate_rms": float(np.sqrt(np.mean(rate ** 2))) if len(rate) else 0.0,
+        "heading_rms_rad": float(np.sqrt(np.mean(head**2))),
+        "steering_rate_rms": float(np.sqrt(np.mean(rate**2))) if len(rate) else 0.0,
     }
 
 
@@ -100,13 +101,23 @@ class ClosedLoopResult:
         paths = {"metrics": out / "metrics.json"}
         write_text(paths["metrics"], json.dumps(self.metrics, indent=2) + "\n")
         if plot:
-            paths["plot"] = plot_drive(self.segments, out / "drive.png", title=str(self.metrics.get("driver", "")))
+            paths["plot"] = plot_drive(
+                self.segments, out / "drive.png", title=str(self.metrics.get("driver", ""))
+            )
         return paths
 
 
-def _drive_segment(world: World, driver: Driver, length_m: float, perturb: Optional[Callable],
-                   max_lateral_m: float, max_heading_rad: float, video: Optional[Any],
-                   index: int, conditions: Dict[str, str]) -> Segment:
+def _drive_segment(
+    world: World,
+    driver: Driver,
+    length_m: float,
+    perturb: Optional[Callable],
+    max_lateral_m: float,
+    max_heading_rad: float,
+    video: Optional[Any],
+    index: int,
+    conditions: Dict[str, str],
+) -> Segment:
     render = needs_image(driver) or video is not None
     start_s = world.s_m
     driver.reset()
@@ -118,7 +129,9 @@ def _drive_segment(world: World, driver: Driver, length_m: float, perturb: Optio
         if perturb is not None and obs.image is not None:
             image = perturb(obs.image)
             if image.shape != obs.image.shape or image.dtype != np.uint8:
-                raise ValueError(f"perturb must return uint8 {obs.image.shape}, got {image.dtype} {image.shape}")
+                raise ValueError(
+                    f"perturb must return uint8 {obs.image.shape}, got {image.dtype} {image.shape}"
+                )
             obs.image = image
         if not needs_image(driver):
             obs.image = None
@@ -135,17 +148,39 @@ def _drive_segment(world: World, driver: Driver, length_m: float, perturb: Optio
             world.place_on_lane(world.s_m)
             driver.reset()
     steps = len(cmds)
-    return Segment(index, conditions, world.road, np.asarray(xs), np.asarray(ys), np.asarray(lats),
-                   np.asarray(heads), np.asarray(cmds), takeovers, (world.s_m - start_s) / 1000.0,
-                   steps * world.dt_s, world.dt_s, resets)
+    return Segment(
+        index,
+        conditions,
+        world.road,
+        np.asarray(xs),
+        np.asarray(ys),
+        np.asarray(lats),
+        np.asarray(heads),
+        np.asarray(cmds),
+        takeovers,
+        (world.s_m - start_s) / 1000.0,
+        steps * world.dt_s,
+        world.dt_s,
+        resets,
+    )
 
 
-def evaluate(driver: Driver, km: float, seed: Union[int, Sequence[int]], conditions: Optional[Sequence[str]] = None,
-             perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None, split: str = "test",
-             video_path: Optional[Union[str, Path]] = None, segment_km: float = 1.0,
-             camera: Optional[Camera] = None, speed_mps: float = DEFAULT_SPEED_MPS, fps: float = DEFAULT_FPS,
-             max_lateral_m: float = 1.0, max_heading_rad: float = math.pi / 10,
-             progress: Optional[Callable[[Segment], None]] = None) -> ClosedLoopResult:
+def evaluate(
+    driver: Driver,
+    km: float,
+    seed: Union[int, Sequence[int]],
+    conditions: Optional[Sequence[str]] = None,
+    perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+    split: str = "test",
+    video_path: Optional[Union[str, Path]] = None,
+    segment_km: float = 1.0,
+    camera: Optional[Camera] = None,
+    speed_mps: float = DEFAULT_SPEED_MPS,
+    fps: float = DEFAULT_FPS,
+    max_lateral_m: float = 1.0,
+    max_heading_rad: float = math.pi / 10,
+    progress: Optional[Callable[[Segment], None]] = None,
+) -> ClosedLoopResult:
     """Drive ``km`` kilometres closed loop and measure lane keeping (see module docstring).
 
     ``perturb``: callable uint8 RGB [H, W, 3] -> same, applied to every frame the driver sees.
@@ -174,8 +209,9 @@ def evaluate(driver: Driver, km: float, seed: Union[int, Sequence[int]], conditi
             road = generate_road(world_seed, length_m + 300.0, split=split, index=index)
             appearance = sample_appearance(world_seed, split, index, fixed)
             world = World(road, appearance, renderer, speed_mps=speed_mps, fps=fps, start_s_m=5.0)
-            seg = _drive_segment(world, driver, length_m, perturb, max_lateral_m, max_heading_rad,
-                                 video, i, appearance.names())
+            seg = _drive_segment(
+                world, driver, length_m, perturb, max_lateral_m, max_heading_rad, video, i, appearance.names()
+            )
             segments.append(seg)
             if progress is not None:
                 progress(seg)
@@ -183,14 +219,31 @@ def evaluate(driver: Driver, km: float, seed: Union[int, Sequence[int]], conditi
     finally:
         if video is not None:
             video.close(keep=done)  # a failed run leaves no video (and no temporary)
-    metrics: Dict[str, Any] = {"driver": str(getattr(driver, "name", type(driver).__name__)),
-                               "seed": seeds[0] if len(seeds) == 1 else seeds, "split": split, "segments": count,
-                               "criteria": {"max_lateral_m": max_lateral_m, "max_heading_rad": max_heading_rad,
-                                            "takeover_s": TAKEOVER_S},
-                               **summarize(segments)}
+    metrics: Dict[str, Any] = {
+        "driver": str(getattr(driver, "name", type(driver).__name__)),
+        "seed": seeds[0] if len(seeds) == 1 else seeds,
+        "split": split,
+        "segments": count,
+        "criteria": {
+            "max_lateral_m": max_lateral_m,
+            "max_heading_rad": max_heading_rad,
+            "takeover_s": TAKEOVER_S,
+        },
+        **summarize(segments),
+    }
     names = sorted({v for s in segments for v in s.conditions.values()})
-    metrics["per_condition"] = {n: summarize([s for s in segments if n in s.conditions.values()]) for n in names}
-    metrics["per_segment"] = [{"index": s.index, "seed": seeds[s.index % len(seeds)],
-                               "road": s.index // len(seeds), **s.conditions, "km": s.km,
-                               "interventions": len(s.intervention_xy)} for s in segments]
+    metrics["per_condition"] = {
+        n: summarize([s for s in segments if n in s.conditions.values()]) for n in names
+    }
+    metrics["per_segment"] = [
+        {
+            "index": s.index,
+            "seed": seeds[s.index % len(seeds)],
+            "road": s.index // len(seeds),
+            **s.conditions,
+            "km": s.km,
+            "interventions": len(s.intervention_xy),
+        }
+        for s in segments
+    ]
     return ClosedLoopResult(metrics, segments)

@@ -4,6 +4,7 @@ A :class:`Driver` has ``reset()`` (start of an episode, or after an intervention
 hidden state) and ``act(obs) -> float``, a curvature command in 1/m (positive = left).
 An optional attribute ``needs_image = False`` tells the world not to render frames for it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -11,6 +11,7 @@ car is actually in, so the logs contain recoveries from the deviations the noise
 :class:`SteeringNoise` is an Ornstein-Uhlenbeck process (smooth, mean-reverting drifts of
 a given standard deviation and time constant).
 """
+
 from __future__ import annotations
 
 import math
@@ -58,5 +59,7 @@ class SteeringNoise:
 
     def __call__(self, dt_s: float) -> float:
         a = math.exp(-dt_s / self.tau_s)
-        self.value = a * self.value + self.std_per_m * math.sqrt(1.0 - a * a) * float(self.rng.standard_normal())
+        self.value = a * self.value + self.std_per_m * math.sqrt(1.0 - a * a) * float(
+            self.rng.standard_normal()
+        )
         return self.value

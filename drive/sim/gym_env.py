@@ -22,6 +22,7 @@ plugin entry points, so a ``pyproject`` entry point cannot register it.)
   ``timestamp_s``, ``distance_m`` (along the road this episode), ``curvature_cmd_per_m`` (what
   the vehicle was asked for, after clipping), ``road_index``, ``conditions``, ``x_m``, ``y_m``.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,13 +62,28 @@ class LaneKeepingEnv(gymnasium.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": DEFAULT_FPS}
 
-    def __init__(self, seed: int = 0, conditions: Optional[Union[str, Sequence[str]]] = None,
-                 fps: float = DEFAULT_FPS, speed_kmh: float = 30.0, split: str = "test", episode_km: float = 1.0,
-                 width: int = 200, height: int = 78, max_lateral_m: float = 1.0,
-                 max_heading_rad: float = math.pi / 10, on_intervention: str = "takeover",
-                 render_mode: Optional[str] = None) -> None:
-        for name, value in (("fps", fps), ("speed_kmh", speed_kmh), ("episode_km", episode_km),
-                            ("max_lateral_m", max_lateral_m), ("max_heading_rad", max_heading_rad)):
+    def __init__(
+        self,
+        seed: int = 0,
+        conditions: Optional[Union[str, Sequence[str]]] = None,
+        fps: float = DEFAULT_FPS,
+        speed_kmh: float = 30.0,
+        split: str = "test",
+        episode_km: float = 1.0,
+        width: int = 200,
+        height: int = 78,
+        max_lateral_m: float = 1.0,
+        max_heading_rad: float = math.pi / 10,
+        on_intervention: str = "takeover",
+        render_mode: Optional[str] = None,
+    ) -> None:
+        for name, value in (
+            ("fps", fps),
+            ("speed_kmh", speed_kmh),
+            ("episode_km", episode_km),
+            ("max_lateral_m", max_lateral_m),
+            ("max_heading_rad", max_heading_rad),
+        ):
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
         if split not in SPLITS:
@@ -97,8 +113,9 @@ class LaneKeepingEnv(gymnasium.Env):
 
     # -- Gymnasium API ---------------------------------------------------------------------------
 
-    def reset(self, *, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None
-              ) -> Tuple[np.ndarray, Dict[str, Any]]:
+    def reset(
+        self, *, seed: Optional[int] = None, options: Optional[Dict[str, Any]] = None
+    ) -> Tuple[np.ndarray, Dict[str, Any]]:
         super().reset(seed=seed)
         if seed is not None:
             self.world_seed, self._next_index = int(seed), 0
@@ -114,8 +131,15 @@ class LaneKeepingEnv(gymnasium.Env):
         fixed = self.grid[index % len(self.grid)]
         road = generate_road(self.world_seed, self.episode_m + 300.0, split=self.split, index=index)
         self.appearance = sample_appearance(self.world_seed, self.split, index, fixed)
-        self.world = World(road, self.appearance, self.renderer, speed_mps=self.speed_mps, fps=self.fps,
-                           limits=self.limits, start_s_m=START_S_M)
+        self.world = World(
+            road,
+            self.appearance,
+            self.renderer,
+            speed_mps=self.speed_mps,
+            fps=self.fps,
+            limits=self.limits,
+            start_s_m=START_S_M,
+        )
         self.start_s_m = self.world.s_m
         self.interventions = 0
         self._frame = self.world.render()
@@ -157,12 +181,21 @@ class LaneKeepingEnv(gymnasium.Env):
         w = self.world
         assert w is not None
         st = w.vehicle.state
-        return {"lateral_offset_m": float(w.lateral_offset_m), "heading_error_rad": float(w.heading_error_rad),
-                "intervention": bool(intervention), "interventions": int(self.interventions),
-                "speed_mps": float(st.speed_mps), "dt_s": float(w.dt_s), "timestamp_s": float(w.time_s),
-                "distance_m": float(w.s_m - self.start_s_m), "curvature_cmd_per_m": float(command),
-                "road_index": int(self.road_index), "conditions": dict(self.appearance.names()),
-                "x_m": float(st.x_m), "y_m": float(st.y_m)}
+        return {
+            "lateral_offset_m": float(w.lateral_offset_m),
+            "heading_error_rad": float(w.heading_error_rad),
+            "intervention": bool(intervention),
+            "interventions": int(self.interventions),
+            "speed_mps": float(st.speed_mps),
+            "dt_s": float(w.dt_s),
+            "timestamp_s": float(w.time_s),
+            "distance_m": float(w.s_m - self.start_s_m),
+            "curvature_cmd_per_m": float(command),
+            "road_index": int(self.road_index),
+            "conditions": dict(self.appearance.names()),
+            "x_m": float(st.x_m),
+            "y_m": float(st.y_m),
+        }
 
 
 def register() -> None:

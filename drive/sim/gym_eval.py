@@ -42,6 +42,7 @@ Mapping YAML (every key optional except the two lane errors; values shown are ex
     max_lateral_m: 1.0
     max_heading_rad: 0.314159
 """
+
 from __future__ import annotations
 
 import importlib
@@ -170,21 +171,41 @@ class EnvMapping:
     def from_dict(cls, d: Dict[str, Any], where: str = "mapping") -> "EnvMapping":
         if not isinstance(d, dict):
             raise ValueError(f"{where}: expected a mapping, got {type(d).__name__}")
-        known = {"env_kwargs", "import", "dt_s", "observation", "action", "info", "speed_mps", "max_lateral_m",
-                 "max_heading_rad"}
+        known = {
+            "env_kwargs",
+            "import",
+            "dt_s",
+            "observation",
+            "action",
+            "info",
+            "speed_mps",
+            "max_lateral_m",
+            "max_heading_rad",
+        }
         unknown = set(d) - known
         if unknown:
             raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
         info = d.get("info") or {}
-        info_known = {"lateral_offset_m", "heading_error_rad", "speed_mps", "distance_m", "intervention", "conditions"}
+        info_known = {
+            "lateral_offset_m",
+            "heading_error_rad",
+            "speed_mps",
+            "distance_m",
+            "intervention",
+            "conditions",
+        }
         if set(info) - info_known:
-            raise ValueError(f"{where}: unknown info key(s) {sorted(set(info) - info_known)}; known: {sorted(info_known)}")
+            raise ValueError(
+                f"{where}: unknown info key(s) {sorted(set(info) - info_known)}; known: {sorted(info_known)}"
+            )
         for need in ("lateral_offset_m", "heading_error_rad"):
             if need not in info:
                 raise ValueError(f"{where}: info.{need} is required (the env's info key for it)")
         obs = d.get("observation") or {}
         if set(obs) - {"key", "order", "layout"}:
-            raise ValueError(f"{where}: unknown observation key(s) {sorted(set(obs) - {'key', 'order', 'layout'})}")
+            raise ValueError(
+                f"{where}: unknown observation key(s) {sorted(set(obs) - {'key', 'order', 'layout'})}"
+            )
         action = d.get("action") or {}
         try:
             amap = ActionMap(**action)
@@ -193,19 +214,25 @@ class EnvMapping:
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
         imports = d.get("import") or []
-        m = cls(lateral_offset=InfoKey.parse(info["lateral_offset_m"], f"{where}: info.lateral_offset_m"),
-                heading_error=InfoKey.parse(info["heading_error_rad"], f"{where}: info.heading_error_rad"),
-                action=amap, speed=InfoKey.parse(info.get("speed_mps"), f"{where}: info.speed_mps"),
-                distance=InfoKey.parse(info.get("distance_m"), f"{where}: info.distance_m"),
-                intervention=InfoKey.parse(info.get("intervention"), f"{where}: info.intervention"),
-                conditions=InfoKey.parse(info.get("conditions"), f"{where}: info.conditions"),
-                observation_key=obs.get("key"), order=str(obs.get("order", "rgb")),
-                layout=str(obs.get("layout", "hwc")),
-                dt_s=float(d["dt_s"]) if d.get("dt_s") is not None else None,
-                speed_mps=float(d.get("speed_mps", 30.0 / 3.6)), max_lateral_m=float(d.get("max_lateral_m", 1.0)),
-                max_heading_rad=float(d.get("max_heading_rad", math.pi / 10)),
-                env_kwargs=dict(d.get("env_kwargs") or {}),
-                imports=[imports] if isinstance(imports, str) else list(imports), where=where)
+        m = cls(
+            lateral_offset=InfoKey.parse(info["lateral_offset_m"], f"{where}: info.lateral_offset_m"),
+            heading_error=InfoKey.parse(info["heading_error_rad"], f"{where}: info.heading_error_rad"),
+            action=amap,
+            speed=InfoKey.parse(info.get("speed_mps"), f"{where}: info.speed_mps"),
+            distance=InfoKey.parse(info.get("distance_m"), f"{where}: info.distance_m"),
+            intervention=InfoKey.parse(info.get("intervention"), f"{where}: info.intervention"),
+            conditions=InfoKey.parse(info.get("conditions"), f"{where}: info.conditions"),
+            observation_key=obs.get("key"),
+            order=str(obs.get("order", "rgb")),
+            layout=str(obs.get("layout", "hwc")),
+            dt_s=float(d["dt_s"]) if d.get("dt_s") is not None else None,
+            speed_mps=float(d.get("speed_mps", 30.0 / 3.6)),
+            max_lateral_m=float(d.get("max_lateral_m", 1.0)),
+            max_heading_rad=float(d.get("max_heading_rad", math.pi / 10)),
+            env_kwargs=dict(d.get("env_kwargs") or {}),
+            imports=[imports] if isinstance(imports, str) else list(imports),
+            where=where,
+        )
         if m.order not in ("rgb", "bgr") or m.layout not in ("hwc", "chw"):
             raise ValueError(f"{where}: observation.order must be rgb|bgr and layout hwc|chw")
         for name in ("speed_mps", "max_lateral_m", "max_heading_rad"):
@@ -217,10 +244,17 @@ class EnvMapping:
 
 
 # drive's own env reports everything under these names
-DRIVE_MAPPING = {"info": {"lateral_offset_m": "lateral_offset_m", "heading_error_rad": "heading_error_rad",
-                          "speed_mps": "speed_mps", "distance_m": "distance_m", "intervention": "intervention",
-                          "conditions": "conditions"},
-                 "action": {"type": "curvature"}}
+DRIVE_MAPPING = {
+    "info": {
+        "lateral_offset_m": "lateral_offset_m",
+        "heading_error_rad": "heading_error_rad",
+        "speed_mps": "speed_mps",
+        "distance_m": "distance_m",
+        "intervention": "intervention",
+        "conditions": "conditions",
+    },
+    "action": {"type": "curvature"},
+}
 
 
 def load_mapping(path: Optional[str], env_id: str) -> EnvMapping:
@@ -228,8 +262,10 @@ def load_mapping(path: Optional[str], env_id: str) -> EnvMapping:
     if path is None:
         if env_id.split(":")[-1] == ENV_ID:
             return EnvMapping.from_dict(DRIVE_MAPPING, "drive/LaneKeeping-v0 mapping")
-        raise ValueError(f"--env {env_id}: give --env-config YAML mapping the env's action and info keys "
-                         f"(lateral_offset_m, heading_error_rad) to drive's; see docs/world.md")
+        raise ValueError(
+            f"--env {env_id}: give --env-config YAML mapping the env's action and info keys "
+            f"(lateral_offset_m, heading_error_rad) to drive's; see docs/world.md"
+        )
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"--env-config {path}: no such file")
@@ -274,13 +310,22 @@ def _conditions(info: Dict[str, Any], m: EnvMapping) -> Dict[str, str]:
     if m.conditions is None:
         return {}
     value = m.conditions.raw(info, f"{m.where}: info.conditions")
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {"condition": str(value)}
+    return (
+        {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {"condition": str(value)}
+    )
 
 
-def evaluate_env(env: Any, driver: Any, mapping: EnvMapping, km: float, seed: Optional[int] = None,
-                 perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None, max_steps: int = 2_000_000,
-                 progress: Optional[Callable[[Segment], None]] = None,
-                 episode_m: Optional[float] = None) -> ClosedLoopResult:
+def evaluate_env(
+    env: Any,
+    driver: Any,
+    mapping: EnvMapping,
+    km: float,
+    seed: Optional[int] = None,
+    perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+    max_steps: int = 2_000_000,
+    progress: Optional[Callable[[Segment], None]] = None,
+    episode_m: Optional[float] = None,
+) -> ClosedLoopResult:
     """Drive ``km`` kilometres in ``env`` (a Gymnasium env) with ``driver`` (see module docstring).
 
     ``episode_m``: the env's nominal episode length, when known (drive's own env): an episode the
@@ -303,19 +348,35 @@ def evaluate_env(env: Any, driver: Any, mapping: EnvMapping, km: float, seed: Op
         driver.reset()
         conds = _conditions(info, m)
         lats, heads, cmds, xs, ys, takeovers, resets = [], [], [], [], [], [], []
-        ep_m, t_s, last_dist = 0.0, 0.0, (m.distance.get(info, f"{m.where}: info.distance_m") if m.distance else 0.0)
+        ep_m, t_s, last_dist = (
+            0.0,
+            0.0,
+            (m.distance.get(info, f"{m.where}: info.distance_m") if m.distance else 0.0),
+        )
         speed = m.speed.get(info, f"{m.where}: info.speed_mps") if m.speed else m.speed_mps
         ended = False
         while not ended and budget_m + ep_m < 1000.0 * km:
             if steps >= max_steps:
-                raise ValueError(f"{m.where}: {max_steps} steps without driving {km} km "
-                                 f"({(total_m + ep_m) / 1000:.3f} km so far): is the vehicle moving?")
+                raise ValueError(
+                    f"{m.where}: {max_steps} steps without driving {km} km "
+                    f"({(total_m + ep_m) / 1000:.3f} km so far): is the vehicle moving?"
+                )
             image = _frame(obs, m)
             if perturb is not None:
                 image = perturb(image)
-            view = Observation(image=image, dt_s=dt, speed_mps=speed, timestamp_s=t_s, road=None, s_m=math.nan,
-                               x_m=math.nan, y_m=math.nan, yaw_rad=math.nan, lateral_offset_m=math.nan,
-                               heading_error_rad=math.nan)
+            view = Observation(
+                image=image,
+                dt_s=dt,
+                speed_mps=speed,
+                timestamp_s=t_s,
+                road=None,
+                s_m=math.nan,
+                x_m=math.nan,
+                y_m=math.nan,
+                yaw_rad=math.nan,
+                lateral_offset_m=math.nan,
+                heading_error_rad=math.nan,
+            )
             cmd = float(driver.act(view))
             if not math.isfinite(cmd):
                 raise ValueError(f"driver returned a non-finite curvature {cmd} at step {steps}")
@@ -352,8 +413,21 @@ def evaluate_env(env: Any, driver: Any, mapping: EnvMapping, km: float, seed: Op
                 ended = True
             if truncated:
                 ended = True
-        seg = Segment(episode, conds, None, np.asarray(xs), np.asarray(ys), np.asarray(lats), np.asarray(heads),
-                      np.asarray(cmds), takeovers, ep_m / 1000.0, len(cmds) * dt, dt, resets)
+        seg = Segment(
+            episode,
+            conds,
+            None,
+            np.asarray(xs),
+            np.asarray(ys),
+            np.asarray(lats),
+            np.asarray(heads),
+            np.asarray(cmds),
+            takeovers,
+            ep_m / 1000.0,
+            len(cmds) * dt,
+            dt,
+            resets,
+        )
         segments.append(seg)
         if progress is not None:
             progress(seg)
@@ -362,17 +436,28 @@ def evaluate_env(env: Any, driver: Any, mapping: EnvMapping, km: float, seed: Op
         episode += 1
         if budget_m < 1000.0 * km:
             obs, info = env.reset()
-    metrics: Dict[str, Any] = {"driver": str(getattr(driver, "name", type(driver).__name__)),
-                               "env": str(getattr(getattr(env, "spec", None), "id", type(env).__name__)),
-                               "seed": seed, "segments": len(segments), "dt_s": dt,
-                               "criteria": {"max_lateral_m": m.max_lateral_m, "max_heading_rad": m.max_heading_rad,
-                                            "takeover_s": TAKEOVER_S,
-                                            "intervention": "env flag" if m.intervention else "drive's limits"},
-                               **summarize(segments)}
+    metrics: Dict[str, Any] = {
+        "driver": str(getattr(driver, "name", type(driver).__name__)),
+        "env": str(getattr(getattr(env, "spec", None), "id", type(env).__name__)),
+        "seed": seed,
+        "segments": len(segments),
+        "dt_s": dt,
+        "criteria": {
+            "max_lateral_m": m.max_lateral_m,
+            "max_heading_rad": m.max_heading_rad,
+            "takeover_s": TAKEOVER_S,
+            "intervention": "env flag" if m.intervention else "drive's limits",
+        },
+        **summarize(segments),
+    }
     names = sorted({v for s in segments for v in s.conditions.values()})
-    metrics["per_condition"] = {n: summarize([s for s in segments if n in s.conditions.values()]) for n in names}
-    metrics["per_segment"] = [{"index": s.index, **s.conditions, "km": s.km,
-                               "interventions": len(s.intervention_xy)} for s in segments]
+    metrics["per_condition"] = {
+        n: summarize([s for s in segments if n in s.conditions.values()]) for n in names
+    }
+    metrics["per_segment"] = [
+        {"index": s.index, **s.conditions, "km": s.km, "interventions": len(s.intervention_xy)}
+        for s in segments
+    ]
     return ClosedLoopResult(metrics, segments)
 
 

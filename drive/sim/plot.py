@@ -1,4 +1,5 @@
 """Pictures of a closed-loop drive: a map (road, driven path, interventions) and an MP4."""
+
 from __future__ import annotations
 
 import math
@@ -85,14 +86,26 @@ def conditions_sheet(path: Union[str, Path], seed: int = 0, scale: int = 2) -> P
     renderer = Renderer(Camera.default())
     road = generate_road(seed, 3000.0, "train")
     tiles = []
-    for r, (season, light) in enumerate((s, li) for s in CONDITION_AXES["season"] for li in CONDITION_AXES["light"]):
+    for r, (season, light) in enumerate(
+        (s, li) for s in CONDITION_AXES["season"] for li in CONDITION_AXES["light"]
+    ):
         row = []
         for c, markings in enumerate(CONDITION_AXES["markings"]):
-            app = sample_appearance(seed, "train", r * 3 + c, {"season": season, "light": light, "markings": markings})
+            app = sample_appearance(
+                seed, "train", r * 3 + c, {"season": season, "light": light, "markings": markings}
+            )
             img = renderer.render_at(road, app, 60.0 + 97.0 * (r * 3 + c))
             img = cv2.resize(img, None, fx=scale, fy=scale, interpolation=cv2.INTER_NEAREST)
-            cv2.putText(img, f"{season} / {light} / {markings}", (4, 12), cv2.FONT_HERSHEY_SIMPLEX, 0.38,
-                        (255, 255, 255), 1, cv2.LINE_AA)
+            cv2.putText(
+                img,
+                f"{season} / {light} / {markings}",
+                (4, 12),
+                cv2.FONT_HERSHEY_SIMPLEX,
+                0.38,
+                (255, 255, 255),
+                1,
+                cv2.LINE_AA,
+            )
             row.append(np.pad(img, ((1, 1), (1, 1), (0, 0)), constant_values=255))
         tiles.append(np.concatenate(row, axis=1))
     return write_image(path, np.concatenate(tiles, axis=0))

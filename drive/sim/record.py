@@ -7,6 +7,7 @@ command adds :class:`~drive.sim.expert.SteeringNoise` (DART), so the logs contai
 recoveries; the noise pauses while the car is more than ``NOISE_PAUSE_LATERAL_M`` off the
 lane centre. ``lateral_offset_m`` and ``heading_error_rad`` are ground truth.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,15 +33,24 @@ MAX_NOISE_STD = 0.2  # 1/m: a 5 m radius, 5x the tightest curve of the world
 IMAGE_SIDES = {"--width": 16, "--height": 8}  # the camera's least size; at most 4096 pixels
 
 
-def check_world_settings(speed_kmh: Optional[float] = None, fps: Optional[float] = None,
-                         width: Optional[int] = None, height: Optional[int] = None,
-                         noise_std: Optional[float] = None, minutes: Optional[float] = None,
-                         recording_minutes: Optional[float] = None) -> None:
+def check_world_settings(
+    speed_kmh: Optional[float] = None,
+    fps: Optional[float] = None,
+    width: Optional[int] = None,
+    height: Optional[int] = None,
+    noise_std: Optional[float] = None,
+    minutes: Optional[float] = None,
+    recording_minutes: Optional[float] = None,
+) -> None:
     """Refuse absurd or non-finite settings with a ``ValueError`` naming the option (``--speed-kmh``,
     the ``drive simulate | evaluate`` spelling); ``None`` means not given."""
+
     def bad(option: str, value: Any, want: str) -> ValueError:
-        return ValueError(f"{option} must be {want}, got {float(value):g}" if isinstance(value, (int, float))
-                          else f"{option} must be {want}, got {value!r}")
+        return ValueError(
+            f"{option} must be {want}, got {float(value):g}"
+            if isinstance(value, (int, float))
+            else f"{option} must be {want}, got {value!r}"
+        )
 
     def number(value: Any) -> bool:
         return isinstance(value, (int, float)) and math.isfinite(value)
@@ -61,15 +71,30 @@ def check_world_settings(speed_kmh: Optional[float] = None, fps: Optional[float]
 
 def camera_calibration(camera: Camera) -> CameraCalibration:
     """The canonical calibration of a sim camera (mounted on the vehicle's centre line)."""
-    return CameraCalibration(fx=camera.fx, fy=camera.fy, cx=camera.cx, cy=camera.cy,
-                             height_m=camera.height_m, pitch_rad=camera.pitch_rad)
+    return CameraCalibration(
+        fx=camera.fx,
+        fy=camera.fy,
+        cx=camera.cx,
+        cy=camera.cy,
+        height_m=camera.height_m,
+        pitch_rad=camera.pitch_rad,
+    )
 
 
-def record_drive(out_dir: Union[str, Path], seed: int, index: int = 0, split: str = "train",
-                 minutes: float = 2.0, conditions: Optional[Dict[str, str]] = None,
-                 storage: str = "frames", noise_std: float = DEFAULT_NOISE_STD,
-                 camera: Optional[Camera] = None, speed_mps: float = DEFAULT_SPEED_MPS,
-                 fps: float = DEFAULT_FPS, overwrite: bool = False) -> Path:
+def record_drive(
+    out_dir: Union[str, Path],
+    seed: int,
+    index: int = 0,
+    split: str = "train",
+    minutes: float = 2.0,
+    conditions: Optional[Dict[str, str]] = None,
+    storage: str = "frames",
+    noise_std: float = DEFAULT_NOISE_STD,
+    camera: Optional[Camera] = None,
+    speed_mps: float = DEFAULT_SPEED_MPS,
+    fps: float = DEFAULT_FPS,
+    overwrite: bool = False,
+) -> Path:
     """Record ``minutes`` of expert driving on road ``index`` of world ``(seed, split)``.
 
     ``conditions`` pins appearance axes by name (``{"season": "winter"}``). Returns the directory.
@@ -86,18 +111,35 @@ def record_drive(out_dir: Union[str, Path], seed: int, index: int = 0, split: st
     noise = SteeringNoise(noise_std, seed=int(seed) * 100_003 + int(index) + (1 << 40) * (split == "test"))
     cam = renderer.camera
     meta = RecordingMeta(
-        fps=float(fps), width=cam.width, height=cam.height, camera=camera_calibration(cam),
-        source="drive.sim", conditions=appearance.to_dict(), seed=int(seed), storage=storage,
-        extra={"split": split, "road_index": int(index), "speed_mps": float(speed_mps),
-               "dart_noise_std_per_m": float(noise_std), "expert": "pure_pursuit",
-               "label": "expert's clean command (DART)"})
+        fps=float(fps),
+        width=cam.width,
+        height=cam.height,
+        camera=camera_calibration(cam),
+        source="drive.sim",
+        conditions=appearance.to_dict(),
+        seed=int(seed),
+        storage=storage,
+        extra={
+            "split": split,
+            "road_index": int(index),
+            "speed_mps": float(speed_mps),
+            "dart_noise_std_per_m": float(noise_std),
+            "expert": "pure_pursuit",
+            "label": "expert's clean command (DART)",
+        },
+    )
     with RecordingWriter(out_dir, meta, overwrite=overwrite) as writer:
         for _ in range(n_frames):
             obs = world.observe(with_image=True)
             clean = expert.act(obs)
-            writer.append(obs.image, timestamp_s=round(obs.timestamp_s, 6), curvature=clean,
-                          speed_mps=obs.speed_mps, lateral_offset_m=obs.lateral_offset_m,
-                          heading_error_rad=obs.heading_error_rad)
+            writer.append(
+                obs.image,
+                timestamp_s=round(obs.timestamp_s, 6),
+                curvature=clean,
+                speed_mps=obs.speed_mps,
+                lateral_offset_m=obs.lateral_offset_m,
+                heading_error_rad=obs.heading_error_rad,
+            )
             drift = noise(world.dt_s)
             # DART noise pauses while the car is far off-centre, so recoveries stay inside the lane
             world.step(clean + (drift if abs(obs.lateral_offset_m) < NOISE_PAUSE_LATERAL_M else 0.0))
@@ -108,19 +150,36 @@ def _slug(app: Appearance) -> str:
     return f"{app.season}-{app.light}-{app.markings}"
 
 
-def simulate(out_dir: Union[str, Path], minutes: float, seed: int, conditions: Optional[Sequence[str]] = None,
-             split: str = "train", recording_minutes: float = 2.0, storage: str = "frames",
-             noise_std: float = DEFAULT_NOISE_STD, camera: Optional[Camera] = None,
-             speed_mps: float = DEFAULT_SPEED_MPS, fps: float = DEFAULT_FPS, overwrite: bool = False,
-             progress: Optional[Callable[[int, int, Path], None]] = None) -> List[Path]:
+def simulate(
+    out_dir: Union[str, Path],
+    minutes: float,
+    seed: int,
+    conditions: Optional[Sequence[str]] = None,
+    split: str = "train",
+    recording_minutes: float = 2.0,
+    storage: str = "frames",
+    noise_std: float = DEFAULT_NOISE_STD,
+    camera: Optional[Camera] = None,
+    speed_mps: float = DEFAULT_SPEED_MPS,
+    fps: float = DEFAULT_FPS,
+    overwrite: bool = False,
+    progress: Optional[Callable[[int, int, Path], None]] = None,
+) -> List[Path]:
     """Write ``ceil(minutes / recording_minutes)`` recordings under ``out_dir``.
 
     Named conditions cycle over all their combinations (``summer,winter`` alternates seasons);
     unnamed axes are random per recording. Recording ``i`` uses road ``i`` of ``(seed, split)``.
     """
     cam = camera or Camera.default()
-    check_world_settings(speed_kmh=speed_mps * 3.6, fps=fps, width=cam.width, height=cam.height,
-                         noise_std=noise_std, minutes=minutes, recording_minutes=recording_minutes)
+    check_world_settings(
+        speed_kmh=speed_mps * 3.6,
+        fps=fps,
+        width=cam.width,
+        height=cam.height,
+        noise_std=noise_std,
+        minutes=minutes,
+        recording_minutes=recording_minutes,
+    )
     grid = condition_grid(parse_conditions(conditions))
     count = int(math.ceil(minutes / recording_minutes - 1e-9))
     out = Path(out_dir)
@@ -138,7 +197,9 @@ def simulate(out_dir: Union[str, Path], minutes: float, seed: int, conditions: O
     paths: List[Path] = []
     for i, fixed, path in planned:
         length = min(recording_minutes, minutes - i * recording_minutes)
-        record_drive(path, seed, i, split, length, fixed, storage, noise_std, camera, speed_mps, fps, overwrite)
+        record_drive(
+            path, seed, i, split, length, fixed, storage, noise_std, camera, speed_mps, fps, overwrite
+        )
         paths.append(path)
         if progress is not None:
             progress(i, count, path)

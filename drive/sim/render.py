@@ -28,6 +28,7 @@ lane, ``render_view(road, appearance, s_m, lateral_m=0.3, yaw_rad=0.05)`` = the 
 30 cm left of the right-lane centre at arc length ``s_m``, yawed 0.05 rad to the left. Data
 augmentation (viewpoint synthesis by ground-plane homography) can be checked against it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -63,15 +64,28 @@ class Camera:
     pitch_rad: float  # downwards
 
     @classmethod
-    def default(cls, width: int = 200, height: int = 78, hfov_deg: float = 80.0,
-                height_m: float = 1.5, pitch_rad: float = 0.15) -> "Camera":
+    def default(
+        cls,
+        width: int = 200,
+        height: int = 78,
+        hfov_deg: float = 80.0,
+        height_m: float = 1.5,
+        pitch_rad: float = 0.15,
+    ) -> "Camera":
         """Square pixels, horizontal field of view ``hfov_deg``, principal point at the centre."""
         if width < 16 or height < 8:
             raise ValueError(f"camera must be at least 16x8 pixels, got {width}x{height}")
         f = 0.5 * width / np.tan(np.radians(hfov_deg) / 2.0)
-        return cls(width=int(width), height=int(height), fx=float(f), fy=float(f),
-                   cx=(width - 1) / 2.0, cy=(height - 1) / 2.0, height_m=float(height_m),
-                   pitch_rad=float(pitch_rad))
+        return cls(
+            width=int(width),
+            height=int(height),
+            fx=float(f),
+            fy=float(f),
+            cx=(width - 1) / 2.0,
+            cy=(height - 1) / 2.0,
+            height_m=float(height_m),
+            pitch_rad=float(pitch_rad),
+        )
 
     @property
     def horizon_row(self) -> float:
@@ -93,7 +107,7 @@ def _value_noise(rng: np.random.Generator, size: int, octaves: Tuple[int, ...]) 
         grid = rng.uniform(-1.0, 1.0, (cells, cells)).astype(np.float32)
         tiled = np.tile(grid, (3, 3))
         up = cv2.resize(tiled, (3 * size, 3 * size), interpolation=cv2.INTER_CUBIC)
-        out += up[size:2 * size, size:2 * size] / np.sqrt(cells)
+        out += up[size : 2 * size, size : 2 * size] / np.sqrt(cells)
     return out / np.abs(out).max()
 
 
@@ -148,8 +162,10 @@ def _shadow_map(road: Road, app: Appearance) -> np.ndarray:
 
 def _dashes(s: np.ndarray, period: float, on: float, footprint: np.ndarray) -> np.ndarray:
     """Box-filtered square wave: 1 on [k P, k P + on), else 0, averaged over the footprint."""
+
     def integral(x: np.ndarray) -> np.ndarray:
         return np.floor(x / period) * on + np.minimum(np.mod(x, period), on)
+
     half = 0.5 * footprint
     return (integral(s + half) - integral(s - half)) / footprint
 
@@ -163,7 +179,7 @@ class Renderer:
         v = np.arange(cam.height, dtype=np.float64)
         horizon = cam.horizon_row
         # rows whose whole footprint [v - 1/2, v + 1/2] is above ground get pure sky
-        self._first_ground = int(np.clip(np.floor(horizon + 0.5) , 0, cam.height))
+        self._first_ground = int(np.clip(np.floor(horizon + 0.5), 0, cam.height))
         rows = np.arange(self._first_ground, cam.height)
         cover = np.clip(rows + 0.5 - horizon, 0.0, 1.0)  # ground fraction of each row
         vr = np.maximum(rows, horizon + 0.25)  # centre of the ground part for the straddling row
@@ -175,9 +191,11 @@ class Renderer:
         self._Y = (-t[:, None] * xs[None, :]).astype(np.float32)  # left per pixel, m
         self._foot_lat = (t / cam.fx).astype(np.float32)[:, None]
         self._inv_foot_lat = 1.0 / self._foot_lat
+
         def fwd(vv: np.ndarray) -> np.ndarray:
             y = (vv - cam.cy) / cam.fy
             return cam.height_m * (c - y * s) / np.maximum(s + y * c, 1e-6)
+
         foot = np.abs(fwd(np.maximum(vr - 0.5, horizon + 1e-3)) - fwd(vr + 0.5))
         self._foot_s = np.clip(foot, 1e-3, 200.0).astype(np.float32)[:, None]
         self._detail = 1.0 / (1.0 + 4.0 * self._foot_s)
@@ -221,7 +239,9 @@ class Renderer:
         d = -vx * sp + vy * cp - 0.5 * col(kappa) * a * a
         return col(sc) + a, d, col(width), col(sc)
 
-    def _ground(self, road: Road, app: Appearance, x: float, y: float, yaw: float, s_car: float) -> np.ndarray:
+    def _ground(
+        self, road: Road, app: Appearance, x: float, y: float, yaw: float, s_car: float
+    ) -> np.ndarray:
         s, d, w, srow = self._frenet(road, x, y, yaw, s_car)
         fs, inv_fl = self._foot_s, self._inv_foot_lat
         ad = np.abs(d)
@@ -234,9 +254,11 @@ class Renderer:
         w_asph = _box(ad, edge, inv_fl)
         w_shoulder = _box(ad, w + 0.9, inv_fl) - w_asph
         w_ground = 1.0 - w_asph - w_shoulder
-        weights = [w_ground * (1.0 + app.ground_texture * (coarse + 0.5 * fine)),
-                   w_shoulder * (1.0 + 0.15 * fine),
-                   w_asph * (1.0 + app.asphalt_texture * (fine + 0.5 * coarse))]
+        weights = [
+            w_ground * (1.0 + app.ground_texture * (coarse + 0.5 * fine)),
+            w_shoulder * (1.0 + 0.15 * fine),
+            w_asph * (1.0 + app.asphalt_texture * (fine + 0.5 * coarse)),
+        ]
         colors = [app.ground_rgb, app.shoulder_rgb, app.asphalt_rgb]
         if app.marking_wear < 1.0:
             # dashes 4 m on / 8 m off; the row's arc length at the centre line sets the phase
@@ -279,13 +301,23 @@ class Renderer:
         tree = np.asarray(app.treeline_rgb, np.float32) * 0.75 + 0.25 * hor
         return sky * (1 - cover) + tree * cover
 
-    def _trees(self, img: np.ndarray, road: Road, app: Appearance, x: float, y: float, yaw: float,
-               s_car: float, gain: np.ndarray) -> None:
+    def _trees(
+        self,
+        img: np.ndarray,
+        road: Road,
+        app: Appearance,
+        x: float,
+        y: float,
+        yaw: float,
+        s_car: float,
+        gain: np.ndarray,
+    ) -> None:
         """Billboard trees (trunk + crown or cone), hazed by distance, drawn far to near with LINE_AA."""
         cam = self.camera
         if self._tree_cache is None or self._tree_cache[0] is not road:
-            table = np.array([[o.s_m, o.x_m, o.y_m, o.height_m, o.radius_m, o.kind] for o in road.objects],
-                             np.float64).reshape(-1, 6)
+            table = np.array(
+                [[o.s_m, o.x_m, o.y_m, o.height_m, o.radius_m, o.kind] for o in road.objects], np.float64
+            ).reshape(-1, 6)
             self._tree_cache = (road, table)
         table = self._tree_cache[1]
         lo, hi = np.searchsorted(table[:, 0], [s_car - 30.0, s_car + 150.0])
@@ -296,7 +328,9 @@ class Renderer:
         zc = X * np.cos(cam.pitch_rad) + cam.height_m * np.sin(cam.pitch_rad)
         ppm = cam.fx / np.maximum(zc, 1e-3)  # pixels per metre at the tree's depth
         u0 = cam.cx - Y * ppm
-        v0 = cam.cy + cam.fy * (cam.height_m * np.cos(cam.pitch_rad) - X * np.sin(cam.pitch_rad)) / np.maximum(zc, 1e-3)
+        v0 = cam.cy + cam.fy * (
+            cam.height_m * np.cos(cam.pitch_rad) - X * np.sin(cam.pitch_rad)
+        ) / np.maximum(zc, 1e-3)
         reach = 2.0 * tr[:, 4] * ppm
         keep = (X > 1.0) & (u0 > -reach) & (u0 < cam.width + reach)
         order = np.nonzero(keep)[0][np.argsort(-X[keep], kind="stable")]
@@ -305,11 +339,17 @@ class Renderer:
         haze = (1.0 - np.exp(-X[order] / app.visibility_m))[:, None]
         conifer = (0.10, 0.22, 0.12) if app.season != "winter" else (0.38, 0.45, 0.42)
         crown = np.where(tr[order, 5:6] > 0.5, np.asarray(conifer), np.asarray(app.canopy_rgb))
+
         def shade(rgb: np.ndarray) -> list:
-            return np.clip((rgb * (1.0 - haze) + np.asarray(app.haze_rgb) * haze) * gain * 255.0, 0, 255).tolist()
+            return np.clip(
+                (rgb * (1.0 - haze) + np.asarray(app.haze_rgb) * haze) * gain * 255.0, 0, 255
+            ).tolist()
+
         trunk_col, crown_col = shade(np.asarray(app.trunk_rgb)[None, :]), shade(crown)
         f = 1 << _SUBPIXEL_BITS
-        rows = np.stack([u0[order], v0[order], ppm[order], tr[order, 3], tr[order, 4], tr[order, 5]], 1).tolist()
+        rows = np.stack(
+            [u0[order], v0[order], ppm[order], tr[order, 3], tr[order, 4], tr[order, 5]], 1
+        ).tolist()
         for (u, v, p, height, radius, kind), tc, cc in zip(rows, trunk_col, crown_col):
             top, r, half = v - height * p, radius * p, max(0.15 * p, 0.5)
             trunk = [[u - half, v], [u + half, v], [u + half / 2, top + r], [u - half / 2, top + r]]
@@ -317,15 +357,28 @@ class Renderer:
             if kind > 0.5:  # conifer: a cone from near the ground to the top
                 base = v - 0.12 * height * p
                 cone = [[u - 0.8 * r, base], [u + 0.8 * r, base], [u, top]]
-                cv2.fillConvexPoly(img, (np.asarray(cone) * f).astype(np.int32), cc, cv2.LINE_AA, _SUBPIXEL_BITS)
+                cv2.fillConvexPoly(
+                    img, (np.asarray(cone) * f).astype(np.int32), cc, cv2.LINE_AA, _SUBPIXEL_BITS
+                )
             else:  # broadleaf: a crown over the upper 60 % of the tree
                 ry = 0.3 * height * p
-                cv2.ellipse(img, (int(u * f), int((top + ry) * f)), (max(int(r * f), 1), max(int(ry * f), 1)),
-                            0.0, 0.0, 360.0, cc, -1, cv2.LINE_AA, _SUBPIXEL_BITS)
+                cv2.ellipse(
+                    img,
+                    (int(u * f), int((top + ry) * f)),
+                    (max(int(r * f), 1), max(int(ry * f), 1)),
+                    0.0,
+                    0.0,
+                    360.0,
+                    cc,
+                    -1,
+                    cv2.LINE_AA,
+                    _SUBPIXEL_BITS,
+                )
 
     # ---------------------------------------------------------------- public
-    def render(self, road: Road, appearance: Appearance, x_m: float, y_m: float, yaw_rad: float,
-               s_hint_m: float) -> np.ndarray:
+    def render(
+        self, road: Road, appearance: Appearance, x_m: float, y_m: float, yaw_rad: float, s_hint_m: float
+    ) -> np.ndarray:
         """Frame seen from world pose (x_m, y_m, yaw_rad); ``s_hint_m`` = the car's arc length.
 
         Returns uint8 RGB [height, width, 3].
@@ -334,7 +387,7 @@ class Renderer:
         img = np.empty((cam.height, cam.width, 3), np.float32)
         sky = self._sky(appearance, yaw_rad)
         g0 = self._first_ground
-        img[:len(sky)] = sky
+        img[: len(sky)] = sky
         ground = self._ground(road, appearance, x_m, y_m, yaw_rad, s_hint_m)
         cover = self._ground_cover
         img[g0:] = ground
@@ -348,8 +401,9 @@ class Renderer:
         self._trees(out, road, appearance, x_m, y_m, yaw_rad, s_hint_m, gain)
         return out
 
-    def render_at(self, road: Road, appearance: Appearance, s_m: float, lateral_m: float = 0.0,
-                  yaw_rad: float = 0.0) -> np.ndarray:
+    def render_at(
+        self, road: Road, appearance: Appearance, s_m: float, lateral_m: float = 0.0, yaw_rad: float = 0.0
+    ) -> np.ndarray:
         """Frame from ``lateral_m`` left of the right-lane centre at ``s_m``, yawed ``yaw_rad`` left."""
         x, y, yaw = road.lane_pose(s_m, lateral_m, yaw_rad)
         return self.render(road, appearance, x, y, yaw, s_m)
@@ -358,8 +412,14 @@ class Renderer:
 _RENDERERS: Dict[Camera, Renderer] = {}
 
 
-def render_view(road: Road, appearance: Appearance, s_m: float, lateral_m: float = 0.0,
-                yaw_rad: float = 0.0, camera: Optional[Camera] = None) -> np.ndarray:
+def render_view(
+    road: Road,
+    appearance: Appearance,
+    s_m: float,
+    lateral_m: float = 0.0,
+    yaw_rad: float = 0.0,
+    camera: Optional[Camera] = None,
+) -> np.ndarray:
     """Render the world at an arbitrary pose relative to the right-lane centre (see module doc).
 
     Returns uint8 RGB [camera.height, camera.width, 3]; renderers are cached per camera.

@@ -16,6 +16,7 @@ Train and test roads come from disjoint seed ranges: :func:`world_seed` maps
 ``0 <= seed < TEST_SEED_OFFSET``, so no test road (nor its appearance) can ever equal a
 training road.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -97,12 +98,21 @@ class Road:
         f = min(max(s_m / self.ds_m, 0.0), len(self.s_m) - 1.000001)
         i = int(f)
         t = f - i
+
         def lerp(a: np.ndarray) -> float:
             return float(a[i] + t * (a[i + 1] - a[i]))
-        return (lerp(self.x_m), lerp(self.y_m), lerp(self.heading_rad),
-                lerp(self.curvature_per_m), lerp(self.lane_width_m))
 
-    def lane_pose(self, s_m: float, lateral_m: float = 0.0, yaw_rad: float = 0.0) -> Tuple[float, float, float]:
+        return (
+            lerp(self.x_m),
+            lerp(self.y_m),
+            lerp(self.heading_rad),
+            lerp(self.curvature_per_m),
+            lerp(self.lane_width_m),
+        )
+
+    def lane_pose(
+        self, s_m: float, lateral_m: float = 0.0, yaw_rad: float = 0.0
+    ) -> Tuple[float, float, float]:
         """World pose (x_m, y_m, yaw_rad) of a car ``lateral_m`` left of the right-lane centre at
         ``s_m``, pointing ``yaw_rad`` left of the road direction."""
         x, y, h, _, w = self.sample(s_m)
@@ -127,7 +137,9 @@ class Road:
         d = float(across - 0.5 * kappa * along * along)
         return min(max(s, 0.0), self.length_m), d
 
-    def lane_errors(self, x_m: float, y_m: float, yaw_rad: float, s_hint_m: float) -> Tuple[float, float, float]:
+    def lane_errors(
+        self, x_m: float, y_m: float, yaw_rad: float, s_hint_m: float
+    ) -> Tuple[float, float, float]:
         """(s_m, lateral_offset_m, heading_error_rad) of a car pose relative to the right-lane centre.
 
         lateral_offset_m > 0: car left of the lane centre; heading_error_rad > 0: pointing left
@@ -183,14 +195,23 @@ def _objects(rng: np.random.Generator, road: Road) -> List[RoadsideObject]:
         side = float(rng.choice([-1.0, 1.0]))
         x, y, h, _, w = road.sample(s)
         d = side * (w + float(rng.uniform(2.5, 12.0)))
-        objects.append(RoadsideObject(
-            s_m=s, d_m=d, x_m=float(x - d * np.sin(h)), y_m=float(y + d * np.cos(h)),
-            height_m=float(rng.uniform(5.0, 14.0)), radius_m=float(rng.uniform(1.5, 3.5)),
-            kind=int(rng.random() < 0.35)))
+        objects.append(
+            RoadsideObject(
+                s_m=s,
+                d_m=d,
+                x_m=float(x - d * np.sin(h)),
+                y_m=float(y + d * np.cos(h)),
+                height_m=float(rng.uniform(5.0, 14.0)),
+                radius_m=float(rng.uniform(1.5, 3.5)),
+                kind=int(rng.random() < 0.35),
+            )
+        )
     return objects
 
 
-def generate_road(seed: int, length_m: float, split: str = "train", index: int = 0, ds_m: float = 0.5) -> Road:
+def generate_road(
+    seed: int, length_m: float, split: str = "train", index: int = 0, ds_m: float = 0.5
+) -> Road:
     """Generate road ``index`` of world ``(seed, split)``, at least ``length_m`` metres; deterministic."""
     if not length_m > 0:
         raise ValueError(f"length_m must be positive, got {length_m}")
@@ -208,14 +229,26 @@ def generate_road(seed: int, length_m: float, split: str = "train", index: int =
     mid = 0.5 * (heading[1:] + heading[:-1])
     x = np.concatenate([[0.0], np.cumsum(np.cos(mid) * ds_m)])
     y = np.concatenate([[0.0], np.cumsum(np.sin(mid) * ds_m)])
-    road = Road(seed=int(seed), split=split, index=int(index), ds_m=ds_m, s_m=s, x_m=x, y_m=y, heading_rad=heading,
-                curvature_per_m=kappa, lane_width_m=_lane_width(rng, s), objects=[])
+    road = Road(
+        seed=int(seed),
+        split=split,
+        index=int(index),
+        ds_m=ds_m,
+        s_m=s,
+        x_m=x,
+        y_m=y,
+        heading_rad=heading,
+        curvature_per_m=kappa,
+        lane_width_m=_lane_width(rng, s),
+        objects=[],
+    )
     road.objects = _objects(rng, road)
     return road
 
 
-def uniform_road(length_m: float, lane_width_m: float = 3.5, curvature_per_m: float = 0.0,
-                  ds_m: float = 0.5) -> Road:
+def uniform_road(
+    length_m: float, lane_width_m: float = 3.5, curvature_per_m: float = 0.0, ds_m: float = 0.5
+) -> Road:
     """A treeless road of constant curvature (0 = straight) and constant lane width, for checks."""
     if abs(curvature_per_m) > MAX_CURVATURE_PER_M:
         raise ValueError(f"|curvature| must be <= {MAX_CURVATURE_PER_M}, got {curvature_per_m}")
@@ -226,6 +259,16 @@ def uniform_road(length_m: float, lane_width_m: float = 3.5, curvature_per_m: fl
         x, y = s.copy(), np.zeros_like(s)
     else:
         x, y = np.sin(heading) / curvature_per_m, (1.0 - np.cos(heading)) / curvature_per_m
-    return Road(seed=0, split="train", index=0, ds_m=ds_m, s_m=s, x_m=x, y_m=y, heading_rad=heading,
-                curvature_per_m=np.full(n, float(curvature_per_m)), lane_width_m=np.full(n, float(lane_width_m)),
-                objects=[])
+    return Road(
+        seed=0,
+        split="train",
+        index=0,
+        ds_m=ds_m,
+        s_m=s,
+        x_m=x,
+        y_m=y,
+        heading_rad=heading,
+        curvature_per_m=np.full(n, float(curvature_per_m)),
+        lane_width_m=np.full(n, float(lane_width_m)),
+        objects=[],
+    )

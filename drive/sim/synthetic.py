@@ -12,6 +12,7 @@ carry recoveries; each frame's label is the law's clean command (1/m, positive =
 range (a logger glitch), to check that training and ``drive data inspect`` cope with them.
 Recordings are written in the canonical format with the camera's calibration.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,12 +54,24 @@ class LaneScene:
 
     def calibration(self) -> CameraCalibration:
         f = 0.5 * self.width / math.tan(math.radians(self.hfov_deg) / 2.0)
-        return CameraCalibration(fx=f, fy=f, cx=(self.width - 1) / 2.0, cy=(self.height - 1) / 2.0,
-                                 height_m=self.camera_height_m, pitch_rad=self.pitch_rad)
+        return CameraCalibration(
+            fx=f,
+            fy=f,
+            cx=(self.width - 1) / 2.0,
+            cy=(self.height - 1) / 2.0,
+            height_m=self.camera_height_m,
+            pitch_rad=self.pitch_rad,
+        )
 
 
-def _render(scene: LaneScene, cal: CameraCalibration, offset_m: float, heading_rad: float, kappa: float,
-            rng: np.random.Generator) -> np.ndarray:
+def _render(
+    scene: LaneScene,
+    cal: CameraCalibration,
+    offset_m: float,
+    heading_rad: float,
+    kappa: float,
+    rng: np.random.Generator,
+) -> np.ndarray:
     h, w = scene.height, scene.width
     v = np.arange(h, dtype=np.float64)[:, None]
     u = np.arange(w, dtype=np.float64)[None, :]
@@ -66,7 +79,7 @@ def _render(scene: LaneScene, cal: CameraCalibration, offset_m: float, heading_r
     ground = angle > 0.01
     dist = np.where(ground, cal.height_m / np.tan(np.maximum(angle, 0.01)), 1e3)  # forward distance, m
     depth = dist * math.cos(cal.pitch_rad) + cal.height_m * math.sin(cal.pitch_rad)
-    centre = -offset_m - heading_rad * dist + 0.5 * kappa * dist ** 2  # lane centre, m to the left
+    centre = -offset_m - heading_rad * dist + 0.5 * kappa * dist**2  # lane centre, m to the left
     lateral = (cal.cx - u) * depth / cal.fx  # m to the left at each pixel's ground point
     rel = np.abs(lateral - centre)
     px_per_m = cal.fx / depth
@@ -82,8 +95,9 @@ def _render(scene: LaneScene, cal: CameraCalibration, offset_m: float, heading_r
     return (np.clip(img, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
 
 
-def write_synthetic_lanes(out_dir: Union[str, Path], scene: LaneScene, frames: int, seed: int,
-                          recordings: int = 1) -> List[Path]:
+def write_synthetic_lanes(
+    out_dir: Union[str, Path], scene: LaneScene, frames: int, seed: int, recordings: int = 1
+) -> List[Path]:
     """Write ``recordings`` canonical recordings of ``frames`` frames each under ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -92,10 +106,15 @@ def write_synthetic_lanes(out_dir: Union[str, Path], scene: LaneScene, frames: i
     paths = []
     for r in range(recordings):
         rng = np.random.default_rng([seed, r])
-        meta = RecordingMeta(fps=scene.fps, width=scene.width, height=scene.height, camera=cal,
-                             source="drive.sim.synthetic", seed=int(seed),
-                             extra={"scene": {k: (list(v) if isinstance(v, tuple) else v)
-                                              for k, v in scene.__dict__.items()}})
+        meta = RecordingMeta(
+            fps=scene.fps,
+            width=scene.width,
+            height=scene.height,
+            camera=cal,
+            source="drive.sim.synthetic",
+            seed=int(seed),
+            extra={"scene": {k: (list(v) if isinstance(v, tuple) else v) for k, v in scene.__dict__.items()}},
+        )
         path = out / f"synthetic-s{seed}-{r:03d}"
         e, psi, drift, kappa_road, seg_left = 0.0, 0.0, 0.0, 0.0, 0.0
         lim = scene.max_curvature_per_m
@@ -105,13 +124,19 @@ def write_synthetic_lanes(out_dir: Union[str, Path], scene: LaneScene, frames: i
                 if seg_left <= 0:  # a new segment: straight or an arc up to the curvature limit
                     kappa_road = 0.0 if rng.random() < 0.3 else float(rng.uniform(-lim, lim))
                     seg_left = float(rng.uniform(25.0, 70.0))
-                clean = kappa_road - 2.0 * (e + lookahead * psi) / lookahead ** 2
+                clean = kappa_road - 2.0 * (e + lookahead * psi) / lookahead**2
                 label = clean
                 if scene.spike_p > 0 and rng.random() < scene.spike_p:
                     label = float(rng.choice([-1.0, 1.0]) * scene.spike_scale * lim)
                 img = _render(scene, cal, e, psi, kappa_road, rng)
-                writer.append(img, timestamp_s=round(i * dt, 6), curvature=float(label),
-                              speed_mps=scene.speed_mps, lateral_offset_m=e, heading_error_rad=psi)
+                writer.append(
+                    img,
+                    timestamp_s=round(i * dt, 6),
+                    curvature=float(label),
+                    speed_mps=scene.speed_mps,
+                    lateral_offset_m=e,
+                    heading_error_rad=psi,
+                )
                 drift += (-drift * 0.5 * dt) + scene.noise_std * math.sqrt(dt) * float(rng.normal())
                 executed = clean + (drift if abs(e) < 0.8 else 0.0)
                 psi += (executed - kappa_road) * scene.speed_mps * dt

@@ -7,6 +7,7 @@ car then follows the exact circular arc of that curvature for ``speed * dt`` met
 (kinematic bicycle with the steering angle expressed as path curvature,
 kappa = tan(delta) / wheelbase).
 """
+
 from __future__ import annotations
 
 import math
@@ -57,6 +58,7 @@ class Vehicle:
             chord = 2.0 * math.sin(0.5 * turn) / k
             dx, dy = chord * math.cos(0.5 * turn), chord * math.sin(0.5 * turn)
         c, s = math.cos(st.yaw_rad), math.sin(st.yaw_rad)
-        self.state = VehicleState(st.x_m + c * dx - s * dy, st.y_m + s * dx + c * dy,
-                                  st.yaw_rad + turn, st.speed_mps, k)
+        self.state = VehicleState(
+            st.x_m + c * dx - s * dy, st.y_m + s * dx + c * dy, st.yaw_rad + turn, st.speed_mps, k
+        )
         return self.state

@@ -4,6 +4,7 @@ Used by both data collection (:mod:`drive.sim.record`) and closed-loop evaluatio
 (:mod:`drive.sim.closed_loop`), so a policy is evaluated in exactly the world it was
 trained on.
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -30,9 +31,16 @@ class World:
         start_s_m: where the car starts, on the lane centre, aligned with the lane.
     """
 
-    def __init__(self, road: Road, appearance: Appearance, renderer: Optional[Renderer] = None,
-                 speed_mps: float = DEFAULT_SPEED_MPS, fps: float = DEFAULT_FPS,
-                 limits: VehicleLimits = VehicleLimits(), start_s_m: float = 0.0) -> None:
+    def __init__(
+        self,
+        road: Road,
+        appearance: Appearance,
+        renderer: Optional[Renderer] = None,
+        speed_mps: float = DEFAULT_SPEED_MPS,
+        fps: float = DEFAULT_FPS,
+        limits: VehicleLimits = VehicleLimits(),
+        start_s_m: float = 0.0,
+    ) -> None:
         if not speed_mps > 0:
             raise ValueError(f"speed must be positive, got {speed_mps}")
         if not fps > 0:
@@ -59,7 +67,8 @@ class World:
     def _update_errors(self) -> None:
         st = self.vehicle.state
         self.s_m, self.lateral_offset_m, self.heading_error_rad = self.road.lane_errors(
-            st.x_m, st.y_m, st.yaw_rad, self.s_m)
+            st.x_m, st.y_m, st.yaw_rad, self.s_m
+        )
 
     def render(self):
         st = self.vehicle.state
@@ -68,10 +77,18 @@ class World:
     def observe(self, with_image: bool = True) -> Observation:
         st = self.vehicle.state
         return Observation(
-            image=self.render() if with_image else None, dt_s=self.dt_s, speed_mps=st.speed_mps,
-            timestamp_s=self.time_s, road=self.road, s_m=self.s_m, x_m=st.x_m, y_m=st.y_m,
-            yaw_rad=st.yaw_rad, lateral_offset_m=self.lateral_offset_m,
-            heading_error_rad=self.heading_error_rad)
+            image=self.render() if with_image else None,
+            dt_s=self.dt_s,
+            speed_mps=st.speed_mps,
+            timestamp_s=self.time_s,
+            road=self.road,
+            s_m=self.s_m,
+            x_m=st.x_m,
+            y_m=st.y_m,
+            yaw_rad=st.yaw_rad,
+            lateral_offset_m=self.lateral_offset_m,
+            heading_error_rad=self.heading_error_rad,
+        )
 
     def step(self, curvature_cmd_per_m: float) -> None:
         """Advance one camera period under a curvature command (1/m)."""

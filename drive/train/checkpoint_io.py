@@ -14,6 +14,7 @@ A kill during a save can leave that hidden temporary (``.last.<hex>.tmp.ckpt``);
 the same checkpoint removes it. ``drive fit`` installs it unless the config names another ``CheckpointIO`` plugin; remote paths
 (``s3://`` ...) go to Lightning's writer.
 """
+
 from __future__ import annotations
 
 import io
@@ -23,8 +24,8 @@ from typing import Any, Callable, Dict, Optional
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from drive.io.atomic import write_bytes
 from drive.checkpoint import checked_load
+from drive.io.atomic import write_bytes
 
 __all__ = ["AtomicCheckpointIO"]
 
@@ -37,7 +38,9 @@ def _remote(path: Any) -> bool:
 class AtomicCheckpointIO(TorchCheckpointIO):
     """``torch.save`` to memory, then temporary file beside the checkpoint + fsync + rename."""
 
-    def save_checkpoint(self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(
+        self, checkpoint: Dict[str, Any], path: Any, storage_options: Optional[Any] = None
+    ) -> None:
         if _remote(path):
             return super().save_checkpoint(checkpoint, path, storage_options)
         if storage_options is not None:
@@ -50,9 +53,17 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             stale.unlink(missing_ok=True)
         write_bytes(target, buffer.getbuffer())
 
-    def load_checkpoint(self, path: Any, map_location: Optional[Callable] = lambda storage, loc: storage,
-                        weights_only: Optional[bool] = None) -> Dict[str, Any]:
+    def load_checkpoint(
+        self,
+        path: Any,
+        map_location: Optional[Callable] = lambda storage, loc: storage,
+        weights_only: Optional[bool] = None,
+    ) -> Dict[str, Any]:
         if _remote(path):
             return super().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
-        return checked_load(path, lambda: super(AtomicCheckpointIO, self).load_checkpoint(
-            path, map_location=map_location, weights_only=weights_only))
+        return checked_load(
+            path,
+            lambda: super(AtomicCheckpointIO, self).load_checkpoint(
+                path, map_location=map_location, weights_only=weights_only
+            ),
+        )

@@ -6,6 +6,7 @@ hyperparameters to the command line's (Lightning's ``LightningCLI``); a checkpoi
 the per-family options groups (flat ``units``, ``cfc_mode``, ``ode_unfolds``, ...) is read through
 :func:`drive.nn.families.upgrade_flat_options`, so it resumes and evaluates as it did.
 """
+
 from __future__ import annotations
 
 import dataclasses

@@ -2,6 +2,7 @@
 left out, :func:`drive.data.inspect.spike_frames`), the export's curvature limit and the scale of
 the policy's readout. :class:`~drive.train.module.PolicyModule` stores the first two in its
 checkpoints' metadata (``label_range_per_m``, ``curvature_limit_per_m``)."""
+
 from __future__ import annotations
 
 import math
@@ -35,8 +36,9 @@ def curvature_limit(labels: Sequence[float]) -> float:
     return math.ceil(CURVATURE_MARGIN * max(abs(lo), abs(hi), 1e-3) * 100.0) / 100.0
 
 
-def readout_scale_km(curvatures: Sequence[np.ndarray], labels: Optional[Sequence[float]],
-                     direct: bool) -> float:
+def readout_scale_km(
+    curvatures: Sequence[np.ndarray], labels: Optional[Sequence[float]], direct: bool
+) -> float:
     """The readout's scale (1/km per unit of recurrent output), to 2 significant digits: the labels'
     standard deviation, or for a cell read out ``direct``ly (bounded to +-1) at least the largest
     |label| of the range ``labels``."""

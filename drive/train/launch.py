@@ -123,7 +123,7 @@ class DriveCLI(LightningCLI):
                 {
                     "class_path": "lightning.pytorch.callbacks.LearningRateMonitor",
                     "init_args": {"logging_interval": "step"},
-                },
+                }
             ]
 
 

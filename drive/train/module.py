@@ -22,6 +22,7 @@ On a GPU the conv head runs under autocast (``head_precision``), the recurrent c
 Checkpoints carry :func:`drive.checkpoint.policy_meta` under ``"drive"`` (weights_only-safe), so a
 checkpoint alone rebuilds and runs the policy (:func:`drive.checkpoint.load_policy`).
 """
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,14 @@ from torch import Tensor
 from drive.checkpoint import policy_meta
 from drive.data.preprocess import Preprocessing
 from drive.data.sequences import median_dt
-from drive.nn.families import (DEFAULT_INPUT_HW, CfCOptions, NCPLTCOptions, RNNOptions, build_policy,
-                               family_options)
+from drive.nn.families import (
+    DEFAULT_INPUT_HW,
+    CfCOptions,
+    NCPLTCOptions,
+    RNNOptions,
+    build_policy,
+    family_options,
+)
 from drive.nn.init import data_init, sample_frames
 from drive.nn.policy import Policy
 from drive.train.hparams import plain
@@ -131,8 +138,12 @@ class PolicyModule(pl.LightningModule):
         self.save_hyperparameters()
         # the family's group, as its options type (LightningCLI and checkpoints hand over a dict)
         options = {"ncp_ltc": ncp_ltc, "cfc": cfc, "lstm": lstm, "ctrnn": ctrnn}.get(family)
-        self.policy: Policy = build_policy(family, input_hw=tuple(input_hw),
-                                           options=family_options(family, options), feature_norm=feature_norm)
+        self.policy: Policy = build_policy(
+            family,
+            input_hw=tuple(input_hw),
+            options=family_options(family, options),
+            feature_norm=feature_norm,
+        )
         self.preprocessing = Preprocessing(size=(int(input_hw[0]), int(input_hw[1])))
         self.fps = 1.0 / self.policy.frame_period_s
         self.frame_size: Optional[List[int]] = None
@@ -254,10 +265,16 @@ class PolicyModule(pl.LightningModule):
     def on_fit_start(self) -> None:
         precision = str(self.trainer.precision)
         if self.hparams.head_precision == "fp16" and self.device.type == "cuda" and precision != "16-mixed":
-            raise ValueError("model.head_precision fp16 trains only with trainer.precision 16-mixed (Lightning's "
-                             f"gradient scaler keeps fp16 gradients from underflowing; got {precision!r}): "
-                             "use head_precision bf16, or set --trainer.precision 16-mixed")
-        if self.hparams.get("init", "data") == "data" and not self._initialised and self.trainer.ckpt_path is None:
+            raise ValueError(
+                "model.head_precision fp16 trains only with trainer.precision 16-mixed (Lightning's "
+                f"gradient scaler keeps fp16 gradients from underflowing; got {precision!r}): "
+                "use head_precision bf16, or set --trainer.precision 16-mixed"
+            )
+        if (
+            self.hparams.get("init", "data") == "data"
+            and not self._initialised
+            and self.trainer.ckpt_path is None
+        ):
             self.data_init()
         self._initialised = True
 
@@ -313,11 +330,16 @@ class PolicyModule(pl.LightningModule):
         start = batch["start"].tolist() if "start" in batch else [None] * b
         outputs = []
         for i in range(b):
-            follows = (self._stream_pos is not None and not reset[i]
-                       and (start[i] is None or self._stream_pos == (rec[i], start[i])))
+            follows = (
+                self._stream_pos is not None
+                and not reset[i]
+                and (start[i] is None or self._stream_pos == (rec[i], start[i]))
+            )
             hidden = self._stream_hidden if follows else None
             with torch.autocast(device_type=features.device.type, enabled=False):  # the cell stays fp32
-                y, hidden = self.policy.decode(features[i:i + 1], hidden, None if dt is None else dt[i:i + 1])
+                y, hidden = self.policy.decode(
+                    features[i : i + 1], hidden, None if dt is None else dt[i : i + 1]
+                )
             outputs.append(y)
             self._stream_hidden = hidden.detach()
             self._stream_pos = (rec[i], None if start[i] is None else start[i] + length)
@@ -391,8 +413,16 @@ class PolicyModule(pl.LightningModule):
         steps_per_epoch = max(1, total // max(1, self.trainer.max_epochs or 1))
 
         def factor(step: int) -> float:
-            return lr_factor(step, hp.lr_schedule, total, steps_per_epoch, warmup_steps=hp.warmup_steps,
-                             min_ratio=hp.lr_min_ratio, gamma=hp.lr_gamma, step_epochs=hp.lr_step_epochs)
+            return lr_factor(
+                step,
+                hp.lr_schedule,
+                total,
+                steps_per_epoch,
+                warmup_steps=hp.warmup_steps,
+                min_ratio=hp.lr_min_ratio,
+                gamma=hp.lr_gamma,
+                step_epochs=hp.lr_step_epochs,
+            )
 
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

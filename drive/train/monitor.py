@@ -11,6 +11,7 @@ fed from inside its training step, so it sees the features and predictions of th
 optimizer moves the weights; it holds no state a checkpoint needs (a resumed run is bitwise the
 run that was never stopped, warnings aside).
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,7 @@ __all__ = ["LearningMonitor", "NotLearningWarning", "HEALTH_EVERY", "RECENT_STEP
 
 HEALTH_EVERY = 25  # steps between measurements of the head's health
 RECENT_STEPS = 50  # training steps whose MSE the check averages
-_HINT = " (docs/training.md, \"Feature scale\")"
+_HINT = ' (docs/training.md, "Feature scale")'
 
 
 class NotLearningWarning(UserWarning):
@@ -103,20 +104,32 @@ class LearningMonitor:
         if val_mse is None and recent and "train" in self.baseline:
             mse, const = float(np.mean(recent)), self.baseline["train"]
             if mse >= 0.9 * const:
-                self.warn("train", f"the model is not learning: training MSE {mse:.4g} (1/km)^2 over the "
-                          f"last {len(recent)} steps (step {step}) is no better than the best constant "
-                          f"predictor's {const:.4g}" + _HINT)
+                self.warn(
+                    "train",
+                    f"the model is not learning: training MSE {mse:.4g} (1/km)^2 over the "
+                    f"last {len(recent)} steps (step {step}) is no better than the best constant "
+                    f"predictor's {const:.4g}" + _HINT,
+                )
         if val_mse is not None and "val" in self.baseline and val_mse >= self.baseline["val"]:
-            self.warn("val", f"the model is not learning: validation MSE {val_mse:.4g} (1/km)^2 after "
-                      f"{step} steps is no better than the best constant predictor's "
-                      f"{self.baseline['val']:.4g}" + _HINT)
+            self.warn(
+                "val",
+                f"the model is not learning: validation MSE {val_mse:.4g} (1/km)^2 after "
+                f"{step} steps is no better than the best constant predictor's "
+                f"{self.baseline['val']:.4g}" + _HINT,
+            )
         health = self.health
         if health.get("dead", 0.0) > 0.5:
-            self.warn("dead", f"{health['dead']:.0%} of the head's features are exactly 0 on every frame "
-                      f"of a batch (dead ReLU units; largest feature {health['feature_max']:.3g}) at step "
-                      f"{step}: the cell sees almost nothing of the image; use model.feature_norm batch and "
-                      "model.init data" + _HINT)
+            self.warn(
+                "dead",
+                f"{health['dead']:.0%} of the head's features are exactly 0 on every frame "
+                f"of a batch (dead ReLU units; largest feature {health['feature_max']:.3g}) at step "
+                f"{step}: the cell sees almost nothing of the image; use model.feature_norm batch and "
+                "model.init data" + _HINT,
+            )
         if health.get("saturated", 0.0) > 0.5:
-            self.warn("saturated", f"{health['saturated']:.0%} of the LTC's sensory sigmoids are saturated "
-                      f"(< 0.02 or > 0.98) at step {step}, so its inputs carry no gradient; use "
-                      "model.feature_norm batch and model.init data" + _HINT)
+            self.warn(
+                "saturated",
+                f"{health['saturated']:.0%} of the LTC's sensory sigmoids are saturated "
+                f"(< 0.02 or > 0.98) at step {step}, so its inputs carry no gradient; use "
+                "model.feature_norm batch and model.init data" + _HINT,
+            )

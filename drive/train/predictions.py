@@ -13,6 +13,7 @@ log's label (empty where the log has none). The file is written atomically (a ki
 no half-written CSV). Under DDP each process writes its own recordings to
 ``predictions.rank<N>.csv`` beside the path.
 """
+
 from __future__ import annotations
 
 import csv
@@ -48,8 +49,13 @@ class PredictionCSV(BasePredictionWriter):
             path = path.with_name(f"{path.stem}.rank{trainer.global_rank}{path.suffix}")
         return path
 
-    def write_on_epoch_end(self, trainer: Trainer, pl_module: LightningModule, predictions: Sequence[Any],
-                           batch_indices: Sequence[Any]) -> None:
+    def write_on_epoch_end(
+        self,
+        trainer: Trainer,
+        pl_module: LightningModule,
+        predictions: Sequence[Any],
+        batch_indices: Sequence[Any],
+    ) -> None:
         batches: List[Dict[str, torch.Tensor]] = list(predictions)
         if batches and isinstance(batches[0], list):  # several predict dataloaders: one list each
             batches = [b for group in batches for b in group]
@@ -59,12 +65,14 @@ class PredictionCSV(BasePredictionWriter):
             pred = batch["curvature_per_m"].double().numpy()
             length = pred.shape[1]
             keep = batch["mask"].numpy() if "mask" in batch else np.ones(pred.shape, dtype=bool)
-            label = batch["curvature"].double().numpy() if "curvature" in batch else np.full(pred.shape, np.nan)
+            label = (
+                batch["curvature"].double().numpy() if "curvature" in batch else np.full(pred.shape, np.nan)
+            )
             index.append(np.broadcast_to(batch["recording"].numpy()[:, None], pred.shape)[keep])
             frame.append((batch["start"].numpy()[:, None] + np.arange(length))[keep])
             predicted.append(pred[keep])
             recorded.append(label[keep])
-        cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype))
+        cat = lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype)
         index, frame = cat(index, np.int64), cat(frame, np.int64)
         predicted, recorded = cat(predicted, np.float64), cat(recorded, np.float64)
         order = np.lexsort((frame, index))
@@ -75,6 +83,13 @@ class PredictionCSV(BasePredictionWriter):
             for r in order.tolist():
                 rec, k = recordings[int(index[r])], int(frame[r])
                 label = recorded[r]
-                writer.writerow([rec.name, k, f"{float(rec.timestamp_s[k]):.6f}", f"{predicted[r]:.9g}",
-                                 "" if np.isnan(label) else f"{label:.9g}"])
+                writer.writerow(
+                    [
+                        rec.name,
+                        k,
+                        f"{float(rec.timestamp_s[k]):.6f}",
+                        f"{predicted[r]:.9g}",
+                        "" if np.isnan(label) else f"{label:.9g}",
+                    ]
+                )
         print(f"drive predict: wrote {len(order)} frames of {len(np.unique(index))} recording(s) to {out}")

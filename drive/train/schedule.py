@@ -1,4 +1,5 @@
 """The learning-rate schedule of ``drive fit``, as a factor of ``lr`` per optimizer step."""
+
 from __future__ import annotations
 
 import math
@@ -6,8 +7,16 @@ import math
 __all__ = ["lr_factor"]
 
 
-def lr_factor(step: int, schedule: str, total_steps: int, steps_per_epoch: int, warmup_steps: int = 0,
-              min_ratio: float = 0.1, gamma: float = 0.5, step_epochs: int = 10) -> float:
+def lr_factor(
+    step: int,
+    schedule: str,
+    total_steps: int,
+    steps_per_epoch: int,
+    warmup_steps: int = 0,
+    min_ratio: float = 0.1,
+    gamma: float = 0.5,
+    step_epochs: int = 10,
+) -> float:
     """``lr`` x this at optimizer step ``step``: a linear warm-up over ``warmup_steps``, then ``cosine``
     (down to ``min_ratio`` at ``total_steps``), ``step`` (x ``gamma`` every ``step_epochs`` epochs)
     or ``constant``."""

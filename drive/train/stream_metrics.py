@@ -6,6 +6,7 @@ end of the epoch the sums give the overall and per-recording MSE / MAE (1/km) an
 loss. Under DDP each rank evaluates whole recordings; the sums are padded to the longest rank's
 and added across ranks (every rank joins, also one that got no windows).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
@@ -34,8 +35,11 @@ class StreamMetrics:
         mask = batch["mask"].bool() if "mask" in batch else torch.ones_like(target, dtype=torch.bool)
         weight = batch["weight"].float() * mask if "weight" in batch else mask.float()
         err = (pred - target) * mask
-        rec = batch["recording"].long().view(-1, 1).expand_as(target) if "recording" in batch \
+        rec = (
+            batch["recording"].long().view(-1, 1).expand_as(target)
+            if "recording" in batch
             else torch.zeros_like(target, dtype=torch.long)
+        )
         n_rec = max(len(self.names), int(rec.max()) + 1)
         values = {"sq": err**2, "abs": err.abs(), "n": mask.float(), "wsq": weight * err**2, "w": weight}
         for key, value in values.items():
@@ -54,8 +58,12 @@ class StreamMetrics:
             stats = {k: stats.get(k, torch.zeros(0, device=device)) for k in KEYS}
             size = torch.tensor(float(stats["n"].numel()), device=stats["n"].device)
             longest = int(trainer.strategy.reduce(size, reduce_op="max").item())
-            stats = {k: trainer.strategy.reduce(torch.nn.functional.pad(v, (0, longest - v.numel())),
-                                                reduce_op="sum") for k, v in stats.items()}
+            stats = {
+                k: trainer.strategy.reduce(
+                    torch.nn.functional.pad(v, (0, longest - v.numel())), reduce_op="sum"
+                )
+                for k, v in stats.items()
+            }
         if not stats or not stats["n"].numel():
             return None
         return stats

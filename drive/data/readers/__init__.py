@@ -19,6 +19,7 @@ rosbag         a ROS 1 ``.bag``, a rosbag2 folder (sqlite3 or MCAP) or a       b
 :func:`read_logs` expands globs, walks directories that are not themselves a log (finding every
 log below them), detects each log's format unless one is given, and returns the recordings.
 """
+
 from __future__ import annotations
 
 import glob
@@ -26,7 +27,18 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from drive.data.errors import DataError, Problems
-from drive.data.readers import canonical, comma2k19, dave2, donkeycar, folder_csv, hdf5_ncp, rosbag, udacity_real, udacity_sim, video_csv
+from drive.data.readers import (
+    canonical,
+    comma2k19,
+    dave2,
+    donkeycar,
+    folder_csv,
+    hdf5_ncp,
+    rosbag,
+    udacity_real,
+    udacity_sim,
+    video_csv,
+)
 from drive.data.readers.base import ReaderOptions
 from drive.io.recording import Recording
 
@@ -110,9 +122,13 @@ def discover(path: Union[str, Path], format: Optional[str] = None) -> List[Tuple
     return []
 
 
-def read_logs(paths: Union[str, Sequence[str]], format: Optional[str] = None,
-              options: Optional[object] = None, problems: Optional[Problems] = None,
-              on_error: str = "raise") -> List[Recording]:
+def read_logs(
+    paths: Union[str, Sequence[str]],
+    format: Optional[str] = None,
+    options: Optional[object] = None,
+    problems: Optional[Problems] = None,
+    on_error: str = "raise",
+) -> List[Recording]:
     """Read every log at ``paths`` (files, directories, globs) into recordings.
 
     Args:
@@ -124,11 +140,17 @@ def read_logs(paths: Union[str, Sequence[str]], format: Optional[str] = None,
     """
     problems = problems if problems is not None else Problems(on_error)
     opts = ReaderOptions.from_any(options)
-    items = [item for p in ([paths] if isinstance(paths, (str, Path)) else paths) for item in discover(p, format)]
+    items = [
+        item for p in ([paths] if isinstance(paths, (str, Path)) else paths) for item in discover(p, format)
+    ]
     if not items:
         given = [paths] if isinstance(paths, (str, Path)) else list(paths)
-        raise DataError(", ".join(map(str, given)), None, "no_logs",
-                        no_log_message(given[0]) if len(given) == 1 else no_log_message(""))
+        raise DataError(
+            ", ".join(map(str, given)),
+            None,
+            "no_logs",
+            no_log_message(given[0]) if len(given) == 1 else no_log_message(""),
+        )
     out: List[Recording] = []
     for path, name in items:
         out.extend(FORMATS[name][1](path, opts, problems))

@@ -8,6 +8,7 @@ are bad (missing image files, rows outside the label range), and hands everythin
 Row numbers in messages: for text files the 1-based line number in the file (so an editor jumps
 there); for arrays (HDF5, video) the 0-based frame index.
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,11 +22,28 @@ import numpy as np
 
 from drive.data.errors import DataError, Problems
 from drive.data.labels import LabelSpec
-from drive.io.recording import CameraCalibration, FrameSource, Recording, RecordingError, RecordingMeta, SubsetFrames
+from drive.io.recording import (
+    CameraCalibration,
+    FrameSource,
+    Recording,
+    RecordingError,
+    RecordingMeta,
+    SubsetFrames,
+)
 
-__all__ = ["ReaderOptions", "CsvTable", "read_csv_table", "reroot", "build_recording", "SubsetFrames",
-           "IMAGE_EXTENSIONS", "estimate_fps", "rows_as_float", "resolve_images",
-           "NoFrames"]
+__all__ = [
+    "ReaderOptions",
+    "CsvTable",
+    "read_csv_table",
+    "reroot",
+    "build_recording",
+    "SubsetFrames",
+    "IMAGE_EXTENSIONS",
+    "estimate_fps",
+    "rows_as_float",
+    "resolve_images",
+    "NoFrames",
+]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp", ".tif", ".tiff")
 
@@ -86,14 +104,19 @@ class ReaderOptions:
         d = dict(value or {})
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
-            raise ValueError(f"unknown reader option(s) {sorted(unknown)}; "
-                             f"known: {[f.name for f in dataclasses.fields(cls)]}")
+            raise ValueError(
+                f"unknown reader option(s) {sorted(unknown)}; "
+                f"known: {[f.name for f in dataclasses.fields(cls)]}"
+            )
         return cls(**d)
 
     def units(self, time: str = "s", speed: str = "mps", speed_mps: float = 8.33) -> Tuple[str, str, float]:
         """(time unit, speed unit, assumed speed) with the format's defaults for unset options."""
-        return (self.time_unit or time, self.speed_unit or speed,
-                float(self.speed_mps if self.speed_mps is not None else speed_mps))
+        return (
+            self.time_unit or time,
+            self.speed_unit or speed,
+            float(self.speed_mps if self.speed_mps is not None else speed_mps),
+        )
 
     def label_spec(self, **defaults: Any) -> LabelSpec:
         return LabelSpec.from_any(self.label, **defaults)
@@ -106,22 +129,28 @@ class ReaderOptions:
             return None
         if isinstance(camera, str):
             if camera != "approximate":
-                raise ValueError(f"reader option camera: expected calibration fields, "
-                                 f"{{hfov_deg, height_m, pitch_rad}} or 'approximate', got {camera!r}")
+                raise ValueError(
+                    f"reader option camera: expected calibration fields, "
+                    f"{{hfov_deg, height_m, pitch_rad}} or 'approximate', got {camera!r}"
+                )
             return FieldOfViewCamera(**APPROXIMATE_CAMERA)
         if not isinstance(camera, dict):
             raise ValueError(f"reader option camera: expected a mapping or 'approximate', got {camera!r}")
         if "hfov_deg" in camera:
             unknown = set(camera) - {f.name for f in dataclasses.fields(FieldOfViewCamera)}
             if unknown:
-                raise ValueError(f"reader option camera: unknown keys {sorted(unknown)} beside hfov_deg "
-                                 "(allowed: hfov_deg, vfov_deg, height_m, pitch_rad)")
+                raise ValueError(
+                    f"reader option camera: unknown keys {sorted(unknown)} beside hfov_deg "
+                    "(allowed: hfov_deg, vfov_deg, height_m, pitch_rad)"
+                )
             return FieldOfViewCamera(**{k: float(v) for k, v in camera.items()})
         try:
             return CameraCalibration.from_dict(camera)
         except (TypeError, RecordingError) as err:
-            raise ValueError(f"reader option camera: {err} (give fx, fy, cx, cy, height_m, pitch_rad, "
-                             "or hfov_deg, height_m, pitch_rad)") from None
+            raise ValueError(
+                f"reader option camera: {err} (give fx, fy, cx, cy, height_m, pitch_rad, "
+                "or hfov_deg, height_m, pitch_rad)"
+            ) from None
 
 
 # The stated approximation for logs whose camera is unknown (reader option ``camera: approximate``):
@@ -142,16 +171,26 @@ class FieldOfViewCamera:
     vfov_deg: Optional[float] = None
 
     def __post_init__(self) -> None:
-        if not 1.0 <= self.hfov_deg < 179.0 or (self.vfov_deg is not None and not 1.0 <= self.vfov_deg < 179.0):
-            raise ValueError(f"reader option camera: field of view must be in [1, 179) degrees, got {self.hfov_deg}")
+        if not 1.0 <= self.hfov_deg < 179.0 or (
+            self.vfov_deg is not None and not 1.0 <= self.vfov_deg < 179.0
+        ):
+            raise ValueError(
+                f"reader option camera: field of view must be in [1, 179) degrees, got {self.hfov_deg}"
+            )
         if not self.height_m > 0:
             raise ValueError(f"reader option camera: height_m must be positive, got {self.height_m}")
 
     def resolve(self, width: int, height: int) -> CameraCalibration:
         fx = 0.5 * width / math.tan(math.radians(self.hfov_deg) / 2.0)
         fy = fx if self.vfov_deg is None else 0.5 * height / math.tan(math.radians(self.vfov_deg) / 2.0)
-        return CameraCalibration(fx=fx, fy=fy, cx=(width - 1) / 2.0, cy=(height - 1) / 2.0,
-                                 height_m=self.height_m, pitch_rad=self.pitch_rad)
+        return CameraCalibration(
+            fx=fx,
+            fy=fy,
+            cx=(width - 1) / 2.0,
+            cy=(height - 1) / 2.0,
+            height_m=self.height_m,
+            pitch_rad=self.pitch_rad,
+        )
 
 
 @dataclasses.dataclass
@@ -172,7 +211,11 @@ class CsvTable:
             return self.header.index(name)
         if name.isdigit() and (self.header is None or int(name) < len(self.header)):
             return int(name)
-        have = self.header if self.header is not None else f"{len(self.rows[0]) if self.rows else 0} unnamed columns"
+        have = (
+            self.header
+            if self.header is not None
+            else f"{len(self.rows[0]) if self.rows else 0} unnamed columns"
+        )
         raise ValueError(f"{self.path}: no {what} column {name!r} (columns: {have})")
 
     def column(self, index: int) -> List[str]:
@@ -187,8 +230,9 @@ def _is_number(text: str) -> bool:
         return False
 
 
-def read_csv_table(path: Path, problems: Problems, header: Optional[bool] = None,
-                   numeric_columns: Sequence[int] = ()) -> CsvTable:
+def read_csv_table(
+    path: Path, problems: Problems, header: Optional[bool] = None, numeric_columns: Sequence[int] = ()
+) -> CsvTable:
     """Read a CSV. ``header=None`` detects one: the first row is a header when it has a field that
     is neither a number nor a file path. Rows with the wrong number of fields are reported."""
     with open(path, newline="", encoding="utf-8-sig") as f:
@@ -233,7 +277,9 @@ def reroot(recorded: str, base: Path) -> Optional[Path]:
     candidate = direct if direct.is_absolute() else base / direct
     if candidate.is_file():
         return candidate
-    parts = [p for p in PureWindowsPath(text).parts if p not in ("\\", "/") and not re.match(r"^[A-Za-z]:\\?$", p)]
+    parts = [
+        p for p in PureWindowsPath(text).parts if p not in ("\\", "/") and not re.match(r"^[A-Za-z]:\\?$", p)
+    ]
     for k in range(len(parts), 0, -1):
         candidate = base.joinpath(*parts[-k:])
         if candidate.is_file():
@@ -249,9 +295,17 @@ def estimate_fps(timestamps_s: np.ndarray, default: float = 10.0) -> float:
     return 1.0 / dt if dt > 0 else default
 
 
-def build_recording(*, file: str, rows: np.ndarray, log: Dict[str, np.ndarray], source: FrameSource,
-                    problems: Problems, meta: Dict[str, Any], keep: Optional[np.ndarray] = None,
-                    path: Optional[Path] = None) -> Optional[Recording]:
+def build_recording(
+    *,
+    file: str,
+    rows: np.ndarray,
+    log: Dict[str, np.ndarray],
+    source: FrameSource,
+    problems: Problems,
+    meta: Dict[str, Any],
+    keep: Optional[np.ndarray] = None,
+    path: Optional[Path] = None,
+) -> Optional[Recording]:
     """Validate a parsed log and turn it into a :class:`Recording`.
 
     Args:
@@ -272,15 +326,21 @@ def build_recording(*, file: str, rows: np.ndarray, log: Dict[str, np.ndarray], 
         if column.dtype.kind != "f":
             continue
         for i in np.flatnonzero(keep & ~np.isfinite(column)):
-            problems.report(file, int(rows[i]), "non_finite_label" if name != "timestamp_s" else "bad_timestamp",
-                            f"{name} is {column[i]}")
+            problems.report(
+                file,
+                int(rows[i]),
+                "non_finite_label" if name != "timestamp_s" else "bad_timestamp",
+                f"{name} is {column[i]}",
+            )
             keep[i] = False
     t = log["timestamp_s"]
     last = -np.inf
     for i in np.flatnonzero(keep):
         if t[i] <= last:
             kind = "duplicate_timestamp" if t[i] == last else "non_monotonic_timestamp"
-            problems.report(file, int(rows[i]), kind, f"timestamp {t[i]!r} s is not after the previous {last!r} s")
+            problems.report(
+                file, int(rows[i]), kind, f"timestamp {t[i]!r} s is not after the previous {last!r} s"
+            )
             keep[i] = False
         else:
             last = t[i]
@@ -298,8 +358,13 @@ def build_recording(*, file: str, rows: np.ndarray, log: Dict[str, np.ndarray], 
         meta["height"], meta["width"] = _first_frame_size(source, file)
     if isinstance(meta.get("camera"), FieldOfViewCamera):
         meta["camera"] = meta["camera"].resolve(int(meta["width"]), int(meta["height"]))
-    return Recording(RecordingMeta(**meta), columns, source, path if path is not None else Path(file),
-                     origin=(file, np.asarray(rows, dtype=np.int64)[index]))
+    return Recording(
+        RecordingMeta(**meta),
+        columns,
+        source,
+        path if path is not None else Path(file),
+        origin=(file, np.asarray(rows, dtype=np.int64)[index]),
+    )
 
 
 def _first_frame_size(source: FrameSource, file: str) -> Tuple[int, int]:
@@ -324,14 +389,21 @@ def rows_as_float(table: CsvTable, index: int) -> np.ndarray:
     return out
 
 
-def resolve_images(table: CsvTable, index: int, base: Path, problems: Problems) -> Tuple[List[Path], np.ndarray]:
+def resolve_images(
+    table: CsvTable, index: int, base: Path, problems: Problems
+) -> Tuple[List[Path], np.ndarray]:
     """Image paths of column ``index`` re-rooted under ``base``; missing ones reported, keep=False."""
     paths: List[Path] = []
     keep = np.ones(len(table), dtype=bool)
     for i, row in enumerate(table.rows):
         found = reroot(row[index], base)
         if found is None:
-            problems.report(str(table.path), table.lines[i], "missing_image", f"image {row[index]!r} not found under {base}")
+            problems.report(
+                str(table.path),
+                table.lines[i],
+                "missing_image",
+                f"image {row[index]!r} not found under {base}",
+            )
             keep[i] = False
             paths.append(base / PureWindowsPath(row[index]).name)
         else:

@@ -1,4 +1,5 @@
 """Reader for the canonical recording directory (drive.io.recording): validates rows, drops or raises."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -41,15 +42,35 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         return []
     stored = _stored_frames(rec)
     if stored is not None and stored[0] != rec.log_rows:
-        problems.report(str(path / "log.csv"), None, "count_mismatch",
-                        f"{rec.log_rows} log rows but {stored[0]} frames in {stored[1]}")
+        problems.report(
+            str(path / "log.csv"),
+            None,
+            "count_mismatch",
+            f"{rec.log_rows} log rows but {stored[0]} frames in {stored[1]}",
+        )
     meta = rec.meta
-    fields = dict(fps=meta.fps, width=meta.width, height=meta.height, camera=meta.camera, source=meta.source,
-                  conditions=meta.conditions, seed=meta.seed, storage=meta.storage, video=meta.video,
-                  extra=meta.extra)
+    fields = dict(
+        fps=meta.fps,
+        width=meta.width,
+        height=meta.height,
+        camera=meta.camera,
+        source=meta.source,
+        conditions=meta.conditions,
+        seed=meta.seed,
+        storage=meta.storage,
+        video=meta.video,
+        extra=meta.extra,
+    )
     if fields["camera"] is None:
         fields["camera"] = options.calibration()
     lines = rec.origin[1] if rec.origin is not None else np.arange(len(rec)) + 2  # file lines, header = 1
-    out = build_recording(file=str(path / "log.csv"), rows=lines, log=rec.log, source=rec.source,
-                          problems=problems, meta=fields, path=path)
+    out = build_recording(
+        file=str(path / "log.csv"),
+        rows=lines,
+        log=rec.log,
+        source=rec.source,
+        problems=problems,
+        meta=fields,
+        path=path,
+    )
     return [out] if out is not None else []

@@ -10,6 +10,7 @@ Steering and speed are interpolated to the frame times (their CAN rates differ f
 frames outside the signals' time range are reported as ``unlabelled_frames``. Default label:
 steering-wheel degrees / 15.3 (steering ratio) on a 2.70 m wheelbase (the dataset's Honda Civic).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,21 +55,39 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         return []
     for name, (t, v) in {"steering_angle": (st, sv), "speed": (vt, vv)}.items():
         if t is not None and (len(t) < 2 or not np.all(np.isfinite(v)) or not np.all(np.isfinite(t))):
-            problems.report(str(path / "processed_log/CAN" / name), None, "bad_signal",
-                            "needs at least two samples, all finite")
+            problems.report(
+                str(path / "processed_log/CAN" / name),
+                None,
+                "bad_signal",
+                "needs at least two samples, all finite",
+            )
             return []
     keep = (frame_t >= st[0]) & (frame_t <= st[-1])
     if vt is not None:
         keep &= (frame_t >= vt[0]) & (frame_t <= vt[-1])
     for i in np.flatnonzero(~keep)[:1]:
-        problems.report(str(path / "video.hevc"), int(i), "unlabelled_frames",
-                        f"{int((~keep).sum())} frame(s) lie outside the CAN signals' time range")
+        problems.report(
+            str(path / "video.hevc"),
+            int(i),
+            "unlabelled_frames",
+            f"{int((~keep).sum())} frame(s) lie outside the CAN signals' time range",
+        )
     _, _, speed_mps = options.units()
     steer = np.interp(frame_t, st, sv)
-    log = {"timestamp_s": frame_t, "curvature": to_curvature_per_m(steer, options.label_spec(**LABEL_DEFAULTS)),
-           "speed_mps": np.interp(frame_t, vt, vv) if vt is not None else np.full(len(frame_t), speed_mps)}
+    log = {
+        "timestamp_s": frame_t,
+        "curvature": to_curvature_per_m(steer, options.label_spec(**LABEL_DEFAULTS)),
+        "speed_mps": np.interp(frame_t, vt, vv) if vt is not None else np.full(len(frame_t), speed_mps),
+    }
     meta = {"source": f"comma2k19:{path}", "camera": options.calibration(), "extra": {"drive": str(path)}}
-    rec = build_recording(file=str(path / "video.hevc"), rows=np.arange(len(frame_t)), log=log,
-                          source=VideoFrames(path / "video.hevc", count=len(frame_t)), problems=problems,
-                          meta=meta, keep=keep, path=path)
+    rec = build_recording(
+        file=str(path / "video.hevc"),
+        rows=np.arange(len(frame_t)),
+        log=log,
+        source=VideoFrames(path / "video.hevc", count=len(frame_t)),
+        problems=problems,
+        meta=meta,
+        keep=keep,
+        path=path,
+    )
     return [rec] if rec is not None else []

@@ -6,6 +6,7 @@ label is steering_wheel_deg / 15 (steering ratio) with sign -1, wheelbase 2.7 m.
 timestamps the frames are at ``fps`` (required then). Images are re-rooted under the folder of
 ``data.txt`` (or its ``data/`` subfolder).
 """
+
 from __future__ import annotations
 
 import calendar
@@ -23,7 +24,9 @@ from drive.io.recording import ImageFiles, Recording
 __all__ = ["read", "detect", "LABEL_DEFAULTS"]
 
 LABEL_DEFAULTS = {"unit": "steering_wheel_deg", "sign": -1.0, "steering_ratio": 15.0, "wheelbase_m": 2.7}
-_LINE = re.compile(r"^\s*(\S+)\s+([-+0-9.eE]+|nan|inf|-inf)\s*(?:,\s*(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d):(\d+))?\s*$")
+_LINE = re.compile(
+    r"^\s*(\S+)\s+([-+0-9.eE]+|nan|inf|-inf)\s*(?:,\s*(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d):(\d+))?\s*$"
+)
 
 
 def detect(path: Path) -> bool:
@@ -46,11 +49,15 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
             continue
         m = _LINE.match(text)
         if m is None:
-            problems.report(str(log_path), number, "malformed_row", f"expected '<image> <angle>[,<time>]', got {text!r}")
+            problems.report(
+                str(log_path), number, "malformed_row", f"expected '<image> <angle>[,<time>]', got {text!r}"
+            )
             continue
         image = reroot(m.group(1), base) or reroot(m.group(1), base / "data")
         if image is None:
-            problems.report(str(log_path), number, "missing_image", f"image {m.group(1)!r} not found under {base}")
+            problems.report(
+                str(log_path), number, "missing_image", f"image {m.group(1)!r} not found under {base}"
+            )
             continue
         images.append(image)
         lines.append(number)
@@ -66,11 +73,21 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     else:
         raise ValueError(f"{log_path}: lines carry no timestamps; set fps")
     _, _, speed_mps = options.units()
-    log = {"timestamp_s": t, "curvature": to_curvature_per_m(np.asarray(angles), options.label_spec(**LABEL_DEFAULTS)),
-           "speed_mps": np.full(len(t), speed_mps)}
+    log = {
+        "timestamp_s": t,
+        "curvature": to_curvature_per_m(np.asarray(angles), options.label_spec(**LABEL_DEFAULTS)),
+        "speed_mps": np.full(len(t), speed_mps),
+    }
     meta = {"source": f"dave2:{log_path}", "camera": options.calibration(), "extra": {"drive": str(log_path)}}
     if options.fps:
         meta["fps"] = float(options.fps)
-    rec = build_recording(file=str(log_path), rows=np.asarray(lines), log=log, source=ImageFiles(images),
-                          problems=problems, meta=meta, path=log_path)
+    rec = build_recording(
+        file=str(log_path),
+        rows=np.asarray(lines),
+        log=log,
+        source=ImageFiles(images),
+        problems=problems,
+        meta=meta,
+        path=log_path,
+    )
     return [rec] if rec is not None else []

@@ -7,6 +7,7 @@ steering, +1 = full RIGHT (Donkeycar's convention), so the default label is
 normalized x ``max_angle_deg`` (25 deg) with sign -1 on a 1/10-scale car (wheelbase 0.26 m).
 Donkeycar logs no speed: ``speed_mps`` from the options (default 2 m/s here) fills it.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,7 +46,8 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     manifest = _manifest(path)
     deleted = set(manifest.get("deleted_indexes", []))
     catalogs = [path / c for c in manifest.get("paths", [])] or sorted(
-        path.glob("catalog_*.catalog"), key=lambda p: int(p.stem.split("_")[-1]))
+        path.glob("catalog_*.catalog"), key=lambda p: int(p.stem.split("_")[-1])
+    )
     files, lines, stamps, angles, images = [], [], [], [], []
     image_key = options.image_column or "cam/image_array"
     angle_key = options.steering_column or "user/angle"
@@ -79,10 +81,20 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         return []
     time_unit, _, speed_mps = options.units(time="ms", speed_mps=2.0)
     t = time_to_s(np.asarray(stamps), time_unit)
-    log = {"timestamp_s": t, "curvature": to_curvature_per_m(np.asarray(angles), options.label_spec(**LABEL_DEFAULTS)),
-           "speed_mps": np.full(len(t), speed_mps)}
+    log = {
+        "timestamp_s": t,
+        "curvature": to_curvature_per_m(np.asarray(angles), options.label_spec(**LABEL_DEFAULTS)),
+        "speed_mps": np.full(len(t), speed_mps),
+    }
     meta = {"source": f"donkeycar:{path}", "camera": options.calibration(), "extra": {"drive": str(path)}}
     # rows are reported as catalog line numbers; name the first catalog in messages about them
-    rec = build_recording(file=files[0] if len(set(files)) == 1 else str(path), rows=np.asarray(lines), log=log,
-                          source=ImageFiles(images), problems=problems, meta=meta, path=path)
+    rec = build_recording(
+        file=files[0] if len(set(files)) == 1 else str(path),
+        rows=np.asarray(lines),
+        log=log,
+        source=ImageFiles(images),
+        problems=problems,
+        meta=meta,
+        path=path,
+    )
     return [rec] if rec is not None else []

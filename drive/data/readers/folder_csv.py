@@ -5,6 +5,7 @@ absolute from another machine, re-rooted), or it has no image column and its row
 with the folder's images sorted by name (counts must match). Timestamps come from
 ``timestamp_column`` (``time_unit``) or, when the CSV has none, from ``fps``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,15 +15,28 @@ import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
-from drive.data.readers.base import (IMAGE_EXTENSIONS, ReaderOptions, build_recording, read_csv_table,
-                                     resolve_images, rows_as_float)
+from drive.data.readers.base import (
+    IMAGE_EXTENSIONS,
+    ReaderOptions,
+    build_recording,
+    read_csv_table,
+    resolve_images,
+    rows_as_float,
+)
 from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "find_csv"]
 
 _TIME_NAMES = ("timestamp_s", "timestamp", "time_s", "time", "t")
-_STEER_NAMES = {"curvature": "curvature_per_m", "curvature_per_m": "curvature_per_m", "inverse_r": "curvature_per_m",
-                "curvature_per_km": "curvature_per_km", "steering": None, "steering_angle": None, "angle": None}
+_STEER_NAMES = {
+    "curvature": "curvature_per_m",
+    "curvature_per_m": "curvature_per_m",
+    "inverse_r": "curvature_per_m",
+    "curvature_per_km": "curvature_per_km",
+    "steering": None,
+    "steering_angle": None,
+    "angle": None,
+}
 _SPEED_NAMES = ("speed_mps", "speed")
 
 
@@ -39,7 +53,9 @@ def detect(path: Path) -> bool:
     return not any(p.suffix.lower() in (".mp4", ".avi", ".mkv", ".mov", ".m4v") for p in path.iterdir())
 
 
-def _pick(header: Optional[List[str]], given: Optional[str], names, what: str, required: bool) -> Optional[str]:
+def _pick(
+    header: Optional[List[str]], given: Optional[str], names, what: str, required: bool
+) -> Optional[str]:
     if given is not None:
         return given
     for name in names:
@@ -65,8 +81,10 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     steer = _pick(header, options.steering_column, list(_STEER_NAMES), "steering", True)
     default_unit = _STEER_NAMES.get(steer)
     if options.label is None and default_unit is None:
-        raise ValueError(f"{csv_path}: the unit of steering column {steer!r} is ambiguous; set "
-                         f"label: {{unit: ...}} (curvature_per_m, normalized, wheel_deg, ...)")
+        raise ValueError(
+            f"{csv_path}: the unit of steering column {steer!r} is ambiguous; set "
+            f"label: {{unit: ...}} (curvature_per_m, normalized, wheel_deg, ...)"
+        )
     spec = options.label_spec(**({"unit": default_unit} if default_unit else {}))
     curvature = to_curvature_per_m(rows_as_float(table, table.column_index(steer, "steering")), spec)
     time_col = _pick(header, options.timestamp_column, _TIME_NAMES, "timestamp", False)
@@ -77,24 +95,45 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     else:
         raise ValueError(f"{csv_path}: no timestamp column (tried {_TIME_NAMES}); name one or set fps")
     speed_col = _pick(header, options.speed_column, _SPEED_NAMES, "speed", False)
-    speed = (speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), speed_unit)
-             if speed_col is not None else np.full(len(table), speed_mps))
-    image_col = _pick(header, options.image_column, ("image", "filename", "frame_file", "path"), "image", False)
+    speed = (
+        speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), speed_unit)
+        if speed_col is not None
+        else np.full(len(table), speed_mps)
+    )
+    image_col = _pick(
+        header, options.image_column, ("image", "filename", "frame_file", "path"), "image", False
+    )
     if image_col is not None:
         paths, keep = resolve_images(table, table.column_index(image_col, "image"), base, problems)
     else:
         paths = sorted(p for p in base.iterdir() if p.suffix.lower() in IMAGE_EXTENSIONS)
         if len(paths) != len(table):
-            problems.report(str(csv_path), None, "count_mismatch",
-                            f"{len(table)} label rows but {len(paths)} images in {base}")
+            problems.report(
+                str(csv_path),
+                None,
+                "count_mismatch",
+                f"{len(table)} label rows but {len(paths)} images in {base}",
+            )
             n = min(len(paths), len(table))
             paths, table.rows, table.lines = paths[:n], table.rows[:n], table.lines[:n]
             curvature, timestamps, speed = curvature[:n], timestamps[:n], speed[:n]
         keep = None
     log = {"timestamp_s": timestamps, "curvature": curvature, "speed_mps": speed}
-    meta = {"source": f"folder_csv:{csv_path}", "camera": options.calibration(), "extra": {"drive": str(csv_path)}}
+    meta = {
+        "source": f"folder_csv:{csv_path}",
+        "camera": options.calibration(),
+        "extra": {"drive": str(csv_path)},
+    }
     if options.fps:
         meta["fps"] = float(options.fps)
-    rec = build_recording(file=str(csv_path), rows=np.asarray(table.lines), log=log, source=ImageFiles(paths),
-                          problems=problems, meta=meta, keep=keep, path=csv_path)
+    rec = build_recording(
+        file=str(csv_path),
+        rows=np.asarray(table.lines),
+        log=log,
+        source=ImageFiles(paths),
+        problems=problems,
+        meta=meta,
+        keep=keep,
+        path=csv_path,
+    )
     return [rec] if rec is not None else []

@@ -5,6 +5,7 @@ The file stays closed until a frame is read (and reopens in each DataLoader work
 pickles. An optional ``speed`` dataset is used when present, otherwise ``speed_mps`` from the
 options (the paper drove at 30 km/h).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -58,26 +59,52 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     with f:
         missing = [k for k in ("camera_front", "inverse_r", "timestamp") if k not in f]
         if missing:
-            problems.report(str(path), None, "missing_dataset", f"lacks dataset(s) {missing} (has {sorted(f)})")
+            problems.report(
+                str(path), None, "missing_dataset", f"lacks dataset(s) {missing} (has {sorted(f)})"
+            )
             return []
         cam = f["camera_front"]
         if cam.ndim != 4 or cam.shape[3] != 3 or cam.dtype != np.uint8:
-            problems.report(str(path), None, "bad_frames", f"camera_front must be uint8 [N,H,W,3], got {cam.dtype} {cam.shape}")
+            problems.report(
+                str(path),
+                None,
+                "bad_frames",
+                f"camera_front must be uint8 [N,H,W,3], got {cam.dtype} {cam.shape}",
+            )
             return []
         time_unit, speed_unit, speed_mps = options.units()
-        curv = to_curvature_per_m(np.asarray(f["inverse_r"], dtype=np.float64).reshape(-1),
-                                  options.label_spec(unit="curvature_per_m"))
+        curv = to_curvature_per_m(
+            np.asarray(f["inverse_r"], dtype=np.float64).reshape(-1),
+            options.label_spec(unit="curvature_per_m"),
+        )
         t = time_to_s(np.asarray(f["timestamp"], dtype=np.float64).reshape(-1), time_unit)
-        speed = (speed_to_mps(np.asarray(f["speed"], dtype=np.float64).reshape(-1), speed_unit)
-                 if "speed" in f else np.full(len(curv), speed_mps))
+        speed = (
+            speed_to_mps(np.asarray(f["speed"], dtype=np.float64).reshape(-1), speed_unit)
+            if "speed" in f
+            else np.full(len(curv), speed_mps)
+        )
         n_frames, height, width = cam.shape[0], cam.shape[1], cam.shape[2]
     lengths = {"camera_front": n_frames, "inverse_r": len(curv), "timestamp": len(t), "speed": len(speed)}
     n = min(lengths.values())
     if len(set(lengths.values())) > 1:
-        problems.report(str(path), n, "count_mismatch", f"datasets differ in length {lengths}; rows from {n} on dropped")
+        problems.report(
+            str(path), n, "count_mismatch", f"datasets differ in length {lengths}; rows from {n} on dropped"
+        )
     log = {"timestamp_s": t[:n], "curvature": curv[:n], "speed_mps": speed[:n]}
-    meta = {"width": int(width), "height": int(height), "source": f"hdf5_ncp:{path}",
-            "camera": options.calibration(), "extra": {"drive": str(path)}}
-    rec = build_recording(file=str(path), rows=np.arange(n), log=log, source=HDF5Frames(path, "camera_front", n),
-                          problems=problems, meta=meta, path=path)
+    meta = {
+        "width": int(width),
+        "height": int(height),
+        "source": f"hdf5_ncp:{path}",
+        "camera": options.calibration(),
+        "extra": {"drive": str(path)},
+    }
+    rec = build_recording(
+        file=str(path),
+        rows=np.arange(n),
+        log=log,
+        source=HDF5Frames(path, "camera_front", n),
+        problems=problems,
+        meta=meta,
+        path=path,
+    )
     return [rec] if rec is not None else []

@@ -5,6 +5,7 @@ Float32/Float64) as curvature in 1/m, speed messages as m/s, header stamps as na
 The conversions and supported encodings are listed in :mod:`drive.data.readers.rosbag`, the
 reader that opens bags and aligns these values to the camera frames.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,27 +20,45 @@ from drive.data.errors import Problems
 from drive.data.labels import to_curvature_per_m
 from drive.data.readers.base import ReaderOptions
 
-__all__ = ["decode_image", "typestore", "steering_curvature", "Series", "IMAGE_TYPES", "STEERING_TYPES",
-           "SPEED_TYPES", "ACKERMANN_MSGS", "DEFAULT_MIN_SPEED_MPS"]
+__all__ = [
+    "decode_image",
+    "typestore",
+    "steering_curvature",
+    "Series",
+    "IMAGE_TYPES",
+    "STEERING_TYPES",
+    "SPEED_TYPES",
+    "ACKERMANN_MSGS",
+    "DEFAULT_MIN_SPEED_MPS",
+]
 
 IMAGE_TYPES = ("sensor_msgs/msg/CompressedImage", "sensor_msgs/msg/Image")
-STEERING_TYPES = ("ackermann_msgs/msg/AckermannDriveStamped", "ackermann_msgs/msg/AckermannDrive",
-                  "geometry_msgs/msg/TwistStamped", "geometry_msgs/msg/Twist",
-                  "std_msgs/msg/Float32", "std_msgs/msg/Float64")
+STEERING_TYPES = (
+    "ackermann_msgs/msg/AckermannDriveStamped",
+    "ackermann_msgs/msg/AckermannDrive",
+    "geometry_msgs/msg/TwistStamped",
+    "geometry_msgs/msg/Twist",
+    "std_msgs/msg/Float32",
+    "std_msgs/msg/Float64",
+)
 SPEED_TYPES = STEERING_TYPES + ("nav_msgs/msg/Odometry",)
 
 # ackermann_msgs is not in rosbags' built-in typestores; its definitions (ROS 2, identical in ROS 1
 # apart from the Header) are registered from text for bags that carry no definitions of their own.
 ACKERMANN_MSGS = {
     "ackermann_msgs/msg/AckermannDrive": "float32 steering_angle\nfloat32 steering_angle_velocity\n"
-                                         "float32 speed\nfloat32 acceleration\nfloat32 jerk\n",
+    "float32 speed\nfloat32 acceleration\nfloat32 jerk\n",
     "ackermann_msgs/msg/AckermannDriveStamped": "std_msgs/Header header\nackermann_msgs/AckermannDrive drive\n",
 }
 DEFAULT_MIN_SPEED_MPS = 0.5
 # ROS names the Bayer pattern by its first row; OpenCV by the second row's first two pixels, so
 # ROS "rggb" is OpenCV "BayerBG" (https://docs.opencv.org/4.x/de/d25/imgproc_color_conversions.html).
-_BAYER = {"bayer_rggb8": cv2.COLOR_BayerBG2RGB, "bayer_bggr8": cv2.COLOR_BayerRG2RGB,
-          "bayer_gbrg8": cv2.COLOR_BayerGR2RGB, "bayer_grbg8": cv2.COLOR_BayerGB2RGB}
+_BAYER = {
+    "bayer_rggb8": cv2.COLOR_BayerBG2RGB,
+    "bayer_bggr8": cv2.COLOR_BayerRG2RGB,
+    "bayer_gbrg8": cv2.COLOR_BayerGR2RGB,
+    "bayer_grbg8": cv2.COLOR_BayerGB2RGB,
+}
 
 
 @functools.lru_cache(maxsize=2)
@@ -59,7 +78,11 @@ def typestore(ros1: bool = False) -> Any:
 def decode_image(msg: Any, msgtype: str) -> np.ndarray:
     """An image message as uint8 RGB [H, W, 3]; ValueError says what is wrong."""
     if msgtype.endswith("CompressedImage"):
-        data = np.frombuffer(bytes(msg.data), dtype=np.uint8) if not isinstance(msg.data, np.ndarray) else msg.data
+        data = (
+            np.frombuffer(bytes(msg.data), dtype=np.uint8)
+            if not isinstance(msg.data, np.ndarray)
+            else msg.data
+        )
         if "compressedDepth" in str(msg.format):
             raise ValueError(f"format {msg.format!r} is a depth image, not a camera frame")
         image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
@@ -69,13 +92,29 @@ def decode_image(msg: Any, msgtype: str) -> np.ndarray:
     enc = str(msg.encoding).lower()
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
     data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
-    channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "8uc1": 1, "8uc3": 3,
-                "yuv422": 2, "uyvy": 2, "yuv422_yuy2": 2, "yuyv": 2, **{b: 1 for b in _BAYER}}.get(enc)
+    channels = {
+        "rgb8": 3,
+        "bgr8": 3,
+        "rgba8": 4,
+        "bgra8": 4,
+        "mono8": 1,
+        "8uc1": 1,
+        "8uc3": 3,
+        "yuv422": 2,
+        "uyvy": 2,
+        "yuv422_yuy2": 2,
+        "yuyv": 2,
+        **{b: 1 for b in _BAYER},
+    }.get(enc)
     if channels is None:
-        raise ValueError(f"image encoding {msg.encoding!r} is not supported (rgb8, bgr8, rgba8, bgra8, mono8, "
-                         f"bayer_*8, yuv422, yuv422_yuy2)")
+        raise ValueError(
+            f"image encoding {msg.encoding!r} is not supported (rgb8, bgr8, rgba8, bgra8, mono8, "
+            f"bayer_*8, yuv422, yuv422_yuy2)"
+        )
     if h <= 0 or w <= 0 or step < w * channels or data.size < step * h:
-        raise ValueError(f"{msg.encoding} image {w}x{h} with step {step} needs {step * h} bytes, has {data.size}")
+        raise ValueError(
+            f"{msg.encoding} image {w}x{h} with step {step} needs {step * h} bytes, has {data.size}"
+        )
     rows = data[: step * h].reshape(h, step)[:, : w * channels]
     img = np.ascontiguousarray(rows.reshape(h, w, channels) if channels > 1 else rows.reshape(h, w))
     if enc in ("rgb8", "8uc3"):
@@ -132,26 +171,38 @@ def message_values(msg: Any, msgtype: str) -> Dict[str, float]:
     return {"value": msg.data}
 
 
-def steering_curvature(series: Series, options: ReaderOptions, bag: Path, problems: Problems
-                        ) -> Tuple[np.ndarray, Optional[np.ndarray], Dict[str, Any]]:
+def steering_curvature(
+    series: Series, options: ReaderOptions, bag: Path, problems: Problems
+) -> Tuple[np.ndarray, Optional[np.ndarray], Dict[str, Any]]:
     """(curvature 1/m [N], speed m/s [N] or None, label description for meta)."""
     short = series.msgtype.rsplit("/", 1)[-1]
     label = dict(options.label or {})
     if short.startswith("AckermannDrive"):
         unknown = set(label) - {"wheelbase_m", "sign"}
         if unknown:
-            raise ValueError(f"{bag} {series.topic}: {series.msgtype} steering_angle is a road-wheel angle in rad; "
-                             f"label may set only wheelbase_m and sign, not {sorted(unknown)}")
+            raise ValueError(
+                f"{bag} {series.topic}: {series.msgtype} steering_angle is a road-wheel angle in rad; "
+                f"label may set only wheelbase_m and sign, not {sorted(unknown)}"
+            )
         spec = options.label_spec(unit="wheel_rad", **label)
-        return (to_curvature_per_m(series.values["angle"], spec), series.values["speed"],
-                {"from": series.msgtype, "conversion": "tan(steering_angle) / wheelbase_m",
-                 "wheelbase_m": spec.wheelbase_m, "sign": spec.sign})
+        return (
+            to_curvature_per_m(series.values["angle"], spec),
+            series.values["speed"],
+            {
+                "from": series.msgtype,
+                "conversion": "tan(steering_angle) / wheelbase_m",
+                "wheelbase_m": spec.wheelbase_m,
+                "sign": spec.sign,
+            },
+        )
     if short.startswith("Twist"):
         min_speed = float(label.pop("min_speed_mps", DEFAULT_MIN_SPEED_MPS))
         sign = float(label.pop("sign", 1.0))
         if label:
-            raise ValueError(f"{bag} {series.topic}: {series.msgtype} gives yaw rate and speed; label may set only "
-                             f"sign and min_speed_mps, not {sorted(label)}")
+            raise ValueError(
+                f"{bag} {series.topic}: {series.msgtype} gives yaw rate and speed; label may set only "
+                f"sign and min_speed_mps, not {sorted(label)}"
+            )
         v, w = series.values["speed"], series.values["yaw_rate"]
         slow = np.abs(v) < min_speed
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -159,14 +210,29 @@ def steering_curvature(series: Series, options: ReaderOptions, bag: Path, proble
         # one problem per run of standstill samples (they have no curvature), not one per message
         edges = np.flatnonzero(np.diff(np.concatenate([[0], slow.astype(np.int8), [0]])))
         for start, stop in zip(edges[::2], edges[1::2]):
-            problems.report(f"{bag} {series.topic}", int(series.ordinals[start]), "standstill",
-                            f"{stop - start} message(s) from here have |linear.x| < {min_speed:g} m/s: yaw rate / speed "
-                            f"gives no curvature (frames there are unlabelled; label: {{min_speed_mps: ...}} lowers it)")
-        return kappa, v, {"from": series.msgtype, "conversion": "angular.z / linear.x", "sign": sign,
-                          "min_speed_mps": min_speed}
+            problems.report(
+                f"{bag} {series.topic}",
+                int(series.ordinals[start]),
+                "standstill",
+                f"{stop - start} message(s) from here have |linear.x| < {min_speed:g} m/s: yaw rate / speed "
+                f"gives no curvature (frames there are unlabelled; label: {{min_speed_mps: ...}} lowers it)",
+            )
+        return (
+            kappa,
+            v,
+            {
+                "from": series.msgtype,
+                "conversion": "angular.z / linear.x",
+                "sign": sign,
+                "min_speed_mps": min_speed,
+            },
+        )
     spec = options.label_spec()
-    return (to_curvature_per_m(series.values["value"], spec), None,
-            {"from": series.msgtype, "unit": spec.unit, "sign": spec.sign})
+    return (
+        to_curvature_per_m(series.values["value"], spec),
+        None,
+        {"from": series.msgtype, "unit": spec.unit, "sign": spec.sign},
+    )
 
 
 def speed_values(series: Series) -> np.ndarray:

@@ -50,6 +50,7 @@ as the row.
 Decoding single messages (images, steering, speed, stamps) lives in
 :mod:`drive.data.readers.ros_messages`; this module opens bags, picks topics and aligns them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -59,16 +60,41 @@ import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.readers.base import NoFrames, ReaderOptions, build_recording
-from drive.data.readers.ros_messages import (ACKERMANN_MSGS, IMAGE_TYPES, SPEED_TYPES, STEERING_TYPES,
-                                             Series, decode_image, has_header, message_values, raw_steer,
-                                             speed_values, stamp_ns, steering_curvature, typestore)
+from drive.data.readers.ros_messages import (
+    ACKERMANN_MSGS,
+    IMAGE_TYPES,
+    SPEED_TYPES,
+    STEERING_TYPES,
+    Series,
+    decode_image,
+    has_header,
+    message_values,
+    raw_steer,
+    speed_values,
+    stamp_ns,
+    steering_curvature,
+    typestore,
+)
 from drive.io.recording import Recording, RecordingError
 
-__all__ = ["read", "detect", "list_topics", "BagFrames", "decode_image", "typestore", "BAG_SUFFIXES",
-           "IMAGE_TYPES", "STEERING_TYPES", "SPEED_TYPES", "ACKERMANN_MSGS"]
+__all__ = [
+    "read",
+    "detect",
+    "list_topics",
+    "BagFrames",
+    "decode_image",
+    "typestore",
+    "BAG_SUFFIXES",
+    "IMAGE_TYPES",
+    "STEERING_TYPES",
+    "SPEED_TYPES",
+    "ACKERMANN_MSGS",
+]
 
 BAG_SUFFIXES = (".bag", ".mcap", ".db3")
 GAP_FACTOR = 3.0
+
+
 def detect(path: Path) -> bool:
     if path.is_file():
         return path.suffix.lower() in BAG_SUFFIXES
@@ -105,8 +131,15 @@ def list_topics(path: Path) -> List[Dict[str, Any]]:
     try:
         out = []
         for name, info in sorted(reader.topics.items()):
-            roles = [r for r, types in (("camera", IMAGE_TYPES), ("steering", STEERING_TYPES),
-                                        ("speed", SPEED_TYPES)) if info.msgtype in types]
+            roles = [
+                r
+                for r, types in (
+                    ("camera", IMAGE_TYPES),
+                    ("steering", STEERING_TYPES),
+                    ("speed", SPEED_TYPES),
+                )
+                if info.msgtype in types
+            ]
             out.append({"topic": name, "type": info.msgtype, "messages": int(info.msgcount), "roles": roles})
         return out
     finally:
@@ -117,15 +150,18 @@ def _topic_table(reader: Any) -> str:
     return "; ".join(f"{n} ({i.msgtype}, {i.msgcount} msgs)" for n, i in sorted(reader.topics.items()))
 
 
-def _pick_topic(reader: Any, bag: Path, given: Optional[str], types: Sequence[str], role: str,
-                option: str, required: bool) -> Optional[str]:
+def _pick_topic(
+    reader: Any, bag: Path, given: Optional[str], types: Sequence[str], role: str, option: str, required: bool
+) -> Optional[str]:
     topics = reader.topics
     if given:
         if given not in topics:
             raise ValueError(f"{bag}: no topic {given!r} ({option}); topics: {_topic_table(reader)}")
         if topics[given].msgtype not in types:
-            raise ValueError(f"{bag}: {option} {given!r} is a {topics[given].msgtype}; a {role} topic must be one of "
-                             f"{', '.join(types)}")
+            raise ValueError(
+                f"{bag}: {option} {given!r} is a {topics[given].msgtype}; a {role} topic must be one of "
+                f"{', '.join(types)}"
+            )
         return given
     candidates = [n for n, i in sorted(topics.items()) if i.msgtype in types and i.msgcount > 0]
     if len(candidates) == 1:
@@ -135,12 +171,14 @@ def _pick_topic(reader: Any, bag: Path, given: Optional[str], types: Sequence[st
     if not candidates:
         raise ValueError(f"{bag}: no {role} topic (types {', '.join(types)}); topics: {_topic_table(reader)}")
     listed = "; ".join(f"{n} ({topics[n].msgtype}, {topics[n].msgcount} msgs)" for n in candidates)
-    raise ValueError(f"{bag}: {len(candidates)} {role} topics: {listed}; name one with {option} "
-                     f"(--set {option}=TOPIC)")
+    raise ValueError(
+        f"{bag}: {len(candidates)} {role} topics: {listed}; name one with {option} (--set {option}=TOPIC)"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
 # images
+
 
 class BagFrames:
     """The frames of one camera topic, read from the bag one message at a time.
@@ -221,6 +259,7 @@ class BagFrames:
 # ----------------------------------------------------------------------------------------------
 # steering and speed
 
+
 def _scan(reader: Any, bag: Path, topics: Dict[str, str], problems: Problems) -> Dict[str, Series]:
     """One streaming pass over the chosen topics: timestamps (and scalar values) only."""
     wanted = set(topics.values())
@@ -250,10 +289,14 @@ def _scan(reader: Any, bag: Path, topics: Dict[str, str], problems: Problems) ->
         mt = types[topic]
         vals = a["vals"]
         keys = list(vals[0]) if vals and vals[0] is not None else []
-        out[topic] = Series(topic, mt, np.asarray(a["bag"], dtype=np.int64),
-                             np.asarray(a["hdr"], dtype=np.int64) if has_header(mt) else None,
-                             np.asarray(a["ord"], dtype=np.int64),
-                             {k: np.asarray([v[k] for v in vals], dtype=np.float64) for k in keys})
+        out[topic] = Series(
+            topic,
+            mt,
+            np.asarray(a["bag"], dtype=np.int64),
+            np.asarray(a["hdr"], dtype=np.int64) if has_header(mt) else None,
+            np.asarray(a["ord"], dtype=np.int64),
+            {k: np.asarray([v[k] for v in vals], dtype=np.float64) for k in keys},
+        )
     return out
 
 
@@ -289,10 +332,14 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     try:
         try:
             cam = _pick_topic(reader, path, options.camera_topic, IMAGE_TYPES, "camera", "camera_topic", True)
-            steer = _pick_topic(reader, path, options.steering_topic, STEERING_TYPES, "steering", "steering_topic",
-                                True)
-            speed_topic = (_pick_topic(reader, path, options.speed_topic, SPEED_TYPES, "speed", "speed_topic", True)
-                           if options.speed_topic else None)
+            steer = _pick_topic(
+                reader, path, options.steering_topic, STEERING_TYPES, "steering", "steering_topic", True
+            )
+            speed_topic = (
+                _pick_topic(reader, path, options.speed_topic, SPEED_TYPES, "speed", "speed_topic", True)
+                if options.speed_topic
+                else None
+            )
         except ValueError as e:  # inspect lists the bag's topics beside this problem
             problems.report(str(path), None, "topic", str(e).split(": ", 1)[1])
             return []
@@ -312,13 +359,20 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         problems.report(f"{path} {cam}", None, "empty", "no readable camera messages")
         return []
     # times count from the first camera message (header stamp or receive time), on the chosen clock
-    t0 = (int(cs.header_ns[cs.header_ns > 0].min()) if use_header and np.any(cs.header_ns > 0)
-          else int(cs.bag_ns.min()))
+    t0 = (
+        int(cs.header_ns[cs.header_ns > 0].min())
+        if use_header and np.any(cs.header_ns > 0)
+        else int(cs.bag_ns.min())
+    )
 
     # steering samples -> curvature, checked like rows of a label log
     if len(ss.bag_ns) < 2:
-        problems.report(f"{path} {steer}", None, "empty", f"{len(ss.bag_ns)} readable steering message(s); "
-                                                         "need at least two to interpolate")
+        problems.report(
+            f"{path} {steer}",
+            None,
+            "empty",
+            f"{len(ss.bag_ns)} readable steering message(s); need at least two to interpolate",
+        )
         return []
     kappa, own_speed, label_meta = steering_curvature(ss, options, path, problems)
     _, _, default_speed = options.units()
@@ -326,20 +380,28 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     raw_speed = own_speed if own_speed is not None else np.full(len(lt), default_speed)
     standstill = np.isnan(kappa) & np.isfinite(raw_speed) & ~np.isnan(raw_steer(ss))
     keep = ~standstill
-    labels = build_recording(file=f"{path} {steer}", rows=ss.ordinals,
-                             log={"timestamp_s": lt, "curvature": kappa, "speed_mps": raw_speed},
-                             source=NoFrames(len(lt)), problems=problems,
-                             meta={"fps": 1.0, "width": 1, "height": 1}, keep=keep)
+    labels = build_recording(
+        file=f"{path} {steer}",
+        rows=ss.ordinals,
+        log={"timestamp_s": lt, "curvature": kappa, "speed_mps": raw_speed},
+        source=NoFrames(len(lt)),
+        problems=problems,
+        meta={"fps": 1.0, "width": 1, "height": 1},
+        keep=keep,
+    )
     if labels is None:
         return []
     st, sk = labels.log["timestamp_s"], labels.log["curvature"]
     if sp is not None:
         pt = _times_s(sp, use_header, t0)
-        speeds = build_recording(file=f"{path} {speed_topic}", rows=sp.ordinals,
-                                 log={"timestamp_s": pt, "curvature": np.zeros(len(pt)),
-                                      "speed_mps": speed_values(sp)},
-                                 source=NoFrames(len(pt)), problems=problems,
-                                 meta={"fps": 1.0, "width": 1, "height": 1})
+        speeds = build_recording(
+            file=f"{path} {speed_topic}",
+            rows=sp.ordinals,
+            log={"timestamp_s": pt, "curvature": np.zeros(len(pt)), "speed_mps": speed_values(sp)},
+            source=NoFrames(len(pt)),
+            problems=problems,
+            meta={"fps": 1.0, "width": 1, "height": 1},
+        )
         if speeds is None:
             return []
         spt, spv = speeds.log["timestamp_s"], speeds.log["speed_mps"]
@@ -355,28 +417,50 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     finite = np.isfinite(ft)
     outside = finite & ~in_range
     for i in np.flatnonzero(outside)[:1]:
-        problems.report(f"{path} {cam}", int(frame_rows[i]), "unlabelled_frames",
-                        f"{int(outside.sum())} frame(s) lie outside the time range {lo:.3f}..{hi:.3f} s of the "
-                        f"steering{'/speed' if sp is not None else ''} samples (first: this message at {ft[i]:.3f} s)")
+        problems.report(
+            f"{path} {cam}",
+            int(frame_rows[i]),
+            "unlabelled_frames",
+            f"{int(outside.sum())} frame(s) lie outside the time range {lo:.3f}..{hi:.3f} s of the "
+            f"steering{'/speed' if sp is not None else ''} samples (first: this message at {ft[i]:.3f} s)",
+        )
     gapped = finite & in_range & in_gap
     if gapped.any():
         starts = np.flatnonzero(gapped & ~np.concatenate([[False], gapped[:-1]]))
         for i in starts:
             j = int(np.searchsorted(st, ft[i], side="right"))
             run = int(np.argmin(gapped[i:])) if not gapped[i:].all() else len(gapped) - i
-            problems.report(f"{path} {cam}", int(frame_rows[i]), "unlabelled_frames",
-                            f"{run} frame(s) from here fall in a {st[j] - st[j - 1]:.3f} s gap of {steer} "
-                            f"(> {GAP_FACTOR:g} x its median period {float(np.median(np.diff(st))):.3f} s)")
+            problems.report(
+                f"{path} {cam}",
+                int(frame_rows[i]),
+                "unlabelled_frames",
+                f"{run} frame(s) from here fall in a {st[j] - st[j - 1]:.3f} s gap of {steer} "
+                f"(> {GAP_FACTOR:g} x its median period {float(np.median(np.diff(st))):.3f} s)",
+            )
     keep = ~(outside | gapped)
     log = {"timestamp_s": ft, "curvature": np.interp(ft, st, sk), "speed_mps": np.interp(ft, spt, spv)}
     source = BagFrames(path, cam, cs.bag_ns, cs.ordinals)
-    meta = {"source": f"rosbag:{path}", "camera": options.calibration(),
-            "extra": {"drive": str(path), "camera_topic": cam, "steering_topic": steer,
-                      **({"speed_topic": speed_topic} if speed_topic else {}),
-                      "stamp": "header" if use_header else "bag", "label": label_meta,
-                      "start_time_ns": t0}}
-    rec = build_recording(file=f"{path} {cam}", rows=frame_rows, log=log, source=source, problems=problems,
-                          meta=meta, keep=keep, path=path)
+    meta = {
+        "source": f"rosbag:{path}",
+        "camera": options.calibration(),
+        "extra": {
+            "drive": str(path),
+            "camera_topic": cam,
+            "steering_topic": steer,
+            **({"speed_topic": speed_topic} if speed_topic else {}),
+            "stamp": "header" if use_header else "bag",
+            "label": label_meta,
+            "start_time_ns": t0,
+        },
+    }
+    rec = build_recording(
+        file=f"{path} {cam}",
+        rows=frame_rows,
+        log=log,
+        source=source,
+        problems=problems,
+        meta=meta,
+        keep=keep,
+        path=path,
+    )
     return [rec] if rec is not None else []
-
-

@@ -7,6 +7,7 @@ to the CSV. Curvature = tan(angle / steering_ratio) / wheelbase with the test ca
 (Lincoln MKZ: ratio 14.8, wheelbase 2.85 m). One recording per camera (side cameras only with
 ``side_cameras``, their labels offset by ``side_offset`` radians toward the centre).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,7 +17,14 @@ import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
-from drive.data.readers.base import CsvTable, ReaderOptions, build_recording, read_csv_table, resolve_images, rows_as_float
+from drive.data.readers.base import (
+    CsvTable,
+    ReaderOptions,
+    build_recording,
+    read_csv_table,
+    resolve_images,
+    rows_as_float,
+)
 from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "LABEL_DEFAULTS"]
@@ -41,11 +49,16 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     frame_ids = table.column(table.column_index("frame_id", "frame_id"))
     cameras = [("center_camera", 0.0)]
     if options.side_cameras:
-        cameras += [("left_camera", -options.side_offset * spec.sign), ("right_camera", options.side_offset * spec.sign)]
+        cameras += [
+            ("left_camera", -options.side_offset * spec.sign),
+            ("right_camera", options.side_offset * spec.sign),
+        ]
     out: List[Recording] = []
     for camera, offset in cameras:
         pick = [i for i, f in enumerate(frame_ids) if f == camera]
-        sub = CsvTable(table.path, table.header, [table.rows[i] for i in pick], [table.lines[i] for i in pick])
+        sub = CsvTable(
+            table.path, table.header, [table.rows[i] for i in pick], [table.lines[i] for i in pick]
+        )
         if len(sub) == 0:
             problems.report(str(log_path), None, "empty", f"no rows for {camera}")
             continue
@@ -54,10 +67,21 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         speed = speed_to_mps(rows_as_float(sub, sub.column_index("speed", "speed")), speed_unit)
         paths, keep = resolve_images(sub, sub.column_index("filename", "filename"), log_path.parent, problems)
         log = {"timestamp_s": t, "curvature": to_curvature_per_m(angle + offset, spec), "speed_mps": speed}
-        meta = {"source": f"udacity_real:{log_path}:{camera}", "camera": options.calibration(),
-                "extra": {"drive": str(log_path), "camera": camera}}
-        rec = build_recording(file=str(log_path), rows=np.asarray(sub.lines), log=log, source=ImageFiles(paths),
-                              problems=problems, meta=meta, keep=keep, path=log_path)
+        meta = {
+            "source": f"udacity_real:{log_path}:{camera}",
+            "camera": options.calibration(),
+            "extra": {"drive": str(log_path), "camera": camera},
+        }
+        rec = build_recording(
+            file=str(log_path),
+            rows=np.asarray(sub.lines),
+            log=log,
+            source=ImageFiles(paths),
+            problems=problems,
+            meta=meta,
+            keep=keep,
+            path=log_path,
+        )
         if rec is not None:
             out.append(rec)
     return out

@@ -9,6 +9,7 @@ curvature = -tan(angle) / wheelbase. Speed is in mph. Timestamps come from the i
 With ``side_cameras`` the left and right images become two more recordings of the same drive
 (``meta.extra["drive"]`` is shared, so splits keep them together).
 """
+
 from __future__ import annotations
 
 import calendar
@@ -20,7 +21,13 @@ import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, to_curvature_per_m
-from drive.data.readers.base import ReaderOptions, build_recording, read_csv_table, resolve_images, rows_as_float
+from drive.data.readers.base import (
+    ReaderOptions,
+    build_recording,
+    read_csv_table,
+    resolve_images,
+    rows_as_float,
+)
 from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "timestamp_from_name", "LABEL_DEFAULTS"]
@@ -67,17 +74,31 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     cameras = [("center", 0, 0.0)]
     if options.side_cameras:
         # The left camera sees the car shifted left: its label steers right by side_offset.
-        cameras += [("left", 1, -options.side_offset * spec.sign), ("right", 2, options.side_offset * spec.sign)]
+        cameras += [
+            ("left", 1, -options.side_offset * spec.sign),
+            ("right", 2, options.side_offset * spec.sign),
+        ]
     out: List[Recording] = []
     for camera, column, offset in cameras:
         paths, keep = resolve_images(table, column, log_path.parent, problems)
         log = {"timestamp_s": t, "curvature": to_curvature_per_m(steering + offset, spec), "speed_mps": speed}
-        meta = {"source": f"udacity_sim:{log_path}:{camera}", "camera": options.calibration(),
-                "extra": {"drive": str(log_path), "camera": camera}}
+        meta = {
+            "source": f"udacity_sim:{log_path}:{camera}",
+            "camera": options.calibration(),
+            "extra": {"drive": str(log_path), "camera": camera},
+        }
         if options.fps:
             meta["fps"] = float(options.fps)
-        rec = build_recording(file=str(log_path), rows=np.asarray(table.lines), log=log, source=ImageFiles(paths),
-                              problems=problems, meta=meta, keep=keep, path=log_path)
+        rec = build_recording(
+            file=str(log_path),
+            rows=np.asarray(table.lines),
+            log=log,
+            source=ImageFiles(paths),
+            problems=problems,
+            meta=meta,
+            keep=keep,
+            path=log_path,
+        )
         if rec is not None:
             out.append(rec)
     return out

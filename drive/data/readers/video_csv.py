@@ -6,6 +6,7 @@ irregular) samples. Frames outside the CSV's time range have no label: an error,
 ``on_error: skip``. A video that stops decoding before its announced length is reported as
 truncated when the cache decodes it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
 from drive.data.readers.base import NoFrames, ReaderOptions, build_recording, read_csv_table, rows_as_float
-from drive.data.readers.folder_csv import _STEER_NAMES, _TIME_NAMES, _SPEED_NAMES, _pick
+from drive.data.readers.folder_csv import _SPEED_NAMES, _STEER_NAMES, _TIME_NAMES, _pick
 from drive.io.recording import Recording, VideoFrames
 
 __all__ = ["read", "detect", "VIDEO_EXTENSIONS"]
@@ -59,7 +60,9 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     csv_path = _label_csv(path, options)
     table = read_csv_table(csv_path, problems)
     if len(table) < 2:
-        problems.report(str(csv_path), None, "empty", "need at least two timestamped label rows to interpolate")
+        problems.report(
+            str(csv_path), None, "empty", "need at least two timestamped label rows to interpolate"
+        )
         return []
     header = table.header
     time_unit, speed_unit, speed_mps = options.units()
@@ -67,18 +70,27 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     steer = _pick(header, options.steering_column, list(_STEER_NAMES), "steering", True)
     default_unit = _STEER_NAMES.get(steer)
     if options.label is None and default_unit is None:
-        raise ValueError(f"{csv_path}: the unit of steering column {steer!r} is ambiguous; set label: {{unit: ...}}")
+        raise ValueError(
+            f"{csv_path}: the unit of steering column {steer!r} is ambiguous; set label: {{unit: ...}}"
+        )
     spec = options.label_spec(**({"unit": default_unit} if default_unit else {}))
     t = time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp")), time_unit)
     curv = to_curvature_per_m(rows_as_float(table, table.column_index(steer, "steering")), spec)
     speed_col = _pick(header, options.speed_column, _SPEED_NAMES, "speed", False)
-    speed = (speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), speed_unit)
-             if speed_col is not None else np.full(len(table), speed_mps))
+    speed = (
+        speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), speed_unit)
+        if speed_col is not None
+        else np.full(len(table), speed_mps)
+    )
     # Validate the label samples themselves (bad rows named by CSV line), then interpolate.
-    labels = build_recording(file=str(csv_path), rows=np.asarray(table.lines),
-                             log={"timestamp_s": t, "curvature": curv, "speed_mps": speed},
-                             source=NoFrames(len(table)), problems=problems,
-                             meta={"fps": 1.0, "width": 1, "height": 1})
+    labels = build_recording(
+        file=str(csv_path),
+        rows=np.asarray(table.lines),
+        log={"timestamp_s": t, "curvature": curv, "speed_mps": speed},
+        source=NoFrames(len(table)),
+        problems=problems,
+        meta={"fps": 1.0, "width": 1, "height": 1},
+    )
     if labels is None:
         return []
     lt = labels.log["timestamp_s"]
@@ -86,13 +98,34 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     frame_t = start + np.arange(count) / fps
     keep = (frame_t >= lt[0] - 1e-9) & (frame_t <= lt[-1] + 1e-9)
     for i in np.flatnonzero(~keep)[:1]:
-        problems.report(str(path), int(i), "unlabelled_frames",
-                        f"{int((~keep).sum())} frame(s) lie outside the label time range "
-                        f"{lt[0]:.3f}..{lt[-1]:.3f} s of {csv_path.name} (first: frame {i} at {frame_t[i]:.3f} s)")
-    log = {"timestamp_s": frame_t, "curvature": np.interp(frame_t, lt, labels.log["curvature"]),
-           "speed_mps": np.interp(frame_t, lt, labels.log["speed_mps"])}
-    meta = {"fps": fps, "width": width, "height": height, "source": f"video_csv:{path}",
-            "camera": options.calibration(), "extra": {"drive": str(path), "labels": str(csv_path)}}
-    rec = build_recording(file=str(path), rows=np.arange(count), log=log, source=VideoFrames(path, count=count),
-                          problems=problems, meta=meta, keep=keep, path=path)
+        problems.report(
+            str(path),
+            int(i),
+            "unlabelled_frames",
+            f"{int((~keep).sum())} frame(s) lie outside the label time range "
+            f"{lt[0]:.3f}..{lt[-1]:.3f} s of {csv_path.name} (first: frame {i} at {frame_t[i]:.3f} s)",
+        )
+    log = {
+        "timestamp_s": frame_t,
+        "curvature": np.interp(frame_t, lt, labels.log["curvature"]),
+        "speed_mps": np.interp(frame_t, lt, labels.log["speed_mps"]),
+    }
+    meta = {
+        "fps": fps,
+        "width": width,
+        "height": height,
+        "source": f"video_csv:{path}",
+        "camera": options.calibration(),
+        "extra": {"drive": str(path), "labels": str(csv_path)},
+    }
+    rec = build_recording(
+        file=str(path),
+        rows=np.arange(count),
+        log=log,
+        source=VideoFrames(path, count=count),
+        problems=problems,
+        meta=meta,
+        keep=keep,
+        path=path,
+    )
     return [rec] if rec is not None else []

@@ -32,8 +32,16 @@ from torch.autograd.function import once_differentiable
 from drive.nn.cfc.cell import SIGMOID_FORM, activation_derivative, lstm_jacobian, saves_input, update_jacobian
 from drive.nn.cfc.loops import compiled, dense_backward, dense_forward, wired_backward, wired_forward
 
-__all__ = ["DenseSpec", "WiredSpec", "DenseBPTT", "WiredBPTT", "dense_loop_weights", "dense_run",
-           "wired_loop_weights", "wired_run"]
+__all__ = [
+    "DenseSpec",
+    "WiredSpec",
+    "DenseBPTT",
+    "WiredBPTT",
+    "dense_loop_weights",
+    "dense_run",
+    "wired_loop_weights",
+    "wired_run",
+]
 
 SHARED_INPUTS = ("spec", "x", "h", "c", "ts", "w_tau", "a", "wi", "bi", "wr")
 DENSE_INPUTS = SHARED_INPUTS  # then w0, b0, w1, b1, ... (backbone layers, then the fused heads)
@@ -42,6 +50,7 @@ WIRED_INPUTS = SHARED_INPUTS + ("s", "b", "w_rec")  # then the feed-forward bloc
 
 class DenseSpec(NamedTuple):
     """What a dense loop needs besides tensors (``mode`` and ``activation`` by name)."""
+
     units: int
     mode: str
     activation: str
@@ -52,6 +61,7 @@ class DenseSpec(NamedTuple):
 class WiredSpec(NamedTuple):
     """What a wired loop needs besides tensors: layer boundaries and feed-forward blocks
     (``block_src[j]`` -> ``block_dst[j]``) in layer order."""
+
     units: int
     mode: str
     heads: int
@@ -67,7 +77,7 @@ class _Inputs:
     def __init__(self, needs: Tuple[bool, ...], names: Tuple[str, ...]) -> None:
         self.names = names
         self.named: Dict[str, bool] = dict(zip(names, needs))
-        self.rest: Tuple[bool, ...] = tuple(needs[len(names):])
+        self.rest: Tuple[bool, ...] = tuple(needs[len(names) :])
 
     def __getitem__(self, name: str) -> bool:
         return self.named[name]
@@ -82,10 +92,11 @@ def _rows(seq: Sequence[Tensor]) -> Tensor:
     return torch.stack(list(seq)).flatten(0, 1)
 
 
-def _weight_and_bias(dz: Tensor, inp: Tensor, need_w: bool, need_b: bool) -> Tuple[Optional[Tensor], Optional[Tensor]]:
+def _weight_and_bias(
+    dz: Tensor, inp: Tensor, need_w: bool, need_b: bool
+) -> Tuple[Optional[Tensor], Optional[Tensor]]:
     """(dz^T inp, column sums of dz) for a Linear applied to the rows inp [R, I] giving dz [R, O]."""
-    return (dz.t().mm(inp) if need_w else None,
-            dz.sum(0) if need_b else None)
+    return (dz.t().mm(inp) if need_w else None, dz.sum(0) if need_b else None)
 
 
 def _start(ctx: Any, g_seq: Optional[Tensor], g_h: Optional[Tensor], g_c: Optional[Tensor], like: Tensor):
@@ -100,17 +111,31 @@ def _start(ctx: Any, g_seq: Optional[Tensor], g_h: Optional[Tensor], g_c: Option
 def _fp32_backward(backward: Callable) -> Callable:
     """Run a backward with autocast off (a ``.backward()`` called inside an autocast region would
     otherwise cast its matmuls): the forward ran in the module's dtype, so does its backward."""
+
     @functools.wraps(backward)
     def wrapped(ctx: Any, *grads: Optional[Tensor]):
         with torch.autocast(ctx.ts.device.type, enabled=False):
             return backward(ctx, *grads)
+
     return wrapped
 
 
-def _shared_tail(need: _Inputs, spec: Any, grads: Dict[str, Optional[Tensor]], dx: Optional[Tensor],
-                 dzm: List[Tensor], dH: List[Tensor], pure_saved: Callable[[], Tuple[Tensor, Tensor]],
-                 x_rows: Tensor, mem_in: List[Tensor], wi: Tensor, a: Tensor, t: Tensor, steps: int,
-                 features: int) -> Dict[str, Optional[Tensor]]:
+def _shared_tail(
+    need: _Inputs,
+    spec: Any,
+    grads: Dict[str, Optional[Tensor]],
+    dx: Optional[Tensor],
+    dzm: List[Tensor],
+    dH: List[Tensor],
+    pure_saved: Callable[[], Tuple[Tensor, Tensor]],
+    x_rows: Tensor,
+    mem_in: List[Tensor],
+    wi: Tensor,
+    a: Tensor,
+    t: Tensor,
+    steps: int,
+    features: int,
+) -> Dict[str, Optional[Tensor]]:
     """The gradients both cells compute alike, added to ``grads``: the LSTM's (``wi``, ``bi``,
     ``wr``; its input path joins ``dx``), Cf-S's ``w_tau`` and ``a`` from the state gradients dH
     (reverse order) and ``pure_saved()`` = stacked (z, decay) [L, B, n], and ``x`` batch-major."""
@@ -134,8 +159,18 @@ def dense_loop_weights(f: int, mixed: bool, prep: Sequence[Tensor]) -> Tuple:
     [W_k^T], [b_k] for k >= 2, W_lstm_in, b_lstm_in, W_lstm_rec^T, |w_tau|, A)."""
     w_tau, a, wi, bi, wr = prep[:5]
     ws, bs = list(prep[5::2]), list(prep[6::2])
-    return (ws[0][:, :f], bs[0], ws[0][:, f:].t().contiguous(), [w.t().contiguous() for w in ws[1:]], bs[1:],
-            wi, bi, wr.t().contiguous() if mixed else wr, w_tau, a)
+    return (
+        ws[0][:, :f],
+        bs[0],
+        ws[0][:, f:].t().contiguous(),
+        [w.t().contiguous() for w in ws[1:]],
+        bs[1:],
+        wi,
+        bi,
+        wr.t().contiguous() if mixed else wr,
+        w_tau,
+        a,
+    )
 
 
 def _loop(fn: Callable, xt: Tensor) -> Callable:
@@ -144,8 +179,9 @@ def _loop(fn: Callable, xt: Tensor) -> Callable:
     return fn if xt.size(0) == 1 else compiled(fn)
 
 
-def dense_run(spec: "DenseSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor,
-              lw: Tuple) -> Tuple[Tensor, Tensor, Tuple]:
+def dense_run(
+    spec: "DenseSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple
+) -> Tuple[Tensor, Tensor, Tuple]:
     """Run the dense loop: (states [B, L, n], time-major x, what ``dense_forward`` returns); lw from
     ``dense_loop_weights``. In the sigmoid form the loop carries L = (x + 1) / 2: h enters
     converted and the states and the last state leave as x (the lists keep L)."""
@@ -155,8 +191,24 @@ def dense_run(spec: "DenseSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor,
     m_part = F.linear(xt, wi, bi) if mixed else xt
     if mode == SIGMOID_FORM:
         h = torch.add(h, 1.0).mul_(0.5)
-    out = _loop(dense_forward, xt)(F.linear(xt, w_in, b0), m_part, h, c, ts.transpose(0, 1), w_h, ws_t, bs,
-                                   wr_t, w_tau, a, n, mode, kind, p, mixed)
+    out = _loop(dense_forward, xt)(
+        F.linear(xt, w_in, b0),
+        m_part,
+        h,
+        c,
+        ts.transpose(0, 1),
+        w_h,
+        ws_t,
+        bs,
+        wr_t,
+        w_tau,
+        a,
+        n,
+        mode,
+        kind,
+        p,
+        mixed,
+    )
     y = torch.stack(out[0], 1)
     if mode == SIGMOID_FORM:
         y.mul_(2.0).sub_(1.0)
@@ -169,15 +221,32 @@ def wired_loop_weights(mixed: bool, prep: Sequence[Tensor]) -> Tuple:
     return (*prep[:4], prep[4].t().contiguous() if mixed else prep[4], *prep[5:8], list(prep[8:]))
 
 
-def wired_run(spec: "WiredSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor,
-              lw: Tuple) -> Tuple[Tensor, Tuple]:
+def wired_run(
+    spec: "WiredSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple
+) -> Tuple[Tensor, Tuple]:
     """Run the wired loop: (time-major x, what ``wired_forward`` returns)."""
     n, mode, k, bounds, src, dst, mixed = spec
     w_tau, a, wi, bi, wr_t, s, b, w_rec, blocks = lw
     xt = x.transpose(0, 1).contiguous()
     m_part = F.linear(xt, wi, bi) if mixed else xt
-    return xt, _loop(wired_forward, xt)(F.linear(xt, s, b), m_part, h, c, ts.transpose(0, 1), w_rec, blocks,
-                                        bounds, src, dst, k, wr_t, w_tau, a, mode, mixed)
+    return xt, _loop(wired_forward, xt)(
+        F.linear(xt, s, b),
+        m_part,
+        h,
+        c,
+        ts.transpose(0, 1),
+        w_rec,
+        blocks,
+        bounds,
+        src,
+        dst,
+        k,
+        wr_t,
+        w_tau,
+        a,
+        mode,
+        mixed,
+    )
 
 
 class DenseBPTT(torch.autograd.Function):
@@ -187,12 +256,25 @@ class DenseBPTT(torch.autograd.Function):
     spec: a :class:`DenseSpec`; weights as prepared by ``CfC._prepare``."""
 
     @staticmethod
-    def forward(ctx: Any, spec: DenseSpec, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, w_tau: Tensor, a: Tensor,
-                wi: Tensor, bi: Tensor, wr: Tensor, *wb: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        ctx: Any,
+        spec: DenseSpec,
+        x: Tensor,
+        h: Tensor,
+        c: Tensor,
+        ts: Tensor,
+        w_tau: Tensor,
+        a: Tensor,
+        wi: Tensor,
+        bi: Tensor,
+        wr: Tensor,
+        *wb: Tensor,
+    ) -> Tuple[Tensor, Tensor, Tensor]:
         ws = list(wb[0::2])
         f = x.size(2)
         y, xt, (outs, h, c, h_in, mem_in, mem_saved, acts, ins, masks, heads) = dense_run(
-            spec, x, h, c, ts, dense_loop_weights(f, spec.mixed, [w_tau, a, wi, bi, wr, *wb]))
+            spec, x, h, c, ts, dense_loop_weights(f, spec.mixed, [w_tau, a, wi, bi, wr, *wb])
+        )
         ctx.spec, ctx.f, ctx.ts = spec, f, ts
         ctx.saved = (xt, mem_in, mem_saved, h_in, acts, ins, masks, heads)
         ctx.save_for_backward(w_tau, a, wi, wr, *ws)
@@ -216,11 +298,23 @@ class DenseBPTT(torch.autograd.Function):
             dh.mul_(2.0)
         stacked = [torch.stack(v) for v in acts]
         dact = [activation_derivative(stacked[k], masks[k], kind) for k in range(last)]
-        ins_rows = [stacked[k].flatten(0, 1) if not saves_input(kind) and not masks[k] else _rows(ins[k])
-                    for k in range(last)]  # saved outputs without dropout are the next layer's inputs
+        ins_rows = [
+            stacked[k].flatten(0, 1) if not saves_input(kind) and not masks[k] else _rows(ins[k])
+            for k in range(last)
+        ]  # saved outputs without dropout are the next layer's inputs
         dz_k, dzm, dH, dh, dc = compiled(dense_backward)(
-            dh, dc, g, update_jacobian(heads, t, n, mode, a), dact, ws[1:], ws[0][:, f:].contiguous(), wr,
-            lstm_jacobian(mem_saved, n) if spec.mixed else [], mode == "pure", 2.0 if sigmoid_form else 1.0)
+            dh,
+            dc,
+            g,
+            update_jacobian(heads, t, n, mode, a),
+            dact,
+            ws[1:],
+            ws[0][:, f:].contiguous(),
+            wr,
+            lstm_jacobian(mem_saved, n) if spec.mixed else [],
+            mode == "pure",
+            2.0 if sigmoid_form else 1.0,
+        )
         rows = [_rows(d[::-1]) for d in dz_k]
         x_rows = xt.flatten(0, 1)
         layer_grads: List[Optional[Tensor]] = []
@@ -233,9 +327,22 @@ class DenseBPTT(torch.autograd.Function):
                 layer_grads.extend(_weight_and_bias(rows[k], ins_rows[k - 1], need_w, need_b))
         dx = rows[0].mm(ws[0][:, :f]) if need["x"] else None
         grads: Dict[str, Optional[Tensor]] = {}
-        _shared_tail(need, spec, grads, dx, dzm, dH,
-                     lambda: tuple(torch.stack([s[j] for s in heads]) for j in range(2)),
-                     x_rows, mem_in, wi, a, t, steps, f)
+        _shared_tail(
+            need,
+            spec,
+            grads,
+            dx,
+            dzm,
+            dH,
+            lambda: tuple(torch.stack([s[j] for s in heads]) for j in range(2)),
+            x_rows,
+            mem_in,
+            wi,
+            a,
+            t,
+            steps,
+            f,
+        )
         if sigmoid_form:
             dh = dh * 0.5
         grads["h"] = dh if need["h"] else None
@@ -250,11 +357,26 @@ class WiredBPTT(torch.autograd.Function):
     spec: a :class:`WiredSpec`; see ``WiredCfC._prepare``."""
 
     @staticmethod
-    def forward(ctx: Any, spec: WiredSpec, x: Tensor, h: Tensor, c: Tensor, ts: Tensor, w_tau: Tensor, a: Tensor,
-                wi: Tensor, bi: Tensor, wr: Tensor, s: Tensor, b: Tensor, w_rec: Tensor,
-                *blocks: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    def forward(
+        ctx: Any,
+        spec: WiredSpec,
+        x: Tensor,
+        h: Tensor,
+        c: Tensor,
+        ts: Tensor,
+        w_tau: Tensor,
+        a: Tensor,
+        wi: Tensor,
+        bi: Tensor,
+        wr: Tensor,
+        s: Tensor,
+        b: Tensor,
+        w_rec: Tensor,
+        *blocks: Tensor,
+    ) -> Tuple[Tensor, Tensor, Tensor]:
         xt, (outs, h, c, h_in, mem_in, mem_saved, saved) = wired_run(
-            spec, x, h, c, ts, wired_loop_weights(spec.mixed, [w_tau, a, wi, bi, wr, s, b, w_rec, *blocks]))
+            spec, x, h, c, ts, wired_loop_weights(spec.mixed, [w_tau, a, wi, bi, wr, s, b, w_rec, *blocks])
+        )
         ctx.spec, ctx.ts = spec, ts
         ctx.saved = (xt, mem_in, mem_saved, h_in, saved, outs)
         ctx.save_for_backward(w_tau, a, wi, wr, s, w_rec, *blocks)
@@ -273,24 +395,63 @@ class WiredBPTT(torch.autograd.Function):
         need = _Inputs(ctx.needs_input_grad, WIRED_INPUTS)
         t = ctx.ts.transpose(0, 1)
         g, dh, dc = _start(ctx, g_seq, g_h, g_c, h_in[0])
-        jac = [update_jacobian(saved[l], t, bounds[l + 1] - bounds[l], mode,
-                               a[bounds[l]: bounds[l + 1]] if mode == "pure" else a) for l in range(layers)]
+        jac = [
+            update_jacobian(
+                saved[l],
+                t,
+                bounds[l + 1] - bounds[l],
+                mode,
+                a[bounds[l] : bounds[l + 1]] if mode == "pure" else a,
+            )
+            for l in range(layers)
+        ]
         dZ, dzm, dH, dh, dc = compiled(wired_backward)(
-            dh, dc, g, jac, [blk.t().contiguous() for blk in blocks], bounds, src, dst, w_rec.t().contiguous(), wr,
-            lstm_jacobian(mem_saved, n) if spec.mixed else [], mode == "pure")
+            dh,
+            dc,
+            g,
+            jac,
+            [blk.t().contiguous() for blk in blocks],
+            bounds,
+            src,
+            dst,
+            w_rec.t().contiguous(),
+            wr,
+            lstm_jacobian(mem_saved, n) if spec.mixed else [],
+            mode == "pure",
+        )
         dz_rows, x_rows = _rows(dZ[::-1]), xt.flatten(0, 1)
         grads: Dict[str, Optional[Tensor]] = {}
         grads["s"], grads["b"] = _weight_and_bias(dz_rows, x_rows, need["s"], need["b"])
         grads["w_rec"] = _rows(h_in).t().mm(dz_rows) if need["w_rec"] else None
         out_rows = _rows(outs)
-        g_blocks = [out_rows[:, bounds[src[j]]: bounds[src[j] + 1]].t().mm(
-            dz_rows[:, k * bounds[dst[j]]: k * bounds[dst[j] + 1]]) if need.rest[j] else None
-            for j in range(len(blocks))]
+        g_blocks = [
+            out_rows[:, bounds[src[j]] : bounds[src[j] + 1]]
+            .t()
+            .mm(dz_rows[:, k * bounds[dst[j]] : k * bounds[dst[j] + 1]])
+            if need.rest[j]
+            else None
+            for j in range(len(blocks))
+        ]
         dx = dz_rows.mm(s) if need["x"] else None
-        _shared_tail(need, spec, grads, dx, dzm, dH,
-                     lambda: tuple(torch.cat([torch.stack([sv[j] for sv in saved[l]]) for l in range(layers)],
-                                             2) for j in range(2)),
-                     x_rows, mem_in, wi, a, t, steps, xt.size(2))
+        _shared_tail(
+            need,
+            spec,
+            grads,
+            dx,
+            dzm,
+            dH,
+            lambda: tuple(
+                torch.cat([torch.stack([sv[j] for sv in saved[l]]) for l in range(layers)], 2)
+                for j in range(2)
+            ),
+            x_rows,
+            mem_in,
+            wi,
+            a,
+            t,
+            steps,
+            xt.size(2),
+        )
         grads["h"] = dh if need["h"] else None
         grads["c"] = dc if spec.mixed and need["c"] else None
         return need.gradients(grads, g_blocks)

@@ -19,8 +19,20 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["MODES", "ACTIVATIONS", "SIGMOID_FORM", "SIGMOID", "saves_input", "activate", "activation_derivative",
-           "update", "update_jacobian", "lstm_update", "lstm_jacobian", "dropout_mask"]
+__all__ = [
+    "MODES",
+    "ACTIVATIONS",
+    "SIGMOID_FORM",
+    "SIGMOID",
+    "saves_input",
+    "activate",
+    "activation_derivative",
+    "update",
+    "update_jacobian",
+    "lstm_update",
+    "lstm_jacobian",
+    "dropout_mask",
+]
 
 MODES = ("default", "no_gate", "pure")
 ACTIVATIONS = ("lecun_tanh", "tanh", "relu", "gelu", "silu")
@@ -117,15 +129,15 @@ def lstm_update(z: Tensor, c: Tensor, n: int) -> Tuple[Tensor, Tensor, List[Tens
     new c, what :func:`lstm_jacobian` needs). Gate order: input activation, input gate, forget
     gate, output gate."""
     act, sg = torch.tanh(z[:, :n]), torch.sigmoid(z[:, n:])
-    c_new = torch.addcmul(sg[:, n: 2 * n] * c, act, sg[:, :n])
+    c_new = torch.addcmul(sg[:, n : 2 * n] * c, act, sg[:, :n])
     tc = torch.tanh(c_new)
-    return tc * sg[:, 2 * n:], c_new, [c, act, sg, tc]
+    return tc * sg[:, 2 * n :], c_new, [c, act, sg, tc]
 
 
 def lstm_jacobian(saved: Sequence[List[Tensor]], n: int) -> List[Tensor]:
     """For all steps [L, B, ...]: dc/dh_new, d z[:3n]/dc [L, B, 3, n], d z[3n:]/dh_new, forget gate."""
     c, act, sg, tc = (torch.stack([s[i] for s in saved]) for i in range(4))
-    ig, fg, og = sg[..., :n], sg[..., n: 2 * n], sg[..., 2 * n:]
+    ig, fg, og = sg[..., :n], sg[..., n : 2 * n], sg[..., 2 * n :]
     dsg = sg * (1.0 - sg)
-    to_c = torch.stack([ig * (1.0 - act * act), act * dsg[..., :n], c * dsg[..., n: 2 * n]], 2)
-    return [og * (1.0 - tc * tc), to_c, tc * dsg[..., 2 * n:], fg]
+    to_c = torch.stack([ig * (1.0 - act * act), act * dsg[..., :n], c * dsg[..., n : 2 * n]], 2)
+    return [og * (1.0 - tc * tc), to_c, tc * dsg[..., 2 * n :], fg]

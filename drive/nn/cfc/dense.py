@@ -48,23 +48,42 @@ class CfC(CfCModule):
 
     __jit_ignored_attributes__ = ["_cache"]
 
-    def __init__(self, input_size: int, units: int, output_size: Optional[int] = None, mode: str = "default",
-                 mixed_memory: bool = False, backbone_units: int = 128, backbone_layers: int = 1,
-                 backbone_activation: str = "lecun_tanh", backbone_dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        input_size: int,
+        units: int,
+        output_size: Optional[int] = None,
+        mode: str = "default",
+        mixed_memory: bool = False,
+        backbone_units: int = 128,
+        backbone_layers: int = 1,
+        backbone_activation: str = "lecun_tanh",
+        backbone_dropout: float = 0.0,
+    ) -> None:
         check_config(mode, input_size)
         if units < 1 or backbone_layers < 0 or (backbone_layers > 0 and backbone_units < 1):
             raise ValueError("units >= 1, backbone_layers >= 0 and backbone_units >= 1 are required")
         if backbone_activation not in ACTIVATIONS:
-            raise ValueError(f"unknown backbone_activation {backbone_activation!r}; choose one of {ACTIVATIONS}")
+            raise ValueError(
+                f"unknown backbone_activation {backbone_activation!r}; choose one of {ACTIVATIONS}"
+            )
         if not 0.0 <= backbone_dropout < 1.0:
             raise ValueError(f"backbone_dropout must be in [0, 1), got {backbone_dropout}")
-        super().__init__(input_size, units if output_size is None else output_size,
-                         units * (2 if mixed_memory else 1))
+        super().__init__(
+            input_size, units if output_size is None else output_size, units * (2 if mixed_memory else 1)
+        )
         self.mode: str = mode
-        self._config = dict(input_size=input_size, units=units, output_size=output_size, mode=mode,
-                            mixed_memory=mixed_memory, backbone_units=backbone_units,
-                            backbone_layers=backbone_layers, backbone_activation=backbone_activation,
-                            backbone_dropout=backbone_dropout)
+        self._config = dict(
+            input_size=input_size,
+            units=units,
+            output_size=output_size,
+            mode=mode,
+            mixed_memory=mixed_memory,
+            backbone_units=backbone_units,
+            backbone_layers=backbone_layers,
+            backbone_activation=backbone_activation,
+            backbone_dropout=backbone_dropout,
+        )
         self.units = int(units)
         self.mixed_memory = bool(mixed_memory)
         self.activation: str = backbone_activation
@@ -91,8 +110,11 @@ class CfC(CfCModule):
         out: List[Tensor] = [self.w_tau.abs(), self.A]
         memory = self.memory
         if memory is not None:
-            out += [memory.input_map.weight, memory.input_map.bias + memory.forget_offset,
-                    memory.recurrent_map.weight]
+            out += [
+                memory.input_map.weight,
+                memory.input_map.bias + memory.forget_offset,
+                memory.recurrent_map.weight,
+            ]
         else:
             out += [self.A[:0], self.A[:0], self.A[:0]]  # empty placeholders
         last = len(self.layers) - 1
@@ -107,11 +129,18 @@ class CfC(CfCModule):
     @torch.jit.unused
     def _sigmoid_form(self, t: Tensor) -> List[Tensor]:
         """``_prepare``'s list in the form ``SigmoidForm`` gives (default mode, tanh-like backbone)."""
-        layers = SigmoidForm.apply(self.input_size, self.units, t, self.activation == "lecun_tanh",
-                                   *[v for layer in self.layers for v in (layer.weight, layer.bias)])
+        layers = SigmoidForm.apply(
+            self.input_size,
+            self.units,
+            t,
+            self.activation == "lecun_tanh",
+            *[v for layer in self.layers for v in (layer.weight, layer.bias)],
+        )
         return [self.A[:0]] * 5 + list(layers)
 
-    def _loop(self, x: Tensor, state: Tensor, ts: Tensor, prep: List[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    def _loop(
+        self, x: Tensor, state: Tensor, ts: Tensor, prep: List[Tensor]
+    ) -> Tuple[Tensor, Tensor, Tensor]:
         """The recurrence with autograd (TorchScript, no-grad calls): (states [B, L, n], h, c)."""
         n, f = self.units, self.input_size
         w_tau, a, wi, bi, wr = prep[0], prep[1], prep[2], prep[3], prep[4]
@@ -158,9 +187,15 @@ class CfC(CfCModule):
             weights = self._sigmoid_form(t) if sigmoid_form else self._prepare()
             return DenseBPTT.apply(spec, x, h, c, ts, *weights)
         with torch.no_grad():
-            weights = self._cache.get(self, "loop_sigmoid" if sigmoid_form else "loop", lambda: (
-                dense_loop_weights(f, False, self._sigmoid_form(ts.new_ones(()))) if sigmoid_form
-                else dense_loop_weights(f, self.mixed_memory, self._prepare())))
+            weights = self._cache.get(
+                self,
+                "loop_sigmoid" if sigmoid_form else "loop",
+                lambda: (
+                    dense_loop_weights(f, False, self._sigmoid_form(ts.new_ones(())))
+                    if sigmoid_form
+                    else dense_loop_weights(f, self.mixed_memory, self._prepare())
+                ),
+            )
             y, _, out = dense_run(spec, x, h, c, ts, weights)
             return y, out[1], out[2]
 

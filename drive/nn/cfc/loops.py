@@ -49,9 +49,25 @@ def _lstm_step(i: int, dh: Tensor, dc: Tensor, lstm: List[List[Tensor]]) -> Tupl
     return dz, dc * lstm[3][i]
 
 
-def dense_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tensor, w_h: Tensor,
-                  ws_t: List[Tensor], bs: List[Tensor], wr_t: Tensor, w_tau: Tensor, a: Tensor, n: int, mode: str,
-                  kind: str, p: float, mixed: bool, one: float = 1.0):
+def dense_forward(
+    x_part: Tensor,
+    m_part: Tensor,
+    h: Tensor,
+    c: Tensor,
+    ts: Tensor,
+    w_h: Tensor,
+    ws_t: List[Tensor],
+    bs: List[Tensor],
+    wr_t: Tensor,
+    w_tau: Tensor,
+    a: Tensor,
+    n: int,
+    mode: str,
+    kind: str,
+    p: float,
+    mixed: bool,
+    one: float = 1.0,
+):
     """Dense CfC steps keeping activations. ws_t/bs: backbone layers 2.. and heads (W^T, b);
     returns (outs, h, c, h_in, mem_in, mem_saved, acts, ins, masks, heads), per-layer lists indexed
     by the layer that consumes them minus one. ``one`` (= 1.0) is an argument, not a constant, so that
@@ -85,8 +101,19 @@ def dense_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
     return outs, h, c, h_in, mem_in, mem_saved, acts, ins, masks, heads
 
 
-def dense_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: Tensor, dact: List[Tensor],
-                   ws: List[Tensor], w_h: Tensor, wr: Tensor, lstm: List[Tensor], keep_dh: bool, g_scale: float):
+def dense_backward(
+    dh: Tensor,
+    dc: Tensor,
+    g_seq: Optional[Tensor],
+    jac: Tensor,
+    dact: List[Tensor],
+    ws: List[Tensor],
+    w_h: Tensor,
+    wr: Tensor,
+    lstm: List[Tensor],
+    keep_dh: bool,
+    g_scale: float,
+):
     """Reverse recurrence for the state gradients. g_seq [L, B, n] time-major; jac [L, B, K, n];
     dact[k] [L, B, D] and ws[k] [out, in] for backbone layers 2.. and heads; w_h = W_1[:, F:];
     g_seq enters scaled by g_scale (2 in the sigmoid form, whose state is L = (x + 1) / 2).
@@ -119,9 +146,25 @@ def dense_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: Tensor,
     return dzs, dzm, dH, dh, dc
 
 
-def wired_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tensor, w_rec: Tensor,
-                  blocks: List[Tensor], bounds: List[int], src: List[int], dst: List[int], k: int, wr_t: Tensor,
-                  w_tau: Tensor, a: Tensor, mode: str, mixed: bool, one: float = 1.0):
+def wired_forward(
+    x_part: Tensor,
+    m_part: Tensor,
+    h: Tensor,
+    c: Tensor,
+    ts: Tensor,
+    w_rec: Tensor,
+    blocks: List[Tensor],
+    bounds: List[int],
+    src: List[int],
+    dst: List[int],
+    k: int,
+    wr_t: Tensor,
+    w_tau: Tensor,
+    a: Tensor,
+    mode: str,
+    mixed: bool,
+    one: float = 1.0,
+):
     """Wired CfC steps (layer order) keeping activations: (outs, h, c, h_in, mem_in, mem_saved,
     saved[layer][step]); ``one`` as in ``dense_forward``."""
     mem_in: List[Tensor] = []
@@ -143,7 +186,7 @@ def wired_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
         news: List[Tensor] = []
         for l in range(layers):
             lo, hi = bounds[l], bounds[l + 1]
-            z = pre[:, k * lo: k * hi]
+            z = pre[:, k * lo : k * hi]
             for j in range(len(blocks)):
                 if dst[j] == l:
                     z = torch.addmm(z, news[src[j]], blocks[j], beta=one)
@@ -158,9 +201,20 @@ def wired_forward(x_part: Tensor, m_part: Tensor, h: Tensor, c: Tensor, ts: Tens
     return outs, h, c, h_in, mem_in, mem_saved, saved
 
 
-def wired_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: List[Tensor], blocks_t: List[Tensor],
-                   bounds: List[int], src: List[int], dst: List[int], w_rec_t: Tensor, wr: Tensor,
-                   lstm: List[Tensor], keep_dh: bool):
+def wired_backward(
+    dh: Tensor,
+    dc: Tensor,
+    g_seq: Optional[Tensor],
+    jac: List[Tensor],
+    blocks_t: List[Tensor],
+    bounds: List[int],
+    src: List[int],
+    dst: List[int],
+    w_rec_t: Tensor,
+    wr: Tensor,
+    lstm: List[Tensor],
+    keep_dh: bool,
+):
     """Reverse recurrence of the wired cell: jac[l] [L, B, K, n_l]; dh must be a fresh tensor
     (block gradients add into it in place). Returns (dz [B, K n] per step, LSTM dz, state
     gradients (if keep_dh), dh0, dc0), lists in reverse time order."""
@@ -175,11 +229,11 @@ def wired_backward(dh: Tensor, dc: Tensor, g_seq: Optional[Tensor], jac: List[Te
         for l in range(layers):
             dzs.append(dh)
         for l in range(layers - 1, -1, -1):
-            dz = (dh[:, bounds[l]: bounds[l + 1]].unsqueeze(1) * jacs[l][i]).flatten(1)
+            dz = (dh[:, bounds[l] : bounds[l + 1]].unsqueeze(1) * jacs[l][i]).flatten(1)
             dzs[l] = dz
             for j in range(len(blocks_t)):
                 if dst[j] == l:
-                    dh[:, bounds[src[j]]: bounds[src[j] + 1]].addmm_(dz, blocks_t[j])
+                    dh[:, bounds[src[j]] : bounds[src[j] + 1]].addmm_(dz, blocks_t[j])
         if keep_dh:
             dH.append(dh)
         dz = torch.cat(dzs, 1)

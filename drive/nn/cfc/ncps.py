@@ -18,12 +18,21 @@ _NCPS_ACTIVATIONS = {"LeCun": "lecun_tanh", "Tanh": "tanh", "ReLU": "relu", "GEL
 
 def _ncps_wiring(wiring: Any) -> Wiring:
     """An ncps.wirings.Wiring (built) as a drive Wiring with the same matrices and layers."""
-    names = ["inter", "command", "motor"] if wiring.num_layers == 3 else [f"layer{i}" for i in range(wiring.num_layers)]
+    names = (
+        ["inter", "command", "motor"]
+        if wiring.num_layers == 3
+        else [f"layer{i}" for i in range(wiring.num_layers)]
+    )
     if wiring.num_layers == 1:
         names = ["all"]
     layers = [(names[i], [int(j) for j in wiring.get_neurons_of_layer(i)]) for i in range(wiring.num_layers)]
-    return Wiring(wiring.adjacency_matrix, wiring.sensory_adjacency_matrix, output_dim=wiring.output_dim,
-                  layers=layers, kind="ncps." + type(wiring).__name__)
+    return Wiring(
+        wiring.adjacency_matrix,
+        wiring.sensory_adjacency_matrix,
+        output_dim=wiring.output_dim,
+        layers=layers,
+        kind="ncps." + type(wiring).__name__,
+    )
 
 
 def _heads(cell: Any, pure: bool) -> List[Any]:
@@ -49,8 +58,13 @@ def cfc_from_ncps(module: Any) -> Union[CfC, WiredCfC]:
     mixed = bool(module.use_mixed)
     if hasattr(cell, "_layers"):
         wiring = _ncps_wiring(cell._wiring)
-        out = WiredCfC(wiring, mode=cell._layers[0].mode, mixed_memory=mixed,
-                       output_size=None if proj is None else proj.out_features, ncps_compatible=True)
+        out = WiredCfC(
+            wiring,
+            mode=cell._layers[0].mode,
+            mixed_memory=mixed,
+            output_size=None if proj is None else proj.out_features,
+            ncps_compatible=True,
+        )
         out.weight.zero_()
         out.sensory_weight.zero_()
         previous: List[int] = []
@@ -82,11 +96,17 @@ def cfc_from_ncps(module: Any) -> Union[CfC, WiredCfC]:
         linears = [m for m in (cell.backbone or []) if isinstance(m, nn.Linear)]
         acts = [type(m).__name__ for m in (cell.backbone or []) if type(m).__name__ in _NCPS_ACTIVATIONS]
         drops = [m.p for m in (cell.backbone or []) if isinstance(m, nn.Dropout)]
-        out = CfC(cell.input_size, cell.hidden_size, output_size=None if proj is None else proj.out_features,
-                  mode=cell.mode, mixed_memory=mixed,
-                  backbone_units=linears[0].out_features if linears else 128, backbone_layers=len(linears),
-                  backbone_activation=_NCPS_ACTIVATIONS[acts[0]] if acts else "lecun_tanh",
-                  backbone_dropout=drops[0] if drops else 0.0)
+        out = CfC(
+            cell.input_size,
+            cell.hidden_size,
+            output_size=None if proj is None else proj.out_features,
+            mode=cell.mode,
+            mixed_memory=mixed,
+            backbone_units=linears[0].out_features if linears else 128,
+            backbone_layers=len(linears),
+            backbone_activation=_NCPS_ACTIVATIONS[acts[0]] if acts else "lecun_tanh",
+            backbone_dropout=drops[0] if drops else 0.0,
+        )
         for mine, theirs in zip(out.layers, linears):
             mine.weight.copy_(theirs.weight)
             mine.bias.copy_(theirs.bias)
@@ -100,7 +120,9 @@ def cfc_from_ncps(module: Any) -> Union[CfC, WiredCfC]:
             out.memory.load_state_dict(module.lstm.state_dict())
     if proj is not None:
         if proj.in_features != out.readout.in_features:
-            raise ValueError(f"the ncps module cannot run: its proj_size Linear expects {proj.in_features} "
-                             f"features but its last layer gives {out.readout.in_features}")
+            raise ValueError(
+                f"the ncps module cannot run: its proj_size Linear expects {proj.in_features} "
+                f"features but its last layer gives {out.readout.in_features}"
+            )
         out.readout.load_state_dict(proj.state_dict())
     return out.train(module.training)

@@ -54,8 +54,9 @@ def register_pure(module: nn.Module, mode: str, units: int) -> None:
 
 def needs_grad(module: nn.Module, *inputs: Tensor) -> bool:
     """Whether a call will be differentiated (grad mode on and a parameter or input requires grad)."""
-    return torch.is_grad_enabled() and (any(t.requires_grad for t in inputs)
-                                        or any(p.requires_grad for p in module.parameters()))
+    return torch.is_grad_enabled() and (
+        any(t.requires_grad for t in inputs) or any(p.requires_grad for p in module.parameters())
+    )
 
 
 class MixedMemory(nn.Module):
@@ -69,8 +70,11 @@ class MixedMemory(nn.Module):
         nn.init.xavier_uniform_(self.input_map.weight)
         nn.init.uniform_(self.input_map.bias, -0.1, 0.1)
         nn.init.orthogonal_(self.recurrent_map.weight)
-        self.register_buffer("forget_offset", torch.cat([torch.zeros(2 * units), torch.ones(units),
-                                                         torch.zeros(units)]), persistent=False)
+        self.register_buffer(
+            "forget_offset",
+            torch.cat([torch.zeros(2 * units), torch.ones(units), torch.zeros(units)]),
+            persistent=False,
+        )
 
 
 class PreparedCache:

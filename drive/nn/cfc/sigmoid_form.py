@@ -29,8 +29,9 @@ def sigmoid_form_applies(mode: str, kind: str, p: float, mixed: bool) -> bool:
 
 
 @functools.lru_cache(maxsize=16)
-def _sigmoid_maps(shapes: Tuple[Tuple[int, int], ...], f: int, lecun: bool, dtype: torch.dtype,
-                  device: torch.device) -> List[Tuple[Tensor, Tensor, float]]:
+def _sigmoid_maps(
+    shapes: Tuple[Tuple[int, int], ...], f: int, lecun: bool, dtype: torch.dtype, device: torch.device
+) -> List[Tuple[Tensor, Tensor, float]]:
     """Per layer of the given weight shapes: (column scale c P, fold vector u, row scale P) with
     W' = P (W * c), b' = P (b - W u). Constants of the architecture, built once."""
     last, out = len(shapes) - 1, []
@@ -72,7 +73,7 @@ class SigmoidForm(torch.autograd.Function):
             out += [w * c, torch.addmv(b, w, u, beta=p, alpha=-p)]
         for i in (-2, -1):  # heads [ff1 | ff2 | time_a | time_b] -> [2 ff1 | 2 ff2 | time_a t + time_b]
             v = out[i]
-            out[i] = torch.cat([v[: 2 * n] * 2.0, torch.addcmul(v[3 * n:], v[2 * n: 3 * n], t)])
+            out[i] = torch.cat([v[: 2 * n] * 2.0, torch.addcmul(v[3 * n :], v[2 * n : 3 * n], t)])
         ctx.shapes = [v.shape for v in out]
         return tuple(out)
 
@@ -82,7 +83,7 @@ class SigmoidForm(torch.autograd.Function):
         n, t, maps = ctx.n, ctx.t, ctx.maps
         g = [t.new_zeros(shape) if v is None else v for v, shape in zip(grads, ctx.shapes)]
         for i in (-2, -1):
-            gate = g[i][2 * n:]
+            gate = g[i][2 * n :]
             g[i] = torch.cat([g[i][: 2 * n] * 2.0, gate * t, gate])
         out: List[Optional[Tensor]] = [None, None, None, None]
         for k, (c, u, p) in enumerate(maps):

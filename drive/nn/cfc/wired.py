@@ -17,8 +17,10 @@ from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 __all__ = ["WiredCfC"]
 
 
-@register("wired_cfc",
-          aliases=("drive.nn.cfc.WiredCfC", "drive.nn.wired_cfc.WiredCfC", "drive.nn.cfc.wired.WiredCfC"))
+@register(
+    "wired_cfc",
+    aliases=("drive.nn.cfc.WiredCfC", "drive.nn.wired_cfc.WiredCfC", "drive.nn.cfc.wired.WiredCfC"),
+)
 class WiredCfC(CfCModule):
     """CfC whose neurons and synapses are those of a wiring (NCP, AutoNCP, FullyConnected, ...).
 
@@ -50,21 +52,37 @@ class WiredCfC(CfCModule):
     block_src: List[int]  # feed-forward blocks (source layer -> destination layer), for TorchScript
     block_dst: List[int]
 
-    def __init__(self, wiring: Union[Wiring, Dict[str, Any]], input_size: Optional[int] = None,
-                 mode: str = "default", mixed_memory: bool = False, output_size: Optional[int] = None,
-                 self_connections: bool = True, ncps_compatible: bool = False) -> None:
+    def __init__(
+        self,
+        wiring: Union[Wiring, Dict[str, Any]],
+        input_size: Optional[int] = None,
+        mode: str = "default",
+        mixed_memory: bool = False,
+        output_size: Optional[int] = None,
+        self_connections: bool = True,
+        ncps_compatible: bool = False,
+    ) -> None:
         wiring = as_wiring(wiring)
         if input_size is not None and int(input_size) != wiring.input_dim:
             raise ValueError(f"input_size={input_size} but the wiring has {wiring.input_dim} sensory inputs")
         check_config(mode, wiring.input_dim)
         motors = len(wiring.layers[-1][1]) if ncps_compatible else wiring.output_dim  # without readout
-        super().__init__(wiring.input_dim, motors if output_size is None else int(output_size),
-                         wiring.units * (2 if mixed_memory else 1))
+        super().__init__(
+            wiring.input_dim,
+            motors if output_size is None else int(output_size),
+            wiring.units * (2 if mixed_memory else 1),
+        )
         self.mode: str = mode
         self.wiring = wiring
-        self._config = dict(wiring=wiring.to_dict(), input_size=wiring.input_dim, mode=mode,
-                            mixed_memory=mixed_memory, output_size=output_size,
-                            self_connections=self_connections, ncps_compatible=ncps_compatible)
+        self._config = dict(
+            wiring=wiring.to_dict(),
+            input_size=wiring.input_dim,
+            mode=mode,
+            mixed_memory=mixed_memory,
+            output_size=output_size,
+            self_connections=self_connections,
+            ncps_compatible=ncps_compatible,
+        )
         n, f, k = wiring.units, wiring.input_dim, 1 if mode == "pure" else 4
         self.units, self.heads = n, k
         self.mixed_memory = bool(mixed_memory)
@@ -99,12 +117,22 @@ class WiredCfC(CfCModule):
         self.register_buffer("position", torch.tensor(pos), persistent=False)
         self.register_buffer("out_index", torch.tensor(pos[out_ids]), persistent=False)
         # feed-forward (new state) entries: pre-synaptic layer before the post-synaptic one
-        self.register_buffer("recurrent_part", torch.tensor((layer_of[order][:, None] >= layer_of[order][None, :])
-                                                            .astype(np.float32)), persistent=False)
-        rows = [h * n + p for l in range(len(sizes)) for h in range(k) for p in range(self.bounds[l], self.bounds[l + 1])]
+        self.register_buffer(
+            "recurrent_part",
+            torch.tensor((layer_of[order][:, None] >= layer_of[order][None, :]).astype(np.float32)),
+            persistent=False,
+        )
+        rows = [
+            h * n + p
+            for l in range(len(sizes))
+            for h in range(k)
+            for p in range(self.bounds[l], self.bounds[l + 1])
+        ]
         self.register_buffer("fused_rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
         ff = (mask.sum(0) > 0) & (pre < post)
-        blocks = sorted({(int(layer_of[i]), int(layer_of[j])) for i, j in zip(*np.nonzero(ff))}, key=lambda b: b[1])
+        blocks = sorted(
+            {(int(layer_of[i]), int(layer_of[j])) for i, j in zip(*np.nonzero(ff))}, key=lambda b: b[1]
+        )
         self.block_src = [b[0] for b in blocks]
         self.block_dst = [b[1] for b in blocks]
         # init: xavier-like per post-synaptic neuron (fan-in = its active inputs), Linear-like bias
@@ -115,17 +143,22 @@ class WiredCfC(CfCModule):
         self.bias = nn.Parameter((torch.rand(k, n) * 2 - 1) / fan_in.sqrt())
         register_pure(self, mode, n)
         self.memory = MixedMemory(f, n) if mixed_memory else None
-        gate_mask = [np.tile(np.abs(sens).T if not ncps_compatible else np.ones((n, f), np.float32), (4, 1)),
-                     np.tile(syn.T if not ncps_compatible else np.ones((n, n), np.float32), (4, 1))]
+        gate_mask = [
+            np.tile(np.abs(sens).T if not ncps_compatible else np.ones((n, f), np.float32), (4, 1)),
+            np.tile(syn.T if not ncps_compatible else np.ones((n, n), np.float32), (4, 1)),
+        ]
         self.register_buffer("memory_mask", torch.tensor(gate_mask[0]), persistent=False)
         self.register_buffer("memory_recurrent_mask", torch.tensor(gate_mask[1]), persistent=False)
-        self.register_buffer("memory_rows", torch.tensor([g * n + int(i) for g in range(4) for i in order]),
-                             persistent=False)
+        self.register_buffer(
+            "memory_rows", torch.tensor([g * n + int(i) for g in range(4) for i in order]), persistent=False
+        )
         motor = len(out_ids)
         self.readout = nn.Linear(motor, self.output_size) if output_size is not None else None
         self._cache = PreparedCache()
 
-    def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+    def _load_from_state_dict(
+        self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
         check_wiring_buffers(self, state_dict, prefix, ("mask", "sensory_mask", "sign", "sensory_sign"))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
@@ -148,7 +181,12 @@ class WiredCfC(CfCModule):
         w, s = self.effective_weights()
         w = w.index_select(1, order).index_select(2, order)
         w_rec = (w * self.recurrent_part).permute(0, 2, 1).reshape(k * n, n).index_select(0, self.fused_rows)
-        s = s.index_select(2, order).permute(0, 2, 1).reshape(k * n, self.input_size).index_select(0, self.fused_rows)
+        s = (
+            s.index_select(2, order)
+            .permute(0, 2, 1)
+            .reshape(k * n, self.input_size)
+            .index_select(0, self.fused_rows)
+        )
         b = self.bias.index_select(1, order).reshape(k * n).index_select(0, self.fused_rows)
         w_tau, a = self.w_tau, self.A
         if self.mode == "pure":
@@ -166,14 +204,25 @@ class WiredCfC(CfCModule):
         bounds = self.bounds
         for j in range(len(self.block_src)):
             src, dst = self.block_src[j], self.block_dst[j]
-            blk = w[:, bounds[src]: bounds[src + 1], bounds[dst]: bounds[dst + 1]]
+            blk = w[:, bounds[src] : bounds[src + 1], bounds[dst] : bounds[dst + 1]]
             out.append(blk.permute(0, 2, 1).reshape(-1, bounds[src + 1] - bounds[src]).t().contiguous())
         return out
 
-    def _loop(self, x: Tensor, state: Tensor, ts: Tensor, prep: List[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    def _loop(
+        self, x: Tensor, state: Tensor, ts: Tensor, prep: List[Tensor]
+    ) -> Tuple[Tensor, Tensor, Tensor]:
         """The recurrence with autograd (TorchScript, no-grad calls), layer order: (states, h, c)."""
         n, k, bounds = self.units, self.heads, self.bounds
-        w_tau, a, wi, bi, wr, s, b, w_rec = prep[0], prep[1], prep[2], prep[3], prep[4], prep[5], prep[6], prep[7]
+        w_tau, a, wi, bi, wr, s, b, w_rec = (
+            prep[0],
+            prep[1],
+            prep[2],
+            prep[3],
+            prep[4],
+            prep[5],
+            prep[6],
+            prep[7],
+        )
         blocks = prep[8:]
         x_part = F.linear(x, s, b).unbind(1)
         h = state[:, :n].index_select(1, self.order)
@@ -209,10 +258,14 @@ class WiredCfC(CfCModule):
         n = self.units
         h = state[:, :n].index_select(1, self.order)
         c = state[:, n:].index_select(1, self.order) if self.mixed_memory else state[:, n:]
-        spec = WiredSpec(n, self.mode, self.heads, self.bounds, self.block_src, self.block_dst, self.mixed_memory)
+        spec = WiredSpec(
+            n, self.mode, self.heads, self.bounds, self.block_src, self.block_dst, self.mixed_memory
+        )
         if not needs_grad(self, x, state):
             with torch.no_grad():
-                weights = self._cache.get(self, "loop", lambda: wired_loop_weights(self.mixed_memory, self._prepare()))
+                weights = self._cache.get(
+                    self, "loop", lambda: wired_loop_weights(self.mixed_memory, self._prepare())
+                )
                 outs, h, c = wired_run(spec, x, h, c, ts, weights)[1][:3]
                 return torch.stack(outs, 1), h, c
         return WiredBPTT.apply(spec, x, h, c, ts, *self._prepare())

@@ -3,6 +3,7 @@
 - :class:`ClosedFormLTC` -- the recurrent module (:mod:`drive.nn.closed_form.ltc`);
 - :class:`Constants` and the exact kernel (:mod:`drive.nn.closed_form.kernels`).
 """
+
 from drive.nn.closed_form.kernels import Constants
 from drive.nn.closed_form.ltc import ClosedFormLTC
 

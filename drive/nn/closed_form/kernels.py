@@ -9,6 +9,7 @@ a full [B, N] bias ``addmm`` is faster; TorchScript keeps it whole only when bet
 runtime value, else it splits it into mm + add (DecomposeOps). In-place ops only touch fresh results,
 so autograd works.
 """
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,18 @@ from torch import Tensor
 
 from drive.nn.script import script
 
-__all__ = ["Constants", "eq8_state", "exact_update", "approx_update", "exact_sequence", "exact_shared",
-           "approx_sequence", "input_error", "closed_form_sequence", "closed_form_step"]
+__all__ = [
+    "Constants",
+    "eq8_state",
+    "exact_update",
+    "approx_update",
+    "exact_sequence",
+    "exact_shared",
+    "approx_sequence",
+    "input_error",
+    "closed_form_sequence",
+    "closed_form_step",
+]
 
 
 class Constants(NamedTuple):
@@ -61,12 +72,23 @@ def eq8_state(x0: Tensor, g: Tensor, i: Tensor, gc: Tensor, ic: Tensor, neg_t_ov
     conductance is clamped at 1e-30: a neuron without conductance keeps x0).
     """
     # i - e (ic - x0 gc) as two addcmul: five ops in all
-    return torch.addcmul(i, torch.exp(g * neg_t_over_cm), torch.addcmul(ic, x0, gc, value=-1.0), value=-1.0) / g
+    return (
+        torch.addcmul(i, torch.exp(g * neg_t_over_cm), torch.addcmul(ic, x0, gc, value=-1.0), value=-1.0) / g
+    )
 
 
 @script
-def exact_update(v: Tensor, g0: Tensor, i0: Tensor, neg_h_over_cm: Optional[Tensor], pre_sigma: Tensor,
-                 neg_sigma_mu: Tensor, q_g: Tensor, q_i: Tensor, substeps: int) -> Tensor:
+def exact_update(
+    v: Tensor,
+    g0: Tensor,
+    i0: Tensor,
+    neg_h_over_cm: Optional[Tensor],
+    pre_sigma: Tensor,
+    neg_sigma_mu: Tensor,
+    q_g: Tensor,
+    q_i: Tensor,
+    substeps: int,
+) -> Tensor:
     """One step of Corollary 1 on the E present synapses, recurrent activations re-evaluated
     ``substeps`` times. v ``[B, N]``; g0 / i0 ``[B, N]`` leak + sensory conductance / current;
     synapse e (pre i -> post j) enters through pre_sigma ``[N, E]`` (sigma_e in row i),
@@ -83,8 +105,16 @@ def exact_update(v: Tensor, g0: Tensor, i0: Tensor, neg_h_over_cm: Optional[Tens
 
 
 @script
-def approx_update(v: Tensor, x0: Tensor, neg_t_over_cm: Tensor, base: Tensor, base_c: Tensor,
-                  pre_sigma: Tensor, neg_sigma_mu: Tensor, q: Tensor) -> Tensor:
+def approx_update(
+    v: Tensor,
+    x0: Tensor,
+    neg_t_over_cm: Tensor,
+    base: Tensor,
+    base_c: Tensor,
+    pre_sigma: Tensor,
+    neg_sigma_mu: Tensor,
+    q: Tensor,
+) -> Tensor:
     """Eq. 8 at ``-t / cm`` ``[B, N]`` (t seconds since x0 ``[B, N]``), recurrent presynaptic
     signals v ``[B, N]``; base / base_c ``[B, 2N]`` leak + sensory [G | I] and complement-weighted
     [G c | I c]; synapses as in :func:`exact_update`, q ``[E, 2N]`` = [q_g | q_i]."""
@@ -95,8 +125,16 @@ def approx_update(v: Tensor, x0: Tensor, neg_t_over_cm: Tensor, base: Tensor, ba
 
 
 @script
-def exact_sequence(v: Tensor, gi0: Tensor, neg_h_over_cm: Optional[Tensor], pre_sigma: Tensor,
-                   neg_sigma_mu: Tensor, q_g: Tensor, q_i: Tensor, substeps: int) -> Tensor:
+def exact_sequence(
+    v: Tensor,
+    gi0: Tensor,
+    neg_h_over_cm: Optional[Tensor],
+    pre_sigma: Tensor,
+    neg_sigma_mu: Tensor,
+    q_g: Tensor,
+    q_i: Tensor,
+    substeps: int,
+) -> Tensor:
     """:func:`exact_update` over gi0 ``[B, L, 2N]`` (= [g0 | i0] per step) with ``-h / cm``
     ``[L, B, N]`` (or None: everything pre-scaled) -> states ``[L, B, N]``."""
     states: List[Tensor] = []
@@ -130,8 +168,16 @@ def exact_shared(v: Tensor, gi0: Tensor, pre_sigma: Tensor, q: Tensor, dt: float
 
 
 @script
-def approx_sequence(v: Tensor, x0: Tensor, gi0: Tensor, gic0: Tensor, neg_t_over_cm: Tensor, pre_sigma: Tensor,
-                    neg_sigma_mu: Tensor, q: Tensor) -> Tensor:
+def approx_sequence(
+    v: Tensor,
+    x0: Tensor,
+    gi0: Tensor,
+    gic0: Tensor,
+    neg_t_over_cm: Tensor,
+    pre_sigma: Tensor,
+    neg_sigma_mu: Tensor,
+    q: Tensor,
+) -> Tensor:
     """:func:`approx_update` over gi0 / gic0 ``[B, L, 2N]`` and ``-t / cm`` ``[L, B, N]`` (t: seconds
     since x0 at the end of every step) -> states ``[L, B, N]``."""
     states: List[Tensor] = []
@@ -171,8 +217,16 @@ def input_error(x: Tensor, times: Optional[Tensor], hidden: Optional[Tensor] = N
 
 
 @script
-def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor], c: Constants, output_w: Tensor,
-                         output_b: Tensor, exact: bool, substeps: int) -> Tuple[Tensor, Tensor, int]:
+def closed_form_sequence(
+    x: Tensor,
+    hidden: Tensor,
+    timespans: Optional[Tensor],
+    c: Constants,
+    output_w: Tensor,
+    output_b: Tensor,
+    exact: bool,
+    substeps: int,
+) -> Tuple[Tensor, Tensor, int]:
     """Either method over a sequence: x ``[B, L, F]``, hidden ``[B, H]``, timespans ``[B, L]``
     seconds or None (1.0), c = :meth:`ClosedFormLTC._derive` -> (y ``[B, L, M]``, hidden ``[B, H]``,
     error code of :func:`input_error`; the outputs are meaningless unless it is 0).
@@ -189,7 +243,9 @@ def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor],
     if exact and shared >= 1e-6 and substeps == 1:
         x_steps = x.transpose(0, 1).reshape(length * batch, 1, features)  # rows in (step, batch) order
         s = torch.addcmul(c.grid_b, x_steps, c.grid_w).sigmoid_().view(length * batch, -1)
-        gi0 = torch.addmm(c.shared_leak, s, c.grid_q, beta=shared, alpha=shared).view(length, batch, 2 * n + 2)
+        gi0 = torch.addmm(c.shared_leak, s, c.grid_q, beta=shared, alpha=shared).view(
+            length, batch, 2 * n + 2
+        )
         v = torch.cat([hidden, torch.ones(batch, 1, dtype=hidden.dtype, device=hidden.device)], 1)
         states = exact_shared(v, gi0, c.shared_rec_pre, c.shared_rec_q, shared)
         y = torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1)
@@ -200,29 +256,51 @@ def closed_form_sequence(x: Tensor, hidden: Tensor, timespans: Optional[Tensor],
         gi0 = torch.addmm(c.leak_s, s, c.sens_q_s, beta=h, alpha=h).view(batch, length, 2 * n)
         q = c.rec_q_s * h
         states = exact_sequence(hidden, gi0, None, c.rec_pre, c.rec_bias, q[:, :n], q[:, n:], substeps)
-        return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), states[-1], error
+        return (
+            torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1),
+            states[-1],
+            error,
+        )
     gi0 = torch.mm(s, c.sens_q).add_(c.leak).view(batch, length, 2 * n)
     if timespans is None:
         dt = torch.ones(length, batch, 1, dtype=x.dtype, device=x.device)
     else:
         dt = timespans.transpose(0, 1).unsqueeze(2).to(x.dtype)
     if exact:
-        states = exact_sequence(hidden, gi0, dt * (c.neg_inv_cm / float(substeps)), c.rec_pre, c.rec_bias,
-                                c.rec_qg, c.rec_qi, substeps)
+        states = exact_sequence(
+            hidden,
+            gi0,
+            dt * (c.neg_inv_cm / float(substeps)),
+            c.rec_pre,
+            c.rec_bias,
+            c.rec_qg,
+            c.rec_qi,
+            substeps,
+        )
         last = states[-1]
     else:
         gic0 = gi0 - torch.mm(s * s, c.sens_q).view(batch, length, 2 * n)
         x0 = hidden[:, n : 2 * n]
         elapsed = torch.cumsum(dt, 0) + hidden[:, 2 * n :]  # [L, B, 1] seconds since x0
-        states = approx_sequence(hidden[:, :n], x0, gi0, gic0, elapsed * c.neg_inv_cm, c.rec_pre, c.rec_bias,
-                                 c.rec_q)
+        states = approx_sequence(
+            hidden[:, :n], x0, gi0, gic0, elapsed * c.neg_inv_cm, c.rec_pre, c.rec_bias, c.rec_q
+        )
         last = torch.cat([states[-1], x0, elapsed[-1]], dim=1)
     return torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1), last, error
 
 
 @script
-def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: Constants, output_w: Tensor, output_b: Tensor,
-                     exact: bool, substeps: int, check: bool = True) -> Tuple[Tensor, Tensor, int]:
+def closed_form_step(
+    x: Tensor,
+    hidden: Tensor,
+    dt: Tensor,
+    c: Constants,
+    output_w: Tensor,
+    output_b: Tensor,
+    exact: bool,
+    substeps: int,
+    check: bool = True,
+) -> Tuple[Tensor, Tensor, int]:
     """One step of either method as a single scripted call (batch-1 latency): x ``[B, F]``, hidden
     ``[B, H]``, dt ``[B]`` seconds, c = :meth:`ClosedFormLTC._derive` -> (y ``[B, M]``, hidden,
     error code of :func:`input_error`, 0 without ``check``)."""
@@ -240,12 +318,29 @@ def closed_form_step(x: Tensor, hidden: Tensor, dt: Tensor, c: Constants, output
         base = torch.mm(s, c.sens_q).add_(c.leak)
         if exact:
             g0, i0 = base.chunk(2, 1)
-            state = exact_update(hidden, g0, i0, dt * (c.neg_inv_cm / float(substeps)), c.rec_pre, c.rec_bias,
-                                 c.rec_qg, c.rec_qi, substeps)
+            state = exact_update(
+                hidden,
+                g0,
+                i0,
+                dt * (c.neg_inv_cm / float(substeps)),
+                c.rec_pre,
+                c.rec_bias,
+                c.rec_qg,
+                c.rec_qi,
+                substeps,
+            )
         else:
             x0 = hidden[:, n : 2 * n]
             elapsed = hidden[:, 2 * n :] + dt
-            v = approx_update(hidden[:, :n], x0, elapsed * c.neg_inv_cm, base, base - torch.mm(s * s, c.sens_q),
-                              c.rec_pre, c.rec_bias, c.rec_q)
+            v = approx_update(
+                hidden[:, :n],
+                x0,
+                elapsed * c.neg_inv_cm,
+                base,
+                base - torch.mm(s * s, c.sens_q),
+                c.rec_pre,
+                c.rec_bias,
+                c.rec_q,
+            )
             state = torch.cat([v, x0, elapsed], dim=1)
     return torch.addcmul(output_b, state[:, : output_w.size(0)], output_w), state, error

@@ -53,6 +53,7 @@ from the parameters are cached and rebuilt when a parameter changes (version or 
 batch-1 ``step`` is one scripted call of 15 tensor ops. A scripted module re-derives them on every
 call (TorchScript cannot read tensor versions) unless frozen, as every export runtime does.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
@@ -71,10 +72,23 @@ __all__ = ["ClosedFormLTC", "convert", "eq8_state", "METHODS", "PARAMETER_NAMES"
 
 METHODS = ("exact", "approx")
 PARAMETER_NAMES = (
-    "gleak", "vleak", "cm", "w", "sigma", "mu", "erev",
-    "sensory_w", "sensory_sigma", "sensory_mu", "sensory_erev",
-    "input_w", "input_b", "output_w", "output_b",
+    "gleak",
+    "vleak",
+    "cm",
+    "w",
+    "sigma",
+    "mu",
+    "erev",
+    "sensory_w",
+    "sensory_sigma",
+    "sensory_mu",
+    "sensory_erev",
+    "input_w",
+    "input_b",
+    "output_w",
+    "output_b",
 )
+
 
 def _with_constant_neuron(q: Tensor) -> Tensor:
     """[G | I] columns ``[E, 2N]`` -> ``[E, 2(N+1)]``: a zero column for the constant neuron N after
@@ -84,8 +98,10 @@ def _with_constant_neuron(q: Tensor) -> Tensor:
     return torch.cat([q[:, :n], zero_col, q[:, n:], zero_col], 1)
 
 
-@register("closed_form_ltc",
-          aliases=("drive.nn.closed_form.ClosedFormLTC", "drive.nn.closed_form.ltc.ClosedFormLTC"))
+@register(
+    "closed_form_ltc",
+    aliases=("drive.nn.closed_form.ClosedFormLTC", "drive.nn.closed_form.ltc.ClosedFormLTC"),
+)
 class ClosedFormLTC(RecurrentModule):
     """An LTC evaluated in closed form (``method`` "exact" or "approx"; module docstring).
 
@@ -164,13 +180,23 @@ class ClosedFormLTC(RecurrentModule):
             out[name] = out[name] * self.sensory_mask
         return out
 
-    def _load_from_state_dict(self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+    def _load_from_state_dict(
+        self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any
+    ) -> None:
         check_wiring_buffers(self, state_dict, prefix, ("mask", "sensory_mask"))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # -- constants derived from the parameters ---------------------------------------------------
-    def _synapses(self, sigma: Tensor, mu: Tensor, w: Tensor, erev: Tensor, flat: Tensor, pre_onehot: Tensor,
-                  post_onehot: Tensor) -> List[Tensor]:
+    def _synapses(
+        self,
+        sigma: Tensor,
+        mu: Tensor,
+        w: Tensor,
+        erev: Tensor,
+        flat: Tensor,
+        pre_onehot: Tensor,
+        post_onehot: Tensor,
+    ) -> List[Tensor]:
         """[pre_sigma [rows, E], -sigma mu [E], q [E, 2N] = (w | w erev) in the post neuron's columns]."""
         sig = sigma.flatten().index_select(0, flat)
         qg = post_onehot * w.flatten().index_select(0, flat).unsqueeze(1)
@@ -190,10 +216,18 @@ class ClosedFormLTC(RecurrentModule):
         input f's k-th synapse, ``sens_slot``; empty slots 0). Fields not derived hold an empty tensor.
 
         The leak conductance is clamped at 1e-30 (the kernels divide by the total conductance)."""
-        sens = self._synapses(self.sensory_sigma, self.sensory_mu, self.sensory_w, self.sensory_erev,
-                              self.sens_flat, self.sens_pre_onehot, self.sens_post_onehot)
-        rec = self._synapses(self.sigma, self.mu, self.w, self.erev, self.syn_flat, self.syn_pre_onehot,
-                             self.syn_post_onehot)
+        sens = self._synapses(
+            self.sensory_sigma,
+            self.sensory_mu,
+            self.sensory_w,
+            self.sensory_erev,
+            self.sens_flat,
+            self.sens_pre_onehot,
+            self.sens_post_onehot,
+        )
+        rec = self._synapses(
+            self.sigma, self.mu, self.w, self.erev, self.syn_flat, self.syn_pre_onehot, self.syn_post_onehot
+        )
         gleak = self.gleak.clamp_min(1e-30)
         neg_inv_cm = -1.0 / self.cm
         n = self.units
@@ -208,19 +242,45 @@ class ClosedFormLTC(RecurrentModule):
             leak_s, sens_q_s, rec_q_s = leak * neg_inv_cm2, sens[2] * neg_inv_cm2, rec[2] * neg_inv_cm2
             if sequence:
                 slots = self.fanout * self.input_size
-                a = sens_pre.sum(0)  # one non-zero per column of the [F, Es] one-hot map: its input's sigma input_w
-                grid = [torch.zeros(slots, dtype=a.dtype, device=a.device).index_copy(0, self.sens_slot, t)
-                        for t in (a, sens_bias)]
+                a = sens_pre.sum(
+                    0
+                )  # one non-zero per column of the [F, Es] one-hot map: its input's sigma input_w
+                grid = [
+                    torch.zeros(slots, dtype=a.dtype, device=a.device).index_copy(0, self.sens_slot, t)
+                    for t in (a, sens_bias)
+                ]
                 grid_w, grid_b = (v.view(self.fanout, self.input_size) for v in grid)
                 grid_q = torch.zeros(slots, 2 * n + 2, dtype=a.dtype, device=a.device).index_copy(
-                    0, self.sens_slot, _with_constant_neuron(sens_q_s))
-                minus_one = -torch.ones(1, dtype=gleak.dtype, device=gleak.device)  # constant neuron's G and I
+                    0, self.sens_slot, _with_constant_neuron(sens_q_s)
+                )
+                minus_one = -torch.ones(
+                    1, dtype=gleak.dtype, device=gleak.device
+                )  # constant neuron's G and I
                 shared_leak = torch.cat([leak_s[:n], minus_one, leak_s[n:], minus_one])
                 shared_rec_pre = torch.cat([rec[0], rec[1].unsqueeze(0)])
                 shared_rec_q = _with_constant_neuron(rec_q_s)
-        return Constants(sens_pre, sens_bias, sens[2], rec[0], rec[1], rec[2], leak, neg_inv_cm2, neg_inv_cm,
-                         rec_qg, rec_qi, leak_s, sens_q_s, rec_q_s, grid_w, grid_b, grid_q, shared_leak,
-                         shared_rec_pre, shared_rec_q)
+        return Constants(
+            sens_pre,
+            sens_bias,
+            sens[2],
+            rec[0],
+            rec[1],
+            rec[2],
+            leak,
+            neg_inv_cm2,
+            neg_inv_cm,
+            rec_qg,
+            rec_qi,
+            leak_s,
+            sens_q_s,
+            rec_q_s,
+            grid_w,
+            grid_b,
+            grid_q,
+            shared_leak,
+            shared_rec_pre,
+            shared_rec_q,
+        )
 
     def _constants(self, sequence: bool = True) -> Constants:
         if torch.jit.is_scripting():
@@ -232,7 +292,9 @@ class ClosedFormLTC(RecurrentModule):
         """``_derive()``, cached in inference until a parameter changes (in place or its storage)."""
         if torch.is_grad_enabled() or torch.compiler.is_compiling() or torch.compiler.is_exporting():
             return self._derive()  # training, or traced by torch.export / torch.compile: no storage to key on
-        key = [k for t in self._parameters.values() for k in (t.data_ptr(), t._version)]  # not getattr: 10x faster
+        key = [
+            k for t in self._parameters.values() for k in (t.data_ptr(), t._version)
+        ]  # not getattr: 10x faster
         if key != self._cache_key:
             self._cache, self._cache_key = self._derive(), key
         return self._cache
@@ -240,8 +302,9 @@ class ClosedFormLTC(RecurrentModule):
     # -- the recurrent-module contract (drive.nn.contract; the shape checks are the base's) -------
     def _sequence(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
         """``x[B, L, F]``, hidden ``[B, H]``, elapsed seconds ``ts[B, L, 1]`` -> (``y[B, L, M]``, hidden)."""
-        y, last, error = closed_form_sequence(x, hidden, ts[:, :, 0], self._constants(), self.output_w,
-                                              self.output_b, self.exact, self.substeps)
+        y, last, error = closed_form_sequence(
+            x, hidden, ts[:, :, 0], self._constants(), self.output_w, self.output_b, self.exact, self.substeps
+        )
         self._raise(error)
         return y, last
 
@@ -254,8 +317,17 @@ class ClosedFormLTC(RecurrentModule):
                 return self._step_fp32(x, hidden, dt)
         check_step(x, dt, self.input_size)
         check_hidden(hidden, x, self.state_size)
-        y, state, error = closed_form_step(x, hidden, dt, self._constants(False), self.output_w, self.output_b,
-                                           self.exact, self.substeps, self.check_values)
+        y, state, error = closed_form_step(
+            x,
+            hidden,
+            dt,
+            self._constants(False),
+            self.output_w,
+            self.output_b,
+            self.exact,
+            self.substeps,
+            self.check_values,
+        )
         self._raise(error)
         return y, state
 
@@ -266,15 +338,19 @@ class ClosedFormLTC(RecurrentModule):
         if error == 2:
             raise ValueError("elapsed time (timespans / dt) must be finite and > 0")
         if error == 3:
-            raise ValueError("hidden state contains NaN or infinite values (start from initial_state, "
-                             "or reset the rows that diverged)")
+            raise ValueError(
+                "hidden state contains NaN or infinite values (start from initial_state, "
+                "or reset the rows that diverged)"
+            )
 
 
 def convert(ltc: nn.Module, method: str = "exact", substeps: int = 1) -> ClosedFormLTC:
     """Closed-form copy of a trained LTC (``drive.nn.ltc.LTC``): same wiring, its effective parameter
     values (``ltc.effective_parameters()``), same device and dtype; the LTC is left unchanged."""
     wiring = getattr(ltc, "wiring", None)
-    out = ClosedFormLTC(wiring if wiring is not None else ltc.config()["wiring"], method=method, substeps=substeps)
+    out = ClosedFormLTC(
+        wiring if wiring is not None else ltc.config()["wiring"], method=method, substeps=substeps
+    )
     values = ltc.effective_parameters()
     missing = [name for name in PARAMETER_NAMES if name not in values]
     if missing:
@@ -285,7 +361,9 @@ def convert(ltc: nn.Module, method: str = "exact", substeps: int = 1) -> ClosedF
         for name in PARAMETER_NAMES:
             dst = getattr(out, name)
             if values[name].shape != dst.shape:
-                raise ValueError(f"convert: {name} has shape {tuple(values[name].shape)}, the wiring expects "
-                                 f"{tuple(dst.shape)}")
+                raise ValueError(
+                    f"convert: {name} has shape {tuple(values[name].shape)}, the wiring expects "
+                    f"{tuple(dst.shape)}"
+                )
             dst.copy_(values[name].detach())
     return out

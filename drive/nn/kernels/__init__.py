@@ -25,8 +25,8 @@ MAX_NEURONS = 64  # the [N, N] synapse tile lives in registers; larger networks 
 
 @functools.lru_cache(maxsize=None)
 def triton_available() -> bool:
-    try:
-        import triton  # noqa: F401
+    try:  # optional dependency: triton ships with torch's CUDA builds only
+        import triton
         import triton.language  # noqa: F401
     except Exception:  # noqa: BLE001 - a broken triton install means: no kernels
         return False
@@ -34,7 +34,10 @@ def triton_available() -> bool:
 
 
 def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and os.environ.get("DRIVE_TRITON") == "interpret"
+    return (
+        os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+        and os.environ.get("DRIVE_TRITON") == "interpret"
+    )
 
 
 def use_kernels(x: Tensor, neurons: int) -> bool:
@@ -50,8 +53,17 @@ def use_kernels(x: Tensor, neurons: int) -> bool:
     return triton_available()
 
 
-def ltc_fused_solve(v: Tensor, nd0: Tensor, cm_t: Tensor, sigma: Tensor, mu: Tensor, w: Tensor, erev: Tensor,
-                    mask: Tensor, unfolds: int) -> Tensor:
+def ltc_fused_solve(
+    v: Tensor,
+    nd0: Tensor,
+    cm_t: Tensor,
+    sigma: Tensor,
+    mu: Tensor,
+    w: Tensor,
+    erev: Tensor,
+    mask: Tensor,
+    unfolds: int,
+) -> Tensor:
     """The LTC's fused solver over a sequence with dense synapse tables (differentiable).
 
     v [B,N] initial state; nd0 [L,B,2N] = [gleak vleak + S_num | gleak + S_den + cm/h + eps];

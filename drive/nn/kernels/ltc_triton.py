@@ -17,6 +17,7 @@ row per unfold); the backward walks the unfolds in reverse, recomputing s and d 
 and accumulates the table gradients of its rows in registers, written once per program as
 partial sums (summed on the host side in a fixed order: deterministic).
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional, Tuple
@@ -30,9 +31,24 @@ __all__ = ["LTCFusedSolve", "ltc_forward", "ltc_backward"]
 
 
 @triton.jit
-def _ltc_fwd_kernel(v0_ptr, nd0_ptr, cm_ptr, sig_ptr, nsm_ptr, qn_ptr, qd_ptr, states_ptr, vin_ptr,
-                    B, L, N: tl.constexpr, NP: tl.constexpr, U: tl.constexpr, BLOCK_B: tl.constexpr,
-                    SAVE: tl.constexpr):
+def _ltc_fwd_kernel(
+    v0_ptr,
+    nd0_ptr,
+    cm_ptr,
+    sig_ptr,
+    nsm_ptr,
+    qn_ptr,
+    qd_ptr,
+    states_ptr,
+    vin_ptr,
+    B,
+    L,
+    N: tl.constexpr,
+    NP: tl.constexpr,
+    U: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    SAVE: tl.constexpr,
+):
     pid = tl.program_id(0)
     rows = pid * BLOCK_B + tl.arange(0, BLOCK_B)
     cols = tl.arange(0, NP)
@@ -65,9 +81,29 @@ def _ltc_fwd_kernel(v0_ptr, nd0_ptr, cm_ptr, sig_ptr, nsm_ptr, qn_ptr, qd_ptr, s
 
 
 @triton.jit
-def _ltc_bwd_kernel(gs_ptr, vin_ptr, nd0_ptr, cm_ptr, sig_ptr, nsm_ptr, qn_ptr, qd_ptr,
-                    gv0_ptr, gnd0_ptr, gcm_ptr, gsig_ptr, gnsm_ptr, gqn_ptr, gqd_ptr,
-                    B, L, N: tl.constexpr, NP: tl.constexpr, U: tl.constexpr, BLOCK_B: tl.constexpr):
+def _ltc_bwd_kernel(
+    gs_ptr,
+    vin_ptr,
+    nd0_ptr,
+    cm_ptr,
+    sig_ptr,
+    nsm_ptr,
+    qn_ptr,
+    qd_ptr,
+    gv0_ptr,
+    gnd0_ptr,
+    gcm_ptr,
+    gsig_ptr,
+    gnsm_ptr,
+    gqn_ptr,
+    gqd_ptr,
+    B,
+    L,
+    N: tl.constexpr,
+    NP: tl.constexpr,
+    U: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
     pid = tl.program_id(0)
     rows = pid * BLOCK_B + tl.arange(0, BLOCK_B)
     cols = tl.arange(0, NP)
@@ -138,23 +174,62 @@ def _f32(t: Tensor) -> Tensor:
     return t.contiguous() if t.dtype == torch.float32 else t.float().contiguous()
 
 
-def ltc_forward(v: Tensor, nd0: Tensor, cm_t: Tensor, sig: Tensor, nsm: Tensor, qn: Tensor, qd: Tensor,
-                unfolds: int, save: bool) -> Tuple[Tensor, Optional[Tensor]]:
+def ltc_forward(
+    v: Tensor,
+    nd0: Tensor,
+    cm_t: Tensor,
+    sig: Tensor,
+    nsm: Tensor,
+    qn: Tensor,
+    qd: Tensor,
+    unfolds: int,
+    save: bool,
+) -> Tuple[Tensor, Optional[Tensor]]:
     """states [L,B,N] and (``save``) v_in [K+1,B,N]; every input fp32, contiguous."""
     length, batch, n = cm_t.shape
     states = torch.empty((length, batch, n), dtype=torch.float32, device=v.device)
-    v_in = torch.empty((length * unfolds + 1, batch, n), dtype=torch.float32, device=v.device) if save else states
+    v_in = (
+        torch.empty((length * unfolds + 1, batch, n), dtype=torch.float32, device=v.device)
+        if save
+        else states
+    )
     if length == 0 or batch == 0:
         return states, (v_in if save else None)
     np_, block_b, warps = _launch_config(batch, n)
     grid = (triton.cdiv(batch, block_b),)
-    _ltc_fwd_kernel[grid](v, nd0, cm_t, sig, nsm, qn, qd, states, v_in, batch, length, N=n, NP=np_, U=unfolds,
-                          BLOCK_B=block_b, SAVE=save, num_warps=warps)
+    _ltc_fwd_kernel[grid](
+        v,
+        nd0,
+        cm_t,
+        sig,
+        nsm,
+        qn,
+        qd,
+        states,
+        v_in,
+        batch,
+        length,
+        N=n,
+        NP=np_,
+        U=unfolds,
+        BLOCK_B=block_b,
+        SAVE=save,
+        num_warps=warps,
+    )
     return states, (v_in if save else None)
 
 
-def ltc_backward(g_states: Tensor, v_in: Tensor, nd0: Tensor, cm_t: Tensor, sig: Tensor, nsm: Tensor, qn: Tensor,
-                 qd: Tensor, unfolds: int) -> Tuple[Tensor, ...]:
+def ltc_backward(
+    g_states: Tensor,
+    v_in: Tensor,
+    nd0: Tensor,
+    cm_t: Tensor,
+    sig: Tensor,
+    nsm: Tensor,
+    qn: Tensor,
+    qd: Tensor,
+    unfolds: int,
+) -> Tuple[Tensor, ...]:
     """Gradients w.r.t. (v, nd0, cm_t, sig, nsm, qn, qd)."""
     length, batch, n = cm_t.shape
     dev = v_in.device
@@ -166,9 +241,30 @@ def ltc_backward(g_states: Tensor, v_in: Tensor, nd0: Tensor, cm_t: Tensor, sig:
     parts = torch.zeros((4, programs, n, n), dtype=torch.float32, device=dev)
     # the backward carries four [NP, NP] gradient accumulators besides the tile: twice the warps
     # (registers) of the forward
-    _ltc_bwd_kernel[(programs,)](g_states, v_in, nd0, cm_t, sig, nsm, qn, qd, g_v, g_nd0, g_cm,
-                                 parts[0], parts[1], parts[2], parts[3], batch, length, N=n, NP=np_, U=unfolds,
-                                 BLOCK_B=block_b, num_warps=min(8, 2 * warps))
+    _ltc_bwd_kernel[(programs,)](
+        g_states,
+        v_in,
+        nd0,
+        cm_t,
+        sig,
+        nsm,
+        qn,
+        qd,
+        g_v,
+        g_nd0,
+        g_cm,
+        parts[0],
+        parts[1],
+        parts[2],
+        parts[3],
+        batch,
+        length,
+        N=n,
+        NP=np_,
+        U=unfolds,
+        BLOCK_B=block_b,
+        num_warps=min(8, 2 * warps),
+    )
     g_sig, g_nsm, g_qn, g_qd = parts.sum(1).unbind(0)
     return g_v, g_nd0, g_cm, g_sig, g_nsm, g_qn, g_qd
 
@@ -177,8 +273,17 @@ class LTCFusedSolve(torch.autograd.Function):
     """The fused solver as two Triton kernels (forward, backward); inputs as in :func:`ltc_forward`."""
 
     @staticmethod
-    def forward(ctx: Any, v: Tensor, nd0: Tensor, cm_t: Tensor, sig: Tensor, nsm: Tensor, qn: Tensor, qd: Tensor,
-                unfolds: int) -> Tensor:
+    def forward(
+        ctx: Any,
+        v: Tensor,
+        nd0: Tensor,
+        cm_t: Tensor,
+        sig: Tensor,
+        nsm: Tensor,
+        qn: Tensor,
+        qd: Tensor,
+        unfolds: int,
+    ) -> Tensor:
         dtype = v.dtype
         args = [_f32(a) for a in (v, nd0, cm_t, sig, nsm, qn, qd)]
         save = any(ctx.needs_input_grad[:7])
