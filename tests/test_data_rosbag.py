@@ -185,9 +185,9 @@ def test_unknown_encoding_and_corrupt_jpeg_name_the_message(tmp_path):
     # rewrite one frame's encoding by writing a second bag whose camera message 4 is 16-bit
     from rosbags.rosbag2 import StoragePlugin, Writer
 
-    from drive.data.readers.rosbag import _open
+    from drive.data.readers.rosbag_io import open_bag
 
-    reader = _open(bag)
+    reader = open_bag(bag)
     bad = bag_path(tmp_path, kind, "bad")
     with Writer(bad, version=9, storage_plugin=StoragePlugin.SQLITE3) as w:
         conns = {
@@ -239,9 +239,9 @@ def test_unknown_encoding_and_corrupt_jpeg_name_the_message(tmp_path):
 
 
 def _receive_times(bag, topic):
-    from drive.data.readers.rosbag import _open
+    from drive.data.readers.rosbag_io import open_bag
 
-    reader = _open(bag)
+    reader = open_bag(bag)
     try:
         return [t for c, t, _ in reader.messages() if c.topic == topic]
     finally:

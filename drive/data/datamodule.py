@@ -14,9 +14,10 @@ Batch contract (a dict; B windows of T = ``seq_len`` frames; see :mod:`drive.dat
 
 Training windows overlap (``stride``), never cross a time gap or recording boundary, and are
 shuffled; the order and every augmentation draw follow from (seed, epoch, window), so a run killed
-mid-epoch resumes exactly where it stopped (:mod:`drive.data.sampling`). Validation/test/predict iterate every recording in time order with consecutive,
-non-overlapping windows (the last one of a segment padded): carry the hidden state from a batch
-to the next unless ``reset`` when evaluating statefully with ``eval_batch_size=1``.
+mid-epoch resumes exactly where it stopped (:mod:`drive.data.sampling`). Validation/test/predict
+iterate every recording in time order with consecutive, non-overlapping windows (the last one of a
+segment padded): carry the hidden state from a batch to the next unless ``reset`` when evaluating
+statefully with ``eval_batch_size=1``.
 
 Splits: ``val`` paths when given; otherwise ``val_split`` = ``ncp`` (first and last 5% of every
 training drive, the paper's scheme), ``drives`` (a seeded share of whole drives) or ``none``.
@@ -94,7 +95,9 @@ class DriveDataModule(L.LightningDataModule):
         num_workers: int = 2,
         pin_memory: bool = True,
         augment: Optional[AugmentConfig] = None,
-        image_size: List[int] = list(MODEL_SIZE),
+        # never mutated (read into a tuple below); a list, so LightningCLI parses, shows and saves
+        # the option as [H, W] exactly as before
+        image_size: List[int] = list(MODEL_SIZE),  # noqa: B006
         crop: Optional[List[int]] = None,
         cache_dir: str = ".cache/drive-data",
         on_error: str = "raise",

@@ -234,7 +234,9 @@ def _log_entry(path: str, format: str) -> Dict[str, Any]:
     if format == "rosbag":
         try:
             entry["topics"] = list_topics(Path(path))
-        except Exception as e:  # the read itself reports an unreadable bag as a problem
+        # a damaged bag fails to open with any error type (see rosbag_io.open_or_report); the read
+        # itself reports it as a problem, the listing only notes why it has no topics
+        except Exception as e:  # noqa: BLE001
             entry["topics_error"] = f"{type(e).__name__}: {e}"
     return entry
 
@@ -242,7 +244,8 @@ def _log_entry(path: str, format: str) -> Dict[str, Any]:
 def format_report(report: Dict[str, Any]) -> str:
     """Human-readable text of :func:`inspect_logs`'s report."""
     lines = [
-        f"{len(report['logs'])} log(s): " + ", ".join(f"{l['path']} [{l['format']}]" for l in report["logs"])
+        f"{len(report['logs'])} log(s): "
+        + ", ".join(f"{entry['path']} [{entry['format']}]" for entry in report["logs"])
     ]
     for log in report["logs"]:
         if log.get("topics"):
@@ -254,7 +257,8 @@ def format_report(report: Dict[str, Any]) -> str:
         k = s["curvature_per_m"]
         lines.append(
             f"- {s['name']} ({s['source']}): {s['frames']} frames {s['size'][0]}x{s['size'][1]}, "
-            f"{s['duration_s']:.1f} s at {s['fps']:.2f} fps (dt {s['dt_s']['min']:.3f}..{s['dt_s']['max']:.3f} s), "
+            f"{s['duration_s']:.1f} s at {s['fps']:.2f} fps "
+            f"(dt {s['dt_s']['min']:.3f}..{s['dt_s']['max']:.3f} s), "
             f"{len(s['gaps'])} gap(s), curvature {k['min']:+.4f}..{k['max']:+.4f} 1/m, "
             f"speed {s['speed_mps']['min']:.1f}..{s['speed_mps']['max']:.1f} m/s"
             + ("" if s["camera"] else ", no camera calibration")

@@ -1,20 +1,27 @@
 """Readers: foreign driving logs -> canonical :class:`~drive.io.recording.Recording` objects.
 
-=============  ===========================================================  =====================
-format         what the user points at                                      steering unit default
-=============  ===========================================================  =====================
-canonical      a recording directory (meta.json, log.csv, frames/ | video)   curvature 1/m
-udacity_sim    ``driving_log.csv`` or its folder                             normalized x 25 deg, + = right
-udacity_real   ``interpolated.csv`` or its folder                            steering-wheel rad / 14.8
-comma2k19      a segment folder (video.hevc, global_pose/, processed_log/)    steering-wheel deg / 15.3, + = left
-donkeycar      a Donkeycar tub v2 (manifest.json, catalog_*.catalog)         normalized x 25 deg, + = right
-dave2          ``data.txt`` (``<image> <angle>[,<time>]``) or its folder       steering-wheel deg / 15, + = right
-hdf5           an NCP ``.h5`` drive (camera_front, inverse_r, timestamp)     curvature 1/m
-video          an ``.mp4``/``.avi`` with a timestamped CSV beside it          named in options
-folder         an image folder with one CSV (or the CSV itself)              named in options
-rosbag         a ROS 1 ``.bag``, a rosbag2 folder (sqlite3 or MCAP) or a       by message type:
-               bare ``.mcap``/``.db3``; camera + steering topics               Ackermann, Twist, Float
-=============  ===========================================================  =====================
+=============  ==================================================  ===================================
+format         what the user points at                             steering unit default
+=============  ==================================================  ===================================
+canonical      a recording directory (meta.json, log.csv,          curvature 1/m
+               frames/ | video)
+udacity_sim    ``driving_log.csv`` or its folder                   normalized x 25 deg, + = right
+udacity_real   ``interpolated.csv`` or its folder                  steering-wheel rad / 14.8
+comma2k19      a segment folder (video.hevc, global_pose/,         steering-wheel deg / 15.3, + = left
+               processed_log/)
+donkeycar      a Donkeycar tub v2 (manifest.json,                  normalized x 25 deg, + = right
+               catalog_*.catalog)
+dave2          ``data.txt`` (``<image> <angle>[,<time>]``) or      steering-wheel deg / 15, + = right
+               its folder
+hdf5           an NCP ``.h5`` drive (camera_front, inverse_r,      curvature 1/m
+               timestamp)
+video          an ``.mp4``/``.avi`` with a timestamped CSV         named in options
+               beside it
+folder         an image folder with one CSV (or the CSV itself)    named in options
+rosbag         a ROS 1 ``.bag``, a rosbag2 folder (sqlite3 or      by message type:
+               MCAP) or a bare ``.mcap``/``.db3``; camera +        Ackermann, Twist, Float
+               steering topics
+=============  ==================================================  ===================================
 
 :func:`read_logs` expands globs, walks directories that are not themselves a log (finding every
 log below them), detects each log's format unless one is given, and returns the recordings.

@@ -48,7 +48,8 @@ SPEED_TYPES = STEERING_TYPES + ("nav_msgs/msg/Odometry",)
 ACKERMANN_MSGS = {
     "ackermann_msgs/msg/AckermannDrive": "float32 steering_angle\nfloat32 steering_angle_velocity\n"
     "float32 speed\nfloat32 acceleration\nfloat32 jerk\n",
-    "ackermann_msgs/msg/AckermannDriveStamped": "std_msgs/Header header\nackermann_msgs/AckermannDrive drive\n",
+    "ackermann_msgs/msg/AckermannDriveStamped": "std_msgs/Header header\n"
+    "ackermann_msgs/AckermannDrive drive\n",
 }
 DEFAULT_MIN_SPEED_MPS = 0.5
 # ROS names the Bayer pattern by its first row; OpenCV by the second row's first two pixels, so

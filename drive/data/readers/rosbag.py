@@ -48,13 +48,14 @@ Every problem names ``<bag> <topic>`` as the file and the message's 0-based inde
 as the row.
 
 Decoding single messages (images, steering, speed, stamps) lives in
-:mod:`drive.data.readers.ros_messages`; this module opens bags, picks topics and aligns them.
+:mod:`drive.data.readers.ros_messages`; opening bags, picking topics and streaming frames in
+:mod:`drive.data.readers.rosbag_io`; this module scans the chosen topics and aligns them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, List
 
 import numpy as np
 
@@ -75,7 +76,8 @@ from drive.data.readers.ros_messages import (
     steering_curvature,
     typestore,
 )
-from drive.io.recording import Recording, RecordingError
+from drive.data.readers.rosbag_io import BagFrames, list_topics, open_or_report, pick_topic
+from drive.io.recording import Recording
 
 __all__ = [
     "read",
@@ -108,154 +110,6 @@ def detect(path: Path) -> bool:
     return False
 
 
-def _open(path: Path) -> Any:
-    # imported on first use: rosbags costs ~0.1 s of start-up to every drive command otherwise
-    from rosbags.highlevel import AnyReader
-
-    reader = AnyReader([path], default_typestore=typestore(ros1=path.suffix == ".bag"))
-    reader.open()
-    return reader
-
-
-def _open_or_report(path: Path, problems: Problems) -> Optional[Any]:
-    try:
-        return _open(path)
-    except Exception as e:  # rosbags raises its own error types for every kind of damage
-        problems.report(str(path), None, "unreadable", f"cannot open the bag ({type(e).__name__}: {e})")
-        return None
-
-
-def list_topics(path: Path) -> List[Dict[str, Any]]:
-    """Every topic of a bag: name, type, message count, and the role drive can give it."""
-    reader = _open(Path(path))
-    try:
-        out = []
-        for name, info in sorted(reader.topics.items()):
-            roles = [
-                r
-                for r, types in (
-                    ("camera", IMAGE_TYPES),
-                    ("steering", STEERING_TYPES),
-                    ("speed", SPEED_TYPES),
-                )
-                if info.msgtype in types
-            ]
-            out.append({"topic": name, "type": info.msgtype, "messages": int(info.msgcount), "roles": roles})
-        return out
-    finally:
-        reader.close()
-
-
-def _topic_table(reader: Any) -> str:
-    return "; ".join(f"{n} ({i.msgtype}, {i.msgcount} msgs)" for n, i in sorted(reader.topics.items()))
-
-
-def _pick_topic(
-    reader: Any, bag: Path, given: Optional[str], types: Sequence[str], role: str, option: str, required: bool
-) -> Optional[str]:
-    topics = reader.topics
-    if given:
-        if given not in topics:
-            raise ValueError(f"{bag}: no topic {given!r} ({option}); topics: {_topic_table(reader)}")
-        if topics[given].msgtype not in types:
-            raise ValueError(
-                f"{bag}: {option} {given!r} is a {topics[given].msgtype}; a {role} topic must be one of "
-                f"{', '.join(types)}"
-            )
-        return given
-    candidates = [n for n, i in sorted(topics.items()) if i.msgtype in types and i.msgcount > 0]
-    if len(candidates) == 1:
-        return candidates[0]
-    if not candidates and not required:
-        return None
-    if not candidates:
-        raise ValueError(f"{bag}: no {role} topic (types {', '.join(types)}); topics: {_topic_table(reader)}")
-    listed = "; ".join(f"{n} ({topics[n].msgtype}, {topics[n].msgcount} msgs)" for n in candidates)
-    raise ValueError(
-        f"{bag}: {len(candidates)} {role} topics: {listed}; name one with {option} (--set {option}=TOPIC)"
-    )
-
-
-# ----------------------------------------------------------------------------------------------
-# images
-
-
-class BagFrames:
-    """The frames of one camera topic, read from the bag one message at a time.
-
-    ``times_ns[i]`` is the bag (receive) time of frame ``i`` and ``ordinals[i]`` its 0-based index
-    on the topic. Reading ``i`` after ``i - 1`` continues one open iterator; any other index opens
-    a new one at that receive time (an indexed seek in every storage kind). Picklable for
-    DataLoader workers (the reader reopens lazily in each process).
-    """
-
-    def __init__(self, path: Path, topic: str, times_ns: np.ndarray, ordinals: np.ndarray):
-        self.path, self.topic = Path(path), topic
-        self.times_ns = np.asarray(times_ns, dtype=np.int64)
-        self.ordinals = np.asarray(ordinals, dtype=np.int64)
-        self._reader: Any = None
-        self._iter: Optional[Iterator] = None
-        self._next = -1
-
-    def __len__(self) -> int:
-        return len(self.times_ns)
-
-    def __getstate__(self) -> Dict[str, Any]:
-        return {"path": self.path, "topic": self.topic, "times_ns": self.times_ns, "ordinals": self.ordinals}
-
-    def __setstate__(self, state: Dict[str, Any]) -> None:
-        self.__init__(state["path"], state["topic"], state["times_ns"], state["ordinals"])
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-        self._reader, self._iter, self._next = None, None, -1
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
-
-    def _where(self, index: int) -> str:
-        return f"{self.path} {self.topic}, message {int(self.ordinals[index])}"
-
-    def read(self, index: int) -> np.ndarray:
-        if not 0 <= index < len(self):
-            raise IndexError(f"{self.path} {self.topic}: frame {index} out of range 0..{len(self) - 1}")
-        if self._reader is None:
-            try:
-                self._reader = _open(self.path)
-            except Exception as e:
-                raise RecordingError(f"{self.path}: cannot open the bag ({type(e).__name__}: {e})") from None
-        if index != self._next or self._iter is None:
-            # messages at the same receive time as frame `index` but before it on the topic are skipped
-            t = int(self.times_ns[index])
-            conns = [c for c in self._reader.connections if c.topic == self.topic]
-            self._iter = self._reader.messages(connections=conns, start=t)
-            earlier = int(np.sum(self.times_ns[:index] == t))
-            # frames dropped by the reader (bad stamps) with this receive time count too
-            skip = int(self.ordinals[index]) - int(self.ordinals[index - earlier]) if earlier else 0
-            skip = max(skip, earlier)
-            for _ in range(skip):
-                next(self._iter, None)
-        else:
-            gap = int(self.ordinals[index]) - int(self.ordinals[index - 1]) - 1 if index > 0 else 0
-            for _ in range(gap):  # messages dropped between two kept frames
-                next(self._iter, None)
-        item = next(self._iter, None)
-        if item is None:
-            self._iter = None
-            raise RecordingError(f"{self._where(index)}: the message is missing (bag truncated?)")
-        conn, _, raw = item
-        self._next = index + 1
-        try:
-            msg = self._reader.deserialize(raw, conn.msgtype)
-            return decode_image(msg, conn.msgtype)
-        except Exception as e:
-            raise RecordingError(f"{self._where(index)}: {e}") from None
-
-
 # ----------------------------------------------------------------------------------------------
 # steering and speed
 
@@ -276,7 +130,9 @@ def _scan(reader: Any, bag: Path, topics: Dict[str, str], problems: Problems) ->
             msg = reader.deserialize(raw, conn.msgtype)
             hdr = stamp_ns(msg) if has_header(conn.msgtype) else None
             vals = None if conn.msgtype in IMAGE_TYPES else message_values(msg, conn.msgtype)
-        except Exception as e:
+        # a damaged message fails with whatever its bytes trigger (struct, index, unicode errors,
+        # rosbags' own): it is reported by its index on the topic, the scan goes on
+        except Exception as e:  # noqa: BLE001
             problems.report(f"{bag} {topic}", ordinal, "unreadable_message", f"cannot deserialize ({e})")
             continue
         a["bag"].append(t_ns)
@@ -326,17 +182,17 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     stamp = (options.stamp or "auto").lower()
     if stamp not in ("auto", "header", "bag"):
         raise ValueError(f"stamp must be auto, header or bag, got {options.stamp!r}")
-    reader = _open_or_report(path, problems)
+    reader = open_or_report(path, problems)
     if reader is None:
         return []
     try:
         try:
-            cam = _pick_topic(reader, path, options.camera_topic, IMAGE_TYPES, "camera", "camera_topic", True)
-            steer = _pick_topic(
+            cam = pick_topic(reader, path, options.camera_topic, IMAGE_TYPES, "camera", "camera_topic", True)
+            steer = pick_topic(
                 reader, path, options.steering_topic, STEERING_TYPES, "steering", "steering_topic", True
             )
             speed_topic = (
-                _pick_topic(reader, path, options.speed_topic, SPEED_TYPES, "speed", "speed_topic", True)
+                pick_topic(reader, path, options.speed_topic, SPEED_TYPES, "speed", "speed_topic", True)
                 if options.speed_topic
                 else None
             )

@@ -1,0 +1,163 @@
+"""Reader options: what a user may tell a reader about a foreign log, and the camera it was shot with.
+
+:class:`ReaderOptions` collects every option (all optional; each reader applies its format's own
+defaults to the unset ones). The ``camera`` option is either a full calibration, or a field of view
+and mounting (:class:`FieldOfViewCamera`, resolved at each recording's image size), or the stated
+approximation :data:`APPROXIMATE_CAMERA`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, Optional, Tuple
+
+from drive.data.labels import LabelSpec
+from drive.io.recording import CameraCalibration, RecordingError
+
+__all__ = ["ReaderOptions", "FieldOfViewCamera", "APPROXIMATE_CAMERA"]
+
+
+@dataclasses.dataclass
+class ReaderOptions:
+    """Everything a user may need to tell a reader about a foreign log (all optional).
+
+    Attributes:
+        label: steering semantics (:class:`~drive.data.labels.LabelSpec` fields as a dict); each
+            format has its own default (curvature for canonical/HDF5, normalized x 25 deg for the
+            Udacity simulator, steering-wheel radians for the Udacity car).
+        image_column, timestamp_column, steering_column, speed_column: CSV column names (or
+            0-based indices as strings for headerless files).
+        time_unit: timestamps in s | ms | us | ns (default: the format's own, else s).
+        speed_unit: mps | kph | mph (default: the format's own, else mps).
+        speed_mps: speed assumed when the log has none (default 8.33 m/s = 30 km/h; 2 m/s for
+            Donkeycar's 1/10-scale cars).
+        fps: frame rate when the log has no timestamps (frames at i / fps).
+        camera: camera calibration for logs that carry none; needed by viewpoint synthesis. Either
+            ``CameraCalibration`` fields (``fx, fy, cx, cy, height_m, pitch_rad``, pixels at the
+            log's image size), or a field of view and mounting, ``{hfov_deg, height_m, pitch_rad}``
+            (optional ``vfov_deg``; square pixels and a centred principal point otherwise), resolved
+            at each recording's image size, or ``approximate``: :data:`APPROXIMATE_CAMERA`.
+        side_cameras: also read left/right cameras (Udacity) as extra recordings whose labels
+            steer back toward the centre by ``side_offset`` (in the log's own steering unit:
+            the left camera's label turns right by it, the right camera's turns left).
+        csv: label CSV for a video (default: same stem as the video, else the only CSV beside it).
+        video_start_s: CSV time of the video's first frame (default: the first CSV timestamp).
+        camera_topic, steering_topic, speed_topic: ROS bag topics (default: the only candidate;
+            ``drive data inspect BAG`` lists them).
+        stamp: ROS bag message time: auto | header | bag (see :mod:`drive.data.readers.rosbag`).
+    """
+
+    label: Optional[Dict[str, Any]] = None
+    image_column: Optional[str] = None
+    timestamp_column: Optional[str] = None
+    steering_column: Optional[str] = None
+    speed_column: Optional[str] = None
+    time_unit: Optional[str] = None
+    speed_unit: Optional[str] = None
+    speed_mps: Optional[float] = None
+    fps: Optional[float] = None
+    camera: Optional[Any] = None
+    side_cameras: bool = False
+    side_offset: float = 0.2
+    csv: Optional[str] = None
+    video_start_s: Optional[float] = None
+    camera_topic: Optional[str] = None
+    steering_topic: Optional[str] = None
+    speed_topic: Optional[str] = None
+    stamp: Optional[str] = None
+
+    @classmethod
+    def from_any(cls, value: Optional[object]) -> "ReaderOptions":
+        if isinstance(value, ReaderOptions):
+            return value
+        d = dict(value or {})
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(
+                f"unknown reader option(s) {sorted(unknown)}; "
+                f"known: {[f.name for f in dataclasses.fields(cls)]}"
+            )
+        return cls(**d)
+
+    def units(self, time: str = "s", speed: str = "mps", speed_mps: float = 8.33) -> Tuple[str, str, float]:
+        """(time unit, speed unit, assumed speed) with the format's defaults for unset options."""
+        return (
+            self.time_unit or time,
+            self.speed_unit or speed,
+            float(self.speed_mps if self.speed_mps is not None else speed_mps),
+        )
+
+    def label_spec(self, **defaults: Any) -> LabelSpec:
+        return LabelSpec.from_any(self.label, **defaults)
+
+    def calibration(self) -> Optional[Any]:
+        """A :class:`CameraCalibration`, a :class:`FieldOfViewCamera` (resolved by
+        :func:`build_recording` at the image size) or None, from the ``camera`` option."""
+        camera = self.camera
+        if not camera:
+            return None
+        if isinstance(camera, str):
+            if camera != "approximate":
+                raise ValueError(
+                    f"reader option camera: expected calibration fields, "
+                    f"{{hfov_deg, height_m, pitch_rad}} or 'approximate', got {camera!r}"
+                )
+            return FieldOfViewCamera(**APPROXIMATE_CAMERA)
+        if not isinstance(camera, dict):
+            raise ValueError(f"reader option camera: expected a mapping or 'approximate', got {camera!r}")
+        if "hfov_deg" in camera:
+            unknown = set(camera) - {f.name for f in dataclasses.fields(FieldOfViewCamera)}
+            if unknown:
+                raise ValueError(
+                    f"reader option camera: unknown keys {sorted(unknown)} beside hfov_deg "
+                    "(allowed: hfov_deg, vfov_deg, height_m, pitch_rad)"
+                )
+            return FieldOfViewCamera(**{k: float(v) for k, v in camera.items()})
+        try:
+            return CameraCalibration.from_dict(camera)
+        except (TypeError, RecordingError) as err:
+            raise ValueError(
+                f"reader option camera: {err} (give fx, fy, cx, cy, height_m, pitch_rad, "
+                "or hfov_deg, height_m, pitch_rad)"
+            ) from None
+
+
+# The stated approximation for logs whose camera is unknown (reader option ``camera: approximate``):
+# the built-in world's camera, a forward camera 1.5 m above the road, 80 deg horizontal field of view,
+# pitched 0.15 rad down. Viewpoint synthesis with it is only as right as the guess: shifts warp the
+# road as if seen from there, and the label correction assumes the same geometry.
+APPROXIMATE_CAMERA: Dict[str, float] = {"hfov_deg": 80.0, "height_m": 1.5, "pitch_rad": 0.15}
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldOfViewCamera:
+    """A camera given by its field of view and mounting; :meth:`resolve` gives the calibration at an
+    image size (square pixels unless ``vfov_deg``, principal point at the centre)."""
+
+    hfov_deg: float
+    height_m: float = 1.5
+    pitch_rad: float = 0.0
+    vfov_deg: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        if not 1.0 <= self.hfov_deg < 179.0 or (
+            self.vfov_deg is not None and not 1.0 <= self.vfov_deg < 179.0
+        ):
+            raise ValueError(
+                f"reader option camera: field of view must be in [1, 179) degrees, got {self.hfov_deg}"
+            )
+        if not self.height_m > 0:
+            raise ValueError(f"reader option camera: height_m must be positive, got {self.height_m}")
+
+    def resolve(self, width: int, height: int) -> CameraCalibration:
+        fx = 0.5 * width / math.tan(math.radians(self.hfov_deg) / 2.0)
+        fy = fx if self.vfov_deg is None else 0.5 * height / math.tan(math.radians(self.vfov_deg) / 2.0)
+        return CameraCalibration(
+            fx=fx,
+            fy=fy,
+            cx=(width - 1) / 2.0,
+            cy=(height - 1) / 2.0,
+            height_m=self.height_m,
+            pitch_rad=self.pitch_rad,
+        )
