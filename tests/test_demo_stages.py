@@ -58,10 +58,13 @@ def test_missing_output_reruns_the_stage(tmp_path: Path) -> None:
 def test_unknown_baseline_family_is_named_before_any_training(tmp_path: Path) -> None:
     import pytest
 
-    from drive.demo.run import DemoSettings, _baselines
+    from drive.demo.run import DemoSettings
+    from drive.demo.training import train_baselines
 
     with pytest.raises(ValueError, match=r"unknown families \['gru'\]"):
-        _baselines(DemoSettings(out=str(tmp_path), baselines="lstm,gru"), tmp_path, {"train": [], "val": []})
+        train_baselines(
+            DemoSettings(out=str(tmp_path), baselines="lstm,gru"), tmp_path, {"train": [], "val": []}
+        )
     assert not (tmp_path / "baselines").exists()
 
 

@@ -99,25 +99,29 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     lines: List[str] = [
         "# drive demo",
         "",
-        f"Built-in world: {s['train_minutes']:g} min of expert logs with DART noise ({s['dart_noise']:g} 1/m) on training "
-        f"roads (seed {s['seed']}) at {s['fps']:g} Hz, {s['val_minutes']:g} min for validation; NCP-LTC trained with "
-        f"`{_config_name(s['config'])}` for {results['train']['steps']} optimizer steps (training seed {s['seed']}, "
+        f"Built-in world: {s['train_minutes']:g} min of expert logs with DART noise "
+        f"({s['dart_noise']:g} 1/m) on training roads (seed {s['seed']}) at {s['fps']:g} Hz, "
+        f"{s['val_minutes']:g} min for validation; NCP-LTC trained with `{_config_name(s['config'])}` "
+        f"for {results['train']['steps']} optimizer steps (training seed {s['seed']}, "
         f"{s['threads'] or 'all'} thread(s)); closed loop on held-out test roads of test seeds "
         f"{s['test_seeds']} (never seen in training).",
         "",
         "## Acceptance",
         "",
         *(f"- {line}" for line in acceptance["checks"]),
-        f"- demo time **{total_s / 60:.1f} min** summed over stages (target: <= {ACCEPT_MINUTES:g} min on a quiet "
-        "2-core machine; reported, not judged)",
-        f"- verdict: **{'PASSED' if acceptance['passed'] else 'FAILED: ' + '; '.join(acceptance['failed'])}**",
+        f"- demo time **{total_s / 60:.1f} min** summed over stages (target: <= {ACCEPT_MINUTES:g} min "
+        "on a quiet 2-core machine; reported, not judged)",
+        "- verdict: "
+        f"**{'PASSED' if acceptance['passed'] else 'FAILED: ' + '; '.join(acceptance['failed'])}**",
         "",
         "## Closed loop on held-out roads",
         "",
-        "An intervention = |lateral offset| > 1 m or |heading error| > pi/10; the car is put back on the lane "
-        "centre and the policy's hidden state is reset. Autonomy = 1 - interventions x 6 s / time (PilotNet).",
+        "An intervention = |lateral offset| > 1 m or |heading error| > pi/10; the car is put back on "
+        "the lane centre and the policy's hidden state is reset. Autonomy = 1 - interventions x 6 s / "
+        "time (PilotNet).",
         "",
-        "| driver | km | interventions | per km | autonomy % | lateral RMS m | heading RMS rad | steering-rate RMS 1/m/s |",
+        "| driver | km | interventions | per km | autonomy % | lateral RMS m | heading RMS rad "
+        "| steering-rate RMS 1/m/s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, label in _DRIVERS:
@@ -178,8 +182,8 @@ def _acceptance(policy: Dict[str, Any], exported: Any) -> Dict[str, Any]:
             f"drove {policy['km']:.2f} km < {ACCEPT_KM:g} km",
         ),
         (
-            f"NCP-LTC interventions: **{rate:.2f}/km** ({policy['interventions']} in {policy['km']:.2f} km; required: "
-            f"<= {ACCEPT_INTERVENTIONS_PER_KM:g}/km)",
+            f"NCP-LTC interventions: **{rate:.2f}/km** ({policy['interventions']} in "
+            f"{policy['km']:.2f} km; required: <= {ACCEPT_INTERVENTIONS_PER_KM:g}/km)",
             rate <= ACCEPT_INTERVENTIONS_PER_KM,
             f"NCP-LTC {rate:.2f} interventions/km > {ACCEPT_INTERVENTIONS_PER_KM:g}",
         ),
@@ -213,7 +217,8 @@ def _optional_sections(out: Path, results: Dict[str, Any]) -> List[str]:
             "## Saliency (VisualBackProp)",
             "",
             f"Where the policy looks, clean (top) and with Gaussian noise std {sal.get('noise')} (bottom), "
-            f"{sal.get('frames')} frames of a held-out recording: [{_rel(sal['video'], out)}]({_rel(sal['video'], out)})",
+            f"{sal.get('frames')} frames of a held-out recording: "
+            f"[{_rel(sal['video'], out)}]({_rel(sal['video'], out)})",
         ]
         if sal.get("contact_sheet"):
             lines += ["", f"![saliency]({_rel(sal['contact_sheet'], out)})"]
@@ -266,7 +271,8 @@ def _optional_sections(out: Path, results: Dict[str, Any]) -> List[str]:
             "",
             "| | ODE LTC (6 unfolds) | closed form |",
             "|---|---|---|",
-            f"| output MSE vs the ODE LTC, held-out recording ((1/km)^2) | 0 | {_fmt(ol.get('mse_vs_ode'), 3)} |",
+            "| output MSE vs the ODE LTC, held-out recording ((1/km)^2) | 0 "
+            f"| {_fmt(ol.get('mse_vs_ode'), 3)} |",
             f"| forward B=16 L=32 (ms, 1 thread) | {_fmt(sp.get('ode', {}).get('forward_ms'), 3)} | "
             f"{_fmt(sp.get('closed_form', {}).get('forward_ms'), 3)} ({_fmt(sp.get('forward_speedup'))}x) |",
             f"| step B=1 (ms) | {_fmt(sp.get('ode', {}).get('step_ms'), 4)} | "
@@ -287,8 +293,8 @@ def _optional_sections(out: Path, results: Dict[str, Any]) -> List[str]:
             "## Export",
             "",
             f"TorchScript `{_rel(ex['file'], out)}` ({ex['bytes'] / 1e6:.2f} MB, "
-            f"preprocessing inside); largest difference from the checkpoint over {ex['frames_compared']} frames "
-            f"of a held-out recording: {ex['max_abs_diff_per_km']:.2e} 1/km.",
+            "preprocessing inside); largest difference from the checkpoint over "
+            f"{ex['frames_compared']} frames of a held-out recording: {ex['max_abs_diff_per_km']:.2e} 1/km.",
         ]
         if ex.get("closed_loop"):
             m, ref = ex["closed_loop"], results["drive"]["ncp_ltc"]["metrics"]

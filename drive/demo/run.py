@@ -1,6 +1,7 @@
 """``drive demo``: the whole pipeline on built-in data, one command, about 15 minutes on 2 CPU cores.
 
-:func:`run_demo` runs it from :class:`DemoSettings`; the command line is :mod:`drive.cli.demo`.
+:func:`run_demo` runs it from :class:`DemoSettings` (:mod:`drive.demo.settings`); the command line
+is :mod:`drive.cli.demo`; the training stages are :mod:`drive.demo.training`.
 
 Stages (each prints its progress and skips itself when re-run with the same settings and its
 outputs still exist; changing a setting re-runs that stage and everything downstream):
@@ -30,16 +31,17 @@ import hashlib
 import json
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 import numpy as np
 import torch
-import yaml
 
 from drive.checkpoint import load_policy
 from drive.demo.report import write_report
+from drive.demo.settings import DEFAULT_CONFIG, DemoSettings
+from drive.demo.training import BASELINE_OVERRIDES, train_baselines, train_policy
 from drive.drivers import load_driver
 from drive.evaluate.closed_form_fidelity import convert_checkpoint
 from drive.evaluate.robustness import RobustnessConfig, robustness_report
@@ -51,50 +53,8 @@ from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver, Observation
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.record import simulate
-from drive.train.launch import launch
 
 __all__ = ["DemoSettings", "run_demo", "DEFAULT_CONFIG", "BASELINE_OVERRIDES"]
-
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
-
-
-@dataclass
-class DemoSettings:
-    """What the demo does; every field is a ``drive demo`` option."""
-
-    out: str = "runs/demo"
-    config: str = str(DEFAULT_CONFIG)
-    seed: int = 0
-    train_minutes: float = 30.0
-    val_minutes: float = 2.0
-    recording_minutes: float = 0.5
-    fps: float = 10.0
-    dart_noise: float = 0.015
-    km: float = 6.0
-    test_seeds: str = "0,1,2"
-    conditions: str = ""
-    max_steps: int = 0
-    threads: int = 2
-    baselines: str = "lstm,cnn"
-    baseline_steps: int = 300
-    robustness_km: float = 0.3
-    robustness_frames: int = 300
-    saliency_frames: int = 150
-    closed_form_km: float = 1.0
-    speed_rounds: int = 15
-
-    @property
-    def seeds(self) -> List[int]:
-        """The held-out test seeds; the first one also gives the open-loop test recording."""
-        try:
-            seeds = [int(x) for x in self.test_seeds.split(",") if x.strip()]
-        except ValueError:
-            raise ValueError(
-                f"--test-seeds must be comma-separated integers, got {self.test_seeds!r}"
-            ) from None
-        if not seeds:
-            raise ValueError("--test-seeds names no seed")
-        return seeds
 
 
 class _Stages:
@@ -168,106 +128,6 @@ def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
         "test": [str(p) for p in test],
         "_outputs": [*train, *val, *test],
     }
-
-
-# What a baseline changes in the demo profile (configs/demo.yaml): PilotNet's VALID convolutions need
-# the paper's 78x200 input and see single shuffled frames. Each baseline trains --baseline-steps steps
-# and is validated once, at the end.
-BASELINE_OVERRIDES: Dict[str, List[str]] = {
-    "lstm": ["--model.family", "lstm"],
-    "ctrnn": ["--model.family", "ctrnn"],
-    "cfc": ["--model.family", "cfc"],
-    "cnn": [
-        "--model.family",
-        "cnn",
-        "--model.input_hw",
-        "[78, 200]",
-        "--data.image_size",
-        "[78, 200]",
-        "--data.seq_len",
-        "1",
-        "--data.stride",
-        "1",
-        "--data.batch_size",
-        "32",
-    ],
-}
-
-
-def _accelerator() -> List[str]:
-    """Trainer overrides that put training on a CUDA GPU when there is one (said once, here)."""
-    if not torch.cuda.is_available():
-        return []
-    print(f"  training on the GPU: {torch.cuda.get_device_name(0)}", flush=True)
-    return ["--trainer.accelerator", "gpu", "--trainer.devices", "1"]
-
-
-def _train(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None) -> Dict[str, Any]:
-    """``drive fit`` on the demo data: the NCP-LTC (``family=None``) or a baseline, each on a step budget."""
-    root = out / "train" if family is None else out / "baselines" / family
-    shutil.rmtree(root, ignore_errors=True)
-    argv = [
-        "fit",
-        "--config",
-        s.config,
-        "--seed_everything",
-        str(s.seed),
-        "--data.train",
-        json.dumps(data["train"]),
-        "--data.val",
-        json.dumps(data["val"]),
-        "--data.cache_dir",
-        str(out / "cache"),
-        "--trainer.default_root_dir",
-        str(root),
-        *_accelerator(),
-    ]
-    steps = s.baseline_steps if family is not None else s.max_steps
-    if family is not None:
-        argv += BASELINE_OVERRIDES[family]
-    if steps:
-        argv += ["--trainer.max_steps", str(steps)]
-        # a baseline is validated once, at the end; a shortened NCP run at least at its end
-        interval = steps if family is not None else min(steps, _val_interval(s.config))
-        argv += ["--trainer.val_check_interval", str(interval), "--trainer.check_val_every_n_epoch", "null"]
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    launch(argv)  # an error of input (a bad config value, unreadable logs) propagates, naming it
-    # the policy is the final weights (the end of the learning-rate decay); the best-validation
-    # checkpoint stays beside it for comparison
-    last = root / "checkpoints" / "last.ckpt"
-    best = sorted((root / "checkpoints").glob("best*.ckpt"))
-    return {
-        "checkpoint": str(last),
-        "best_checkpoint": str(best[-1]) if best else "",
-        "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
-        "steps": _global_step(last),
-        "_outputs": [last],
-    }
-
-
-def _global_step(ckpt: Path) -> int:
-    """Optimizer steps a Lightning checkpoint had taken."""
-    return int(torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"])
-
-
-def _val_interval(config: str) -> int:
-    """The config's validation interval in optimizer steps (``trainer.val_check_interval``)."""
-    trainer = (yaml.safe_load(Path(config).read_text()) or {}).get("trainer") or {}
-    interval = trainer.get("val_check_interval")
-    return int(interval) if isinstance(interval, int) and interval > 0 else 1 << 30
-
-
-def _baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[str, Any]:
-    families = [f for f in s.baselines.split(",") if f]
-    unknown = [f for f in families if f not in BASELINE_OVERRIDES]
-    if unknown:
-        raise ValueError(f"--baselines: unknown families {unknown}; choose from {sorted(BASELINE_OVERRIDES)}")
-    trained = {}
-    for family in families:
-        print(f"  training baseline {family} ({s.baseline_steps} steps)", flush=True)
-        trained[family] = _train(s, out, data, family)["checkpoint"]
-    return {"checkpoints": trained, "_outputs": list(trained.values())}
 
 
 def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
@@ -423,7 +283,7 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
     trained = stage(
         "train",
         {"config": config_text, "max_steps": s.max_steps, "threads": s.threads},
-        lambda: _train(s, out, data),
+        lambda: train_policy(s, out, data),
     )
     ckpt = trained["checkpoint"]
     baselines = stage(
@@ -434,7 +294,7 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
             "threads": s.threads,
             "overrides": {f: BASELINE_OVERRIDES.get(f) for f in s.baselines.split(",") if f},
         },
-        lambda: _baselines(s, out, data),
+        lambda: train_baselines(s, out, data),
     )
     results: Dict[str, Any] = {
         "settings": asdict(s),
