@@ -23,7 +23,7 @@ def test_noise_is_added_to_the_network_view_so_its_level_survives_a_large_camera
     from drive.checkpoint import policy_meta
     from drive.data.preprocess import Preprocessing
     from drive.drivers import PolicyDriver
-    from drive.evaluate.robustness import _frames_tensor
+    from drive.evaluate.measures import _frames_tensor
     from drive.explain.policy_saliency import policy_saliency
     from drive.nn.heads import NCPConvHead
     from drive.nn.policy import Policy

@@ -1,4 +1,5 @@
-"""Noise-robustness evaluation: open loop, closed loop, saliency stability, sensitivity (docs/robustness.md)."""
+"""Noise-robustness evaluation: open loop, closed loop, saliency stability, sensitivity
+(docs/robustness.md)."""
 
 from drive.evaluate.robustness import RobustnessConfig, evaluate_model, robustness_report
 from drive.evaluate.ssim import ssim, ssim_map

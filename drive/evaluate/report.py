@@ -143,7 +143,8 @@ def _profile_section(results: Sequence[Mapping[str, Any]], plotted: bool) -> Lis
             md.append(f"- {res['name']}: no profile, the policy has no recurrent state (feed-forward).")
         elif len(res["profile"]) < res["state_size"]:
             md.append(
-                f"- {res['name']}: {len(res['profile'])} neurons (h) of its {res['state_size']} state entries."
+                f"- {res['name']}: {len(res['profile'])} neurons (h) of its {res['state_size']} "
+                "state entries."
             )
     if plotted:
         md += ["", f"![sensitivity]({PROFILE_PLOT})"]
