@@ -143,17 +143,22 @@ def test_resume_after_kill_continues_exactly_where_the_run_stopped(logs: Path, t
     """Killed mid-epoch in the second epoch and resumed from last.ckpt, the run ends with the
     weights of the run that was never interrupted: same step, LR schedule, batches and augmentation
     (2 persistent workers), and Lightning sees a resumable loader."""
+
+    def dm() -> DriveDataModule:
+        return _datamodule(
+            logs,
+            tmp_path / "cache",
+            batch_size=16,
+            stride=16,
+            num_workers=2,
+            augment=AugmentConfig(viewpoint_p=0.5, max_shift_m=0.3),
+        )
+
+    def module() -> PolicyModule:
+        return PolicyModule(input_hw=(40, 100), family="ncp_ltc")
+
     # 108 windows -> 7 batches an epoch; last.ckpt every 3 steps; killed at step 10, saved at 9
-    dm = lambda: _datamodule(
-        logs,
-        tmp_path / "cache",
-        batch_size=16,
-        stride=16,
-        num_workers=2,
-        augment=AugmentConfig(viewpoint_p=0.5, max_shift_m=0.3),
-    )
     common = dict(max_steps=11, limit_val_batches=0, every_n_train_steps=3)
-    module = lambda: PolicyModule(input_hw=(40, 100), family="ncp_ltc")  # noqa: E731
     pl.seed_everything(0)
     full = _Steps()
     uninterrupted = module()
@@ -246,7 +251,8 @@ def checkpoint(logs: Path, tmp_path_factory) -> Path:
 
 
 def _lightning_args(command: str, ckpt: Path, logs: Path, root: Path, *extra: str) -> List[str]:
-    """`drive test|predict` on ``logs`` with a checkpoint; the model comes from the checkpoint's hyperparameters."""
+    """`drive test|predict` on ``logs`` with a checkpoint; the model comes from the checkpoint's
+    hyperparameters."""
     return [
         command,
         "--ckpt_path",

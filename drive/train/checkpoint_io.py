@@ -11,8 +11,8 @@ is intact; training stops there rather than running on without checkpoints. Load
 file when it is empty, truncated or not a checkpoint at all (instead of a bare ``EOFError``).
 
 A kill during a save can leave that hidden temporary (``.last.<hex>.tmp.ckpt``); the next save of
-the same checkpoint removes it. ``drive fit`` installs it unless the config names another ``CheckpointIO`` plugin; remote paths
-(``s3://`` ...) go to Lightning's writer.
+the same checkpoint removes it. ``drive fit`` installs it unless the config names another
+``CheckpointIO`` plugin; remote paths (``s3://`` ...) go to Lightning's writer.
 """
 
 from __future__ import annotations

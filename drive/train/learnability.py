@@ -103,7 +103,8 @@ DATASETS: Dict[str, DatasetSpec] = {
         DatasetSpec(
             "synthetic_dark_sharp_spikes",
             "flat-colour lanes, dark (exposure 0.45) and orange, camera 2.6 m, "
-            "50 deg FOV, curves to 1/12 m, 1 % single-frame label spikes (1.5x the curvature limit) in training",
+            "50 deg FOV, curves to 1/12 m, 1 % single-frame label spikes (1.5x the curvature limit) "
+            "in training",
             _synthetic(
                 width=120,
                 height=60,
@@ -122,7 +123,8 @@ DATASETS: Dict[str, DatasetSpec] = {
         DatasetSpec(
             "synthetic_low_wide_green",
             "flat-colour lanes, camera 1.0 m high, 100 deg FOV, pitch 0.08 rad, "
-            "140x56, green tint, exposure 0.8, curves to 1/15 m, 2 % label spikes (1.2x the limit) in training",
+            "140x56, green tint, exposure 0.8, curves to 1/15 m, 2 % label spikes (1.2x the limit) "
+            "in training",
             _synthetic(
                 width=140,
                 height=56,

@@ -12,7 +12,7 @@ the recurrent cell (LTC with ``positivity="clip"``) are applied after every opti
 Validation and test are *stateful*: the datamodule streams whole recordings as consecutive
 windows, and the hidden state is carried from one window to the next and zeroed where the stream
 says ``reset`` (a new recording or a time gap) -- the way the policy runs on the car. Metrics are
-MSE / MAE in 1/km, overall and per recording (:mod:`drive.train.stream_metrics`).
+MSE / MAE in 1/km, overall and per recording (the hooks live in :mod:`drive.train.stateful_eval`).
 
 The model is a family (:mod:`drive.nn.families`, where its options and their defaults live) with
 one options group per family (``--model.cfc.mode no_gate``); ``drive fit`` checks that it learns
@@ -28,7 +28,6 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 from torch import Tensor
@@ -50,7 +49,7 @@ from drive.train.hparams import plain
 from drive.train.label_stats import curvature_limit, label_range, readout_scale_km
 from drive.train.monitor import LearningMonitor, NotLearningWarning
 from drive.train.schedule import lr_factor
-from drive.train.stream_metrics import StreamMetrics
+from drive.train.stateful_eval import StatefulEvalModule
 
 __all__ = ["PolicyModule", "weighted_mse", "curve_weights", "NotLearningWarning"]
 
@@ -65,7 +64,7 @@ def curve_weights(target_km: Tensor, curve_factor: float) -> Tensor:
     return torch.exp(curve_factor * target_km.abs())
 
 
-class PolicyModule(pl.LightningModule):
+class PolicyModule(StatefulEvalModule):
     """Train a :class:`~drive.nn.policy.Policy` of one family on curvature labels.
 
     Args:
@@ -147,9 +146,6 @@ class PolicyModule(pl.LightningModule):
         self.preprocessing = Preprocessing(size=(int(input_hw[0]), int(input_hw[1])))
         self.fps = 1.0 / self.policy.frame_period_s
         self.frame_size: Optional[List[int]] = None
-        self._stream_hidden: Optional[Tensor] = None
-        self._stream_pos: Optional[Tuple[int, Optional[int]]] = None
-        self._metrics = StreamMetrics()
         self._initialised = False  # data-dependent init done (or weights come from a checkpoint)
         self.init_health: Dict[str, float] = {}
         self.monitor = LearningMonitor(check_after_steps)
@@ -194,8 +190,9 @@ class PolicyModule(pl.LightningModule):
             self.curvature_limit = curvature_limit(labels)
 
     def drive_meta(self) -> Dict[str, Any]:
-        """Checkpoint metadata (plain types): policy config, preprocessing, fps, units, family, and the
-        camera frame size [H, W] of the training logs when they share one (export builds the module for it)."""
+        """Checkpoint metadata (plain types): policy config, preprocessing, fps, units, family, and
+        the camera frame size [H, W] of the training logs when they share one (export builds the
+        module for it)."""
         extra: Dict[str, Any] = {"frame_size": self.frame_size} if self.frame_size else {}
         if self.label_range is not None:
             extra["label_range_per_m"] = [float(v) for v in self.label_range]
@@ -233,7 +230,8 @@ class PolicyModule(pl.LightningModule):
     def forward_km(
         self, frames_u8: Tensor, hidden: Optional[Tensor] = None, timespans: Optional[Tensor] = None
     ) -> Tuple[Tensor, Tensor]:
-        """uint8 frames ``[B, L, 3, H, W]`` -> (curvature 1/km ``[B, L]``, hidden); head under autocast on GPU."""
+        """uint8 frames ``[B, L, 3, H, W]`` -> (curvature 1/km ``[B, L]``, hidden); the head under
+        autocast on GPU."""
         features = self._encode(frames_u8)
         with torch.autocast(device_type=features.device.type, enabled=False):
             return self.policy.decode(features, hidden, timespans)
@@ -311,99 +309,6 @@ class PolicyModule(pl.LightningModule):
         constrain = getattr(self.policy.rnn, "apply_constraints", None)
         if constrain is not None:
             constrain()
-
-    # -- stateful evaluation -------------------------------------------------------------------
-    def _stream(self, batch: Mapping[str, Tensor]) -> Tensor:
-        """Curvature (1/km) ``[B, L]`` for consecutive windows, the hidden state carried across them.
-
-        The head runs on all ``B x L`` frames at once; the recurrent part runs window after window.
-        A window continues the stream when it follows the previous one in the same recording
-        (``start`` = previous start + L) and does not ``reset``; otherwise it starts from zeros.
-        Correct for any eval batch size, and under DDP (each rank evaluates whole recordings, in order).
-        """
-        frames = batch["frames"]
-        b, length = frames.shape[0], frames.shape[1]
-        features = self._encode(frames)
-        dt = batch.get("dt")
-        reset = batch["reset"].bool().tolist() if "reset" in batch else [False] * b
-        rec = batch["recording"].tolist() if "recording" in batch else [0] * b
-        start = batch["start"].tolist() if "start" in batch else [None] * b
-        outputs = []
-        for i in range(b):
-            follows = (
-                self._stream_pos is not None
-                and not reset[i]
-                and (start[i] is None or self._stream_pos == (rec[i], start[i]))
-            )
-            hidden = self._stream_hidden if follows else None
-            with torch.autocast(device_type=features.device.type, enabled=False):  # the cell stays fp32
-                y, hidden = self.policy.decode(
-                    features[i : i + 1], hidden, None if dt is None else dt[i : i + 1]
-                )
-            outputs.append(y)
-            self._stream_hidden = hidden.detach()
-            self._stream_pos = (rec[i], None if start[i] is None else start[i] + length)
-        return torch.cat(outputs, 0)
-
-    def _eval_step(self, batch: Mapping[str, Tensor]) -> None:
-        self._metrics.add(batch, self._stream(batch))
-
-    def _start_stream(self, split: str) -> None:
-        self._stream_hidden, self._stream_pos = None, None
-        datamodule = getattr(self.trainer, "datamodule", None)
-        try:
-            names = [str(n) for n in datamodule.recordings(split)]
-        except (AttributeError, KeyError, ValueError):
-            names = []
-        self._metrics.start(names)
-
-    def _end_stream(self, prefix: str) -> None:
-        stats = self._metrics.totals(self.trainer, self.device)
-        if stats is None:
-            return
-        total = stats["n"].sum().clamp_min(1.0)
-        self.log(f"{prefix}/loss", stats["wsq"].sum() / stats["w"].sum().clamp_min(1e-12), prog_bar=True)
-        self.log(f"{prefix}/mse_km", stats["sq"].sum() / total, prog_bar=True)
-        self.log(f"{prefix}/mae_km", stats["abs"].sum() / total)
-        if prefix == "val":
-            self.monitor.validated(self, float(stats["sq"].sum() / total))
-        names = self._metrics.names
-        for i in range(stats["n"].numel()):
-            if stats["n"][i] > 0:
-                name = names[i] if i < len(names) else str(i)
-                self.log(f"{prefix}_recording/{name}/mse_km", stats["sq"][i] / stats["n"][i])
-                self.log(f"{prefix}_recording/{name}/mae_km", stats["abs"][i] / stats["n"][i])
-        self._metrics.start([])
-        self._stream_hidden, self._stream_pos = None, None
-
-    def on_validation_epoch_start(self) -> None:
-        self._start_stream("val")
-
-    def validation_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch)
-
-    def on_validation_epoch_end(self) -> None:
-        self._end_stream("val")
-
-    def on_test_epoch_start(self) -> None:
-        self._start_stream("test")
-
-    def test_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> None:
-        self._eval_step(batch)
-
-    def on_test_epoch_end(self) -> None:
-        self._end_stream("test")
-
-    def on_predict_epoch_start(self) -> None:
-        self._stream_hidden, self._stream_pos = None, None
-
-    def predict_step(self, batch: Mapping[str, Tensor], batch_idx: int) -> Dict[str, Tensor]:
-        """Stateful prediction over the streamed recordings: ``curvature_per_m [B, L]`` and the batch's ids."""
-        out = {"curvature_per_m": (self._stream(batch) / 1000.0).cpu()}
-        for key in ("recording", "start", "mask", "curvature"):
-            if key in batch:
-                out[key] = batch[key].cpu()
-        return out
 
     # -- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self) -> Dict[str, Any]:

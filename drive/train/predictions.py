@@ -72,7 +72,10 @@ class PredictionCSV(BasePredictionWriter):
             frame.append((batch["start"].numpy()[:, None] + np.arange(length))[keep])
             predicted.append(pred[keep])
             recorded.append(label[keep])
-        cat = lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+        def cat(parts: List[np.ndarray], dtype: Any) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
         index, frame = cat(index, np.int64), cat(frame, np.int64)
         predicted, recorded = cat(predicted, np.float64), cat(recorded, np.float64)
         order = np.lexsort((frame, index))
