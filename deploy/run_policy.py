@@ -126,7 +126,8 @@ def _read_frames(source: Path, size: Tuple[int, int]) -> Iterator[Tuple[str, tor
 
 
 def frames_from(source: Path, size: Tuple[int, int]) -> Iterator[torch.Tensor]:
-    """uint8 RGB [H, W, 3] frames at the camera's native ``size`` from a video, an image folder or a raw .rgb dump.
+    """uint8 RGB [H, W, 3] frames at the camera's native ``size`` from a video, an image folder or a
+    raw .rgb dump.
 
     Bad input stops the run with a message naming the file: a missing source, a frame of another
     size, or no frames at all (which would otherwise surface as a bare StopIteration)."""
@@ -247,7 +248,8 @@ def main(argv=None) -> int:
     lat = torch.tensor(latency, dtype=torch.float64)
     print(
         f"# {len(latency)} steps: latency p50 {lat.quantile(0.5):.3f} ms, p99 {lat.quantile(0.99):.3f} ms, "
-        f"max {lat.max():.3f} ms; {int((lat > period * 1e3).sum())} over the {period * 1e3:.1f} ms frame period",
+        f"max {lat.max():.3f} ms; {int((lat > period * 1e3).sum())} over the {period * 1e3:.1f} ms "
+        "frame period",
         file=sys.stderr,
     )
     return 0

@@ -21,7 +21,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 @pytest.fixture(scope="module")
 def one_thread():
-    """One intra-op thread: for batch-1 stepping, more threads on a small machine mostly wait for each other."""
+    """One intra-op thread: for batch-1 stepping, more threads on a small machine mostly wait for
+    each other."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

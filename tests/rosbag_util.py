@@ -17,7 +17,8 @@ from rosbags.typesys import Stores, get_types_from_msg, get_typestore
 ACKERMANN = {
     "ackermann_msgs/msg/AckermannDrive": "float32 steering_angle\nfloat32 steering_angle_velocity\n"
     "float32 speed\nfloat32 acceleration\nfloat32 jerk\n",
-    "ackermann_msgs/msg/AckermannDriveStamped": "std_msgs/Header header\nackermann_msgs/AckermannDrive drive\n",
+    "ackermann_msgs/msg/AckermannDriveStamped": "std_msgs/Header header\n"
+    "ackermann_msgs/AckermannDrive drive\n",
 }
 KINDS = ("rosbag1", "sqlite3", "mcap")
 

@@ -3,7 +3,8 @@
 
     python tools/bench_deploy.py                      # NCP-LTC, 1 CPU thread, all four paths
     python tools/bench_deploy.py --ckpt last.ckpt --steps 500
-    python tools/bench_deploy.py --device cuda        # p50/p99 with and without the CUDA graph, fp32/fp16 head
+    python tools/bench_deploy.py --device cuda        # p50/p99 with and without the CUDA graph,
+                                                      # fp32/fp16 head
     python tools/bench_deploy.py --soak               # 108,000 steps (an hour at 30 Hz)
     python tools/bench_deploy.py --runtime build/deploy/drive_runtime   # also the C++ vehicle runtime
 
@@ -76,7 +77,8 @@ def sgemm_gflops(n: int = 512, seconds: float = 1.0) -> Tuple[float, float]:
 def time_block(
     step: Callable, frames: torch.Tensor, hidden: torch.Tensor, steps: int, warmup: int, offset: int = 0
 ) -> Tuple[List[float], List[float], torch.Tensor]:
-    """``steps`` timed steps after ``warmup`` untimed ones: (wall ms per step, thread-CPU ms per step, hidden)."""
+    """``steps`` timed steps after ``warmup`` untimed ones: (wall ms per step, thread-CPU ms per step,
+    hidden)."""
     wall, cpu = [], []
     with torch.inference_mode():
         for i in range(warmup + steps):
@@ -233,7 +235,8 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
     )
     print(
         f"conv head {flops / 1e6:.1f} MFLOP/frame; sgemm {flops / floor_ms / 1e6:.1f} GFLOP/s wall, "
-        f"{flops / floor_cpu_ms / 1e6:.1f} by CPU time -> floor {floor_ms:.3f} ms (CPU time {floor_cpu_ms:.3f} ms)\n"
+        f"{flops / floor_cpu_ms / 1e6:.1f} by CPU time -> floor {floor_ms:.3f} ms "
+        f"(CPU time {floor_cpu_ms:.3f} ms)\n"
     )
     print(f"{'path':<21} {'p50 ms':>7} {'p99 ms':>7} {'cpu p50':>8} {'x floor':>8} {'x floor cpu':>12}")
 
@@ -242,8 +245,8 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
 
     for n, r in rows.items():
         print(
-            f"{n:<21} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {num(r['cpu_p50_ms'], 8, 3)} {r['x_floor_wall']:8.2f} "
-            f"{num(r['x_floor_cpu'], 12, 2)}"
+            f"{n:<21} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {num(r['cpu_p50_ms'], 8, 3)} "
+            f"{r['x_floor_wall']:8.2f} {num(r['x_floor_cpu'], 12, 2)}"
         )
     fastest = min(rows, key=lambda n: rows[n]["x_floor_wall"])
     result["fastest"] = fastest
@@ -329,8 +332,9 @@ def bench_cuda(args, ckpt: Path, work: Path) -> Dict:
         }
         fell_back = f"  (capture failed: {graphed.graph_failures})" if graphed.graph_failures else ""
         print(
-            f"{name:<18} CUDA graph p50 {g['p50_ms']:.3f} ms  p99 {g['p99_ms']:.3f} ms | without p50 {p['p50_ms']:.3f} "
-            f"ms  p99 {p['p99_ms']:.3f} ms | without / with: p50 {rows[name]['plain_over_graph_p50']:.2f}x, "
+            f"{name:<18} CUDA graph p50 {g['p50_ms']:.3f} ms  p99 {g['p99_ms']:.3f} ms | "
+            f"without p50 {p['p50_ms']:.3f} ms  p99 {p['p99_ms']:.3f} ms | "
+            f"without / with: p50 {rows[name]['plain_over_graph_p50']:.2f}x, "
             f"p99 {rows[name]['plain_over_graph_p99']:.2f}x (p99 target <= 0.3 ms){fell_back}",
             flush=True,
         )
@@ -358,7 +362,8 @@ def bench_cuda(args, ckpt: Path, work: Path) -> Dict:
             )
         g, p = rows["torchscript fp32 C++ graph"], rows["torchscript fp32 C++ plain"]
         print(
-            f"C++ runtime without / with the graph: p50 {p['p50_ms'] / g['p50_ms']:.2f}x, p99 {p['p99_ms'] / g['p99_ms']:.2f}x"
+            f"C++ runtime without / with the graph: p50 {p['p50_ms'] / g['p50_ms']:.2f}x, "
+            f"p99 {p['p99_ms'] / g['p99_ms']:.2f}x"
         )
     return {"device": torch.cuda.get_device_name(), "paths": rows}
 

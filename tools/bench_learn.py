@@ -60,7 +60,8 @@ def main(argv=None) -> int:
     if args.paper:
         runs.append(("ncp_ltc", {"init": "default", "feature_norm": "none"}))
     print(
-        f"{'dataset':30s} {'model':22s} {'val MSE':>9s} {'constant':>9s} {'ratio':>6s} {'learns':>6s} {'s':>5s}"
+        f"{'dataset':30s} {'model':22s} {'val MSE':>9s} {'constant':>9s} {'ratio':>6s} "
+        f"{'learns':>6s} {'s':>5s}"
     )
     failures = 0
     for name in datasets:

@@ -1,6 +1,7 @@
 """``drive data inspect|convert``: look at driving logs, or turn them into canonical recordings.
 
-    drive data inspect LOGS... [--format F] [--reader opts.yaml] [--set key=value] [--json] [--quick] [--plot PNG]
+    drive data inspect LOGS... [--format F] [--reader opts.yaml] [--set key=value] [--json] [--quick]
+                               [--plot PNG]
     drive data convert LOGS... --out DIR [--format F] [--storage frames|video] [--on-error skip]
 
 Reader options (label units, column names, camera calibration, ...) come from a YAML file

@@ -103,14 +103,16 @@ def run(args: argparse.Namespace) -> int:
         max_gap_s=args.max_gap,
     )
     start = time.perf_counter()
-    # errors of input (checkpoint, options, a full or read-only --out) propagate to drive.cli: one line, exit 2
+    # errors of input (checkpoint, options, a full or read-only --out) propagate to drive.cli:
+    # one line, exit 2
     path = export_policy(args.ckpt, args.out, format=fmt, device=args.device, half=args.half, **build)
     meta = read_metadata(path)
     h, w = meta["frame_size"]
     print(
         f"wrote {path} ({fmt}, {path.stat().st_size / 1e6:.2f} MB, {time.perf_counter() - start:.1f} s): "
-        f"family {meta['family']}, frames uint8 {w}x{h} RGB at {meta['fps']:g} fps, hidden {meta['hidden_size']}, "
-        f"|curvature| <= {meta['curvature_limit_per_m']:g} 1/m, conv head {'fp16' if meta['half'] else 'fp32'}, "
+        f"family {meta['family']}, frames uint8 {w}x{h} RGB at {meta['fps']:g} fps, "
+        f"hidden {meta['hidden_size']}, |curvature| <= {meta['curvature_limit_per_m']:g} 1/m, "
+        f"conv head {'fp16' if meta['half'] else 'fp32'}, "
         f"device {meta['device']}"
     )
     if not args.no_verify:

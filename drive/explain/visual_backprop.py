@@ -189,7 +189,9 @@ def _traced_chain(head: nn.Module, frames: Tensor) -> Tuple[List[ConvGeometry], 
         result = _first_tensor(head(frames))
     except VisualBackPropError:
         raise
-    except Exception as e:  # the user's forward on these frames: say so, one line
+    # the head's own forward (any module a user passes) may fail with any error type on these frames:
+    # say so in one line naming the head
+    except Exception as e:  # noqa: BLE001
         raise VisualBackPropError(
             f"{name}: its forward failed on frames of shape {tuple(frames.shape)} "
             f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"

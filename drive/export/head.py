@@ -32,7 +32,8 @@ __all__ = ["DeployedNCPHead", "DeployedHead", "deployed_head"]
 
 
 class DeployedNCPHead(nn.Module):
-    """NCP conv head on 0-255 frames: ``x [B, 3, H, W]`` uint8 (or float) -> (features ``[B, 32]``, mean pixel ``[B]``).
+    """NCP conv head on 0-255 frames: ``x [B, 3, H, W]`` uint8 (or float) -> (features ``[B, 32]``,
+    mean pixel ``[B]``).
 
     Same parameters and equations as :class:`drive.nn.heads.NCPConvHead` (per-frame
     standardisation, five SAME ReLU convolutions, per-map ``Dense(h*w -> 4, ReLU)``).

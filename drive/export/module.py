@@ -258,7 +258,8 @@ class DeployedPolicy(nn.Module):
 
     @torch.jit.export
     def step_with_status(self, frame: Tensor, hidden: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """One camera frame per stream -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``, status int64 ``[B]``)."""
+        """One camera frame per stream -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``, status int64
+        ``[B]``)."""
         frames, nonfinite, out_of_range = self._frames_uint8(frame)
         batch = frames.size(0)
         self._check_hidden(hidden, batch)
@@ -304,7 +305,8 @@ class DeployedPolicy(nn.Module):
 
     @torch.jit.export
     def step(self, frame: Tensor, hidden: Tensor) -> Tuple[Tensor, Tensor]:
-        """One camera frame per stream -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``); status in ``hidden[:, S+1]``."""
+        """One camera frame per stream -> (curvature 1/m ``[B]``, hidden ``[B, S+3]``); status in
+        ``hidden[:, S+1]``."""
         command, hidden, _ = self.step_with_status(frame, hidden)
         return command, hidden
 
