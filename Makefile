@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test venv clean
+.PHONY: demo test lint venv clean
 
 venv: $(STAMP)
 
@@ -19,8 +19,13 @@ demo: $(STAMP)
 
 # Two workers, one test file each at a time (module fixtures are built once; files share nothing);
 # each worker runs torch on one thread (tests/conftest.py), so two files use the two cores.
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest -q -n 2 --dist loadfile
+
+# ruff (pinned in the dev extra): the lint rules and the formatting in pyproject.toml
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf runs lightning_logs .pytest_cache

@@ -409,7 +409,7 @@ def test_env_mapping_errors_are_one_line_and_name_the_yaml(tmp_path, capsys):
 
 
 def test_action_and_observation_conventions_of_the_mapping():
-    from drive.sim.gym_eval import ActionMap, EnvMapping, _frame
+    from drive.sim.gym_mapping import ActionMap, EnvMapping, observation_frame
 
     box = spaces.Box(np.array([-1.0, 0.0], np.float32), np.array([1.0, 1.0], np.float32))
     k = 0.02
@@ -427,11 +427,11 @@ def test_action_and_observation_conventions_of_the_mapping():
     )
     chw = np.zeros((3, 4, 5), np.float32)
     chw[0] = 1.0  # red, float in [0, 1]
-    out = _frame(chw, m)
+    out = observation_frame(chw, m)
     assert out.shape == (4, 5, 3) and out.dtype == np.uint8 and tuple(out[0, 0]) == (255, 0, 0)
     hwc = EnvMapping.from_dict({"info": {"lateral_offset_m": "y", "heading_error_rad": "h"}})
     gray = np.full((4, 5), 77, np.uint8)
-    assert tuple(_frame(gray, hwc)[1, 1]) == (77, 77, 77)
+    assert tuple(observation_frame(gray, hwc)[1, 1]) == (77, 77, 77)
     stack = np.zeros((4, 5, 3, 3), np.float32)
     stack[..., -1] = 0.5  # MetaDrive-style frame stack: the newest frame is the last
-    assert tuple(_frame(stack, hwc)[0, 0]) == (128, 128, 128)
+    assert tuple(observation_frame(stack, hwc)[0, 0]) == (128, 128, 128)

@@ -88,7 +88,7 @@ def wired_reference(m, wiring, x, ts, mode):
         ]
     )
     present = (adj != 0) | torch.eye(wiring.units, dtype=torch.bool)
-    layer_of = {j: l for l, (_, idx) in enumerate(wiring.layers) for j in idx}
+    layer_of = {j: layer for layer, (_, idx) in enumerate(wiring.layers) for j in idx}
     h = torch.zeros(x.size(0), wiring.units)
     ys = []
     for t in range(x.size(1)):

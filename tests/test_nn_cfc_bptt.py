@@ -1,4 +1,4 @@
-"""The hand-written CfC BPTT (drive.nn.cfc_bptt) gives autograd's gradients; weight caching is safe."""
+"""The hand-written CfC BPTT (drive.nn.cfc.bptt) gives autograd's gradients; weight caching is safe."""
 
 import pytest
 import torch

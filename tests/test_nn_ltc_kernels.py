@@ -115,8 +115,8 @@ import drive.nn.kernels.ltc_triton as K
 
 ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 forward = ["v0_ptr", "nd0_ptr", "cm_ptr", "sig_ptr", "nsm_ptr", "qn_ptr", "qd_ptr", "states_ptr", "vin_ptr"]
-backward = ["gs_ptr", "vin_ptr", "nd0_ptr", "cm_ptr", "sig_ptr", "nsm_ptr", "qn_ptr", "qd_ptr", "gv0_ptr", "gnd0_ptr",
-            "gcm_ptr", "gsig_ptr", "gnsm_ptr", "gqn_ptr", "gqd_ptr"]
+backward = ["gs_ptr", "vin_ptr", "nd0_ptr", "cm_ptr", "sig_ptr", "nsm_ptr", "qn_ptr", "qd_ptr",
+            "gv0_ptr", "gnd0_ptr", "gcm_ptr", "gsig_ptr", "gnsm_ptr", "gqn_ptr", "gqd_ptr"]
 report = []
 for batch in (16, 256, 2048):
     np_, block_b, warps = K._launch_config(batch, 19)
@@ -125,14 +125,16 @@ for batch in (16, 256, 2048):
         names = kernel.arg_names
         signature = {n: "*fp32" if n in ptrs else "i32" if n in ("B", "L") else "constexpr" for n in names}
         consts = {"N": 19, "NP": np_, "U": 6, "BLOCK_B": block_b, **extra}
-        src = ASTSource(fn=kernel, signature=signature, constexprs={(names.index(k),): v for k, v in consts.items()})
+        constexprs = {(names.index(k),): v for k, v in consts.items()}
+        src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w})
         with tempfile.TemporaryDirectory() as d:
             ptx = pathlib.Path(d) / "k.ptx"
             ptx.write_text(compiled.asm["ptx"])
-            out = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(ptx.with_suffix(".o"))],
-                                 capture_output=True, text=True, check=True).stderr
-        spills = [int(part.split()[0]) for line in out.splitlines() for part in line.split(",") if "spill stores" in part]
+            cmd = [str(ptxas), "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(ptx.with_suffix(".o"))]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+        spills = [int(part.split()[0]) for line in out.splitlines() for part in line.split(",")
+                  if "spill stores" in part]
         report.append({"kernel": kernel.__name__, "batch": batch, "warps": w, "spill_stores": sum(spills)})
 print(json.dumps(report))
 """

@@ -12,7 +12,8 @@ hits all alike); the median over rounds (``--statistic min``: the fastest, least
 heavily shared machine) is reported with the ratio ODE time / closed-form time.
 Fidelity: output MSE and max error of each closed form against the ODE LTC on smooth random input
 sequences (random walks, like consecutive camera features), in the module's output units (1/km for
-a trained policy's LTC), and against the converged ODE (256 unfolds). ``exact/K`` rows: the exact kernel with K substeps per step.
+a trained policy's LTC), and against the converged ODE (256 unfolds). ``exact/K`` rows: the exact
+kernel with K substeps per step.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def smooth_inputs(batch: int, length: int, features: int, seed: int, device: tor
 
 
 def fidelity(reference: Tensor, truth: Tensor, closed: nn.Module, x: Tensor) -> Dict[str, float]:
-    """Output error of ``closed`` against the ODE LTC's outputs ``reference`` and the converged ODE ``truth``."""
+    """Output error of ``closed`` against the ODE LTC's outputs ``reference`` and the converged ODE
+    ``truth``."""
     with torch.no_grad():
         y, _ = closed(x)
     err = y - reference
@@ -128,7 +130,7 @@ def main() -> None:
                 {k: (lambda m=m: m(x)) for k, m in mods.items()}, args.rounds, 5, sync, args.statistic
             )
             step = interleaved_medians(
-                {k: (lambda m=m, k=k: m.step(x1, hidden[k], dt1)) for k, m in mods.items()},
+                {k: (lambda m=m, h=hidden[k]: m.step(x1, h, dt1)) for k, m in mods.items()},
                 args.rounds,
                 100,
                 sync,

@@ -3,8 +3,9 @@
     python tools/bench_sim.py [--frames 600] [--km 2] [--width 200 --height 78]
 
 Prints rendering fps at the camera size (per wall second and per CPU second of this process: on a
-shared machine the CPU-time figure is the one that measures the renderer) (target >= 500 fps, so that recording and closed-loop
-evaluation never wait on rendering) with its ratio to the target and to real time (30 Hz), and
+shared machine the CPU-time figure is the one that measures the renderer) (target >= 500 fps, so
+that recording and closed-loop evaluation never wait on rendering) with its ratio to the target
+and to real time (30 Hz), and
 the closed-loop steps per second of the expert (no rendering) and of a driver that needs images.
 """
 
@@ -76,8 +77,10 @@ def main() -> None:
     camera = Camera.default(args.width, args.height)
     fps, cpu_fps = bench_render(args.frames, camera)
     print(
-        f"render {camera.width}x{camera.height}, 1 core: {fps:8.0f} frames/s wall, {cpu_fps:6.0f} per CPU second   "
-        f"{cpu_fps / TARGET_FPS:5.2f}x the {TARGET_FPS:.0f} fps target, {cpu_fps / REAL_TIME_HZ:6.1f}x real time (30 Hz)"
+        f"render {camera.width}x{camera.height}, 1 core: {fps:8.0f} frames/s wall, "
+        f"{cpu_fps:6.0f} per CPU second   "
+        f"{cpu_fps / TARGET_FPS:5.2f}x the {TARGET_FPS:.0f} fps target, "
+        f"{cpu_fps / REAL_TIME_HZ:6.1f}x real time (30 Hz)"
     )
     steps = bench_closed_loop(args.km, PurePursuitExpert())
     print(f"closed loop, expert (no frames): {steps:8.0f} steps/s   {steps / REAL_TIME_HZ:8.1f}x real time")

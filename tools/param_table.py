@@ -131,8 +131,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     print("|---|---|---:|---:|---:|---:|---|")
     for r in table:
         print(
-            f"| {r['model']} | {r['module']} | {fmt(r['stored'])} | {fmt(r['trainable'])} | {fmt(r['paper'])} "
-            f"| {fmt(r['cfc_table3'])} | {r['note']} |"
+            f"| {r['model']} | {r['module']} | {fmt(r['stored'])} | {fmt(r['trainable'])} "
+            f"| {fmt(r['paper'])} | {fmt(r['cfc_table3'])} | {r['note']} |"
         )
 
 

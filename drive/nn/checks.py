@@ -3,8 +3,9 @@
 One interface, one set of errors: ``x [B, L, F]``, ``timespans [B, L]`` elapsed seconds (finite and
 > 0), ``hidden [B, H]`` (finite). On the happy path the value checks are one float64 sum read back to
 the host (``sum(x) + sum(hidden) + sum(log t)`` is finite exactly when every x and every hidden
-value is finite and every t finite and > 0; a float64 sum of finite fp32 values cannot overflow): at batch 1 a step is a few dozen
-microsecond-sized ops, and this keeps validation to five of them. Everything scripts with TorchScript.
+value is finite and every t finite and > 0; a float64 sum of finite fp32 values cannot overflow):
+at batch 1 a step is a few dozen microsecond-sized ops, and this keeps validation to five of them.
+Everything scripts with TorchScript.
 
 Each recurrent module has a ``check_values`` attribute (True). :func:`skip_value_checks` turns it off
 inside a wrapper that guarantees the values itself (the deployed policy: finite features and state,

@@ -55,7 +55,8 @@ def build_rnn(spec: Mapping[str, Any]) -> nn.Module:
 
 
 class Readout(nn.Module):
-    """Recurrent output ``[..., M]`` -> curvature in 1/km ``[...]``: optional Linear(M, 1), then x ``scale_km``.
+    """Recurrent output ``[..., M]`` -> curvature in 1/km ``[...]``: optional Linear(M, 1), then
+    times ``scale_km``.
 
     ``scale_km`` (a buffer, saved with the weights) is the label scale the trainer sets from the
     training data (std of the labels in 1/km): recurrent outputs live on a unit scale (an LTC's
@@ -178,7 +179,8 @@ class Policy(nn.Module):
 
     @torch.jit.export
     def step(self, frame: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:
-        """One frame ``[B, 3, H, W]`` in [0, 1], hidden ``[B, H]``, dt ``[B]`` seconds -> (1/m ``[B]``, hidden)."""
+        """One frame ``[B, 3, H, W]`` in [0, 1], hidden ``[B, H]``, dt ``[B]`` seconds
+        -> (1/m ``[B]``, hidden)."""
         torch._assert(frame.dim() == 4, "Policy.step: frame must be [B, 3, H, W]")
         features = self.head(frame).float()
         y, hidden = self.rnn.step(features, hidden, dt.to(features.dtype) / self.frame_period_s)

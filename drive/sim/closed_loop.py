@@ -3,8 +3,9 @@
 The distance is driven as ``ceil(km / segment_km)`` segments, segment ``i`` on road ``i`` of
 world ``(seed, split)`` (default the TEST split) under appearance ``i`` (named conditions
 cycle, others random). With several seeds the segments take turns: segment ``i`` is road
-``i // len(seeds)`` of world ``seeds[i % len(seeds)]``. Every camera period the driver sees an :class:`Observation`
-(optionally with ``perturb(image)`` applied) and returns a curvature command in 1/m.
+``i // len(seeds)`` of world ``seeds[i % len(seeds)]``. Every camera period the driver sees an
+:class:`Observation` (optionally with ``perturb(image)`` applied) and returns a curvature command
+in 1/m.
 
 Intervention (VISTA's pi/10 heading limit, the NCP paper's safety driver): when
 ``|lateral offset| > max_lateral_m`` (1.0 m) or ``|heading error| > max_heading_rad``

@@ -1,18 +1,11 @@
-"""Forward camera of the built-in world: a pinhole over a flat ground plane, vectorized numpy.
+"""Rendering the built-in world's forward camera: a pinhole over a flat ground plane, vectorized numpy.
 
-Geometry. Vehicle frame: x forward, y left, z up; the camera sits ``height_m`` above the
-ground at the vehicle's reference point, pitched down by ``pitch_rad``. Camera frame
-(OpenCV): x right, y down, z along the optical axis; pixel centres at integer coordinates.
-A ground point (X forward, Y left) projects to
-
-    z_c = X cos(pitch) + h sin(pitch),   y_c = h cos(pitch) - X sin(pitch),
-    u = cx - fx Y / z_c,                 v = cy + fy y_c / z_c,
-
-and the horizon is the row ``v = cy - fy tan(pitch)``. Every image row below the horizon
-therefore sees one forward distance X(v) and every pixel a fixed (X, Y) ground point; the
-renderer precomputes them once per camera. Per frame it samples the road centreline ahead
-in the vehicle frame, interpolates its lateral position, direction, arc length and
-curvature at each row's X, and converts every pixel to Frenet coordinates (s, d) to second
+Geometry. The camera (:class:`~drive.sim.camera.Camera`, re-exported here) is a pinhole on the
+vehicle, pitched down; :mod:`drive.sim.camera` gives its frames and the projection of the ground.
+Every image row below the horizon sees one forward distance X(v) and every pixel a fixed (X, Y)
+ground point; the renderer precomputes them once per camera. Per frame it samples the road
+centreline ahead in the vehicle frame, interpolates its lateral position, direction, arc length
+and curvature at each row's X, and converts every pixel to Frenet coordinates (s, d) to second
 order (``d = b - kappa a^2 / 2``). Shading is lookup and arithmetic on those arrays:
 asphalt, paint (dashes from arc length), gravel shoulders, verges (grass, leaves, snow),
 tree shadows as boxes in (s, d), haze ``1 - exp(-X / visibility)``, and a sky gradient
@@ -31,13 +24,13 @@ augmentation (viewpoint synthesis by ground-plane homography) can be checked aga
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 import cv2
 import numpy as np
 
 from drive.sim.appearance import Appearance
+from drive.sim.camera import Camera
 from drive.sim.road import Road
 
 __all__ = ["Camera", "Renderer", "render_view"]
@@ -48,56 +41,6 @@ _SUBPIXEL_BITS = 8  # fixed-point fraction bits for antialiased cv2 drawing
 _SHADOW_HALF_M = 16.0  # shadow map covers |d| < this
 _TEX = 256  # texture side; a power of two, so wrapping an integer index is a bitwise and
 _TEX_MASK = _TEX - 1
-
-
-@dataclass(frozen=True)
-class Camera:
-    """Pinhole camera mounted on the vehicle. Pixels: OpenCV convention (centres at integers)."""
-
-    width: int
-    height: int
-    fx: float
-    fy: float
-    cx: float
-    cy: float
-    height_m: float
-    pitch_rad: float  # downwards
-
-    @classmethod
-    def default(
-        cls,
-        width: int = 200,
-        height: int = 78,
-        hfov_deg: float = 80.0,
-        height_m: float = 1.5,
-        pitch_rad: float = 0.15,
-    ) -> "Camera":
-        """Square pixels, horizontal field of view ``hfov_deg``, principal point at the centre."""
-        if width < 16 or height < 8:
-            raise ValueError(f"camera must be at least 16x8 pixels, got {width}x{height}")
-        f = 0.5 * width / np.tan(np.radians(hfov_deg) / 2.0)
-        return cls(
-            width=int(width),
-            height=int(height),
-            fx=float(f),
-            fy=float(f),
-            cx=(width - 1) / 2.0,
-            cy=(height - 1) / 2.0,
-            height_m=float(height_m),
-            pitch_rad=float(pitch_rad),
-        )
-
-    @property
-    def horizon_row(self) -> float:
-        """Image row (float) of the horizon of the flat ground."""
-        return self.cy - self.fy * np.tan(self.pitch_rad)
-
-    def project_ground(self, forward_m: np.ndarray, left_m: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """Pixel coordinates (u, v) of ground points given in the vehicle frame (m)."""
-        c, s = np.cos(self.pitch_rad), np.sin(self.pitch_rad)
-        zc = np.asarray(forward_m) * c + self.height_m * s
-        yc = self.height_m * c - np.asarray(forward_m) * s
-        return self.cx - self.fx * np.asarray(left_m) / zc, self.cy + self.fy * yc / zc
 
 
 def _value_noise(rng: np.random.Generator, size: int, octaves: Tuple[int, ...]) -> np.ndarray:

@@ -9,6 +9,7 @@ One package, read top-down:
 - ``dense``: ``CfC``, a backbone over ``cat(I, x)`` then the fused heads;
 - ``wired``: ``WiredCfC``, the neurons and synapses of a wiring (NCP, ...);
 - ``loops``: the BPTT's per-step loops as TorchScript functions;
+- ``run``: the loops' entry points (specs, weights in loop layout, one forward run);
 - ``sigmoid_form``: the default-mode rewrite onto sigmoids (fast path);
 - ``bptt``: the hand-written backward (``DenseBPTT``, ``WiredBPTT``);
 - ``ncps``: ``cfc_from_ncps``, an ``ncps.torch.CfC`` as the drive module.

@@ -10,10 +10,11 @@ step at a time; at CfC's sizes that is all dispatch overhead. These ``autograd.F
    element-wise stage and one matmul per weight on the state path;
 4. form all weight gradients after the loop as a few large matmuls over the [L*B, ...] rows.
 
-The loops themselves (``drive.nn.cfc.loops``) run as TorchScript functions; the math (update,
-activations, LSTM and their derivatives) is that of ``drive.nn.cfc.cell``. Tests compare both
-paths' gradients and run ``gradcheck`` in float64. Elapsed times get no gradient (callers fall back
-to autograd when one is needed); double backward is not supported.
+The loops themselves (``drive.nn.cfc.loops``) run as TorchScript functions, entered through
+``drive.nn.cfc.run`` (the specs, the weights' loop layout and the forward run; re-exported here);
+the math (update, activations, LSTM and their derivatives) is that of ``drive.nn.cfc.cell``. Tests
+compare both paths' gradients and run ``gradcheck`` in float64. Elapsed times get no gradient
+(callers fall back to autograd when one is needed); double backward is not supported.
 
 Inputs and gradients are matched by name (``_Inputs``): both Functions take the shared inputs
 ``SHARED_INPUTS`` first, then their own named weights, then a variadic list (dense: each layer's
@@ -22,15 +23,22 @@ Cf-S parameter gradients, the input gradient's layout) is ``_shared_tail``.
 """
 
 import functools
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from drive.nn.cfc.cell import SIGMOID_FORM, activation_derivative, lstm_jacobian, saves_input, update_jacobian
-from drive.nn.cfc.loops import compiled, dense_backward, dense_forward, wired_backward, wired_forward
+from drive.nn.cfc.loops import compiled, dense_backward, wired_backward
+from drive.nn.cfc.run import (
+    DenseSpec,
+    WiredSpec,
+    dense_loop_weights,
+    dense_run,
+    wired_loop_weights,
+    wired_run,
+)
 
 __all__ = [
     "DenseSpec",
@@ -46,29 +54,6 @@ __all__ = [
 SHARED_INPUTS = ("spec", "x", "h", "c", "ts", "w_tau", "a", "wi", "bi", "wr")
 DENSE_INPUTS = SHARED_INPUTS  # then w0, b0, w1, b1, ... (backbone layers, then the fused heads)
 WIRED_INPUTS = SHARED_INPUTS + ("s", "b", "w_rec")  # then the feed-forward blocks
-
-
-class DenseSpec(NamedTuple):
-    """What a dense loop needs besides tensors (``mode`` and ``activation`` by name)."""
-
-    units: int
-    mode: str
-    activation: str
-    dropout: float
-    mixed: bool
-
-
-class WiredSpec(NamedTuple):
-    """What a wired loop needs besides tensors: layer boundaries and feed-forward blocks
-    (``block_src[j]`` -> ``block_dst[j]``) in layer order."""
-
-    units: int
-    mode: str
-    heads: int
-    bounds: List[int]
-    block_src: List[int]
-    block_dst: List[int]
-    mixed: bool
 
 
 class _Inputs:
@@ -152,101 +137,6 @@ def _shared_tail(
         grads["a"] = (d - d * decay * z).sum((0, 1)) if need["a"] else None
     grads["x"] = dx.view(steps, -1, features).transpose(0, 1) if dx is not None else None
     return grads
-
-
-def dense_loop_weights(f: int, mixed: bool, prep: Sequence[Tensor]) -> Tuple:
-    """``CfC._prepare``'s list as the loop takes it: (W_1 input part, b_1, W_1 state part^T,
-    [W_k^T], [b_k] for k >= 2, W_lstm_in, b_lstm_in, W_lstm_rec^T, |w_tau|, A)."""
-    w_tau, a, wi, bi, wr = prep[:5]
-    ws, bs = list(prep[5::2]), list(prep[6::2])
-    return (
-        ws[0][:, :f],
-        bs[0],
-        ws[0][:, f:].t().contiguous(),
-        [w.t().contiguous() for w in ws[1:]],
-        bs[1:],
-        wi,
-        bi,
-        wr.t().contiguous() if mixed else wr,
-        w_tau,
-        a,
-    )
-
-
-def _loop(fn: Callable, xt: Tensor) -> Callable:
-    """The compiled loop, or the plain function for a single step (TorchScript's call overhead then
-    exceeds the step's work)."""
-    return fn if xt.size(0) == 1 else compiled(fn)
-
-
-def dense_run(
-    spec: "DenseSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple
-) -> Tuple[Tensor, Tensor, Tuple]:
-    """Run the dense loop: (states [B, L, n], time-major x, what ``dense_forward`` returns); lw from
-    ``dense_loop_weights``. In the sigmoid form the loop carries L = (x + 1) / 2: h enters
-    converted and the states and the last state leave as x (the lists keep L)."""
-    n, mode, kind, p, mixed = spec
-    w_in, b0, w_h, ws_t, bs, wi, bi, wr_t, w_tau, a = lw
-    xt = x.transpose(0, 1).contiguous()
-    m_part = F.linear(xt, wi, bi) if mixed else xt
-    if mode == SIGMOID_FORM:
-        h = torch.add(h, 1.0).mul_(0.5)
-    out = _loop(dense_forward, xt)(
-        F.linear(xt, w_in, b0),
-        m_part,
-        h,
-        c,
-        ts.transpose(0, 1),
-        w_h,
-        ws_t,
-        bs,
-        wr_t,
-        w_tau,
-        a,
-        n,
-        mode,
-        kind,
-        p,
-        mixed,
-    )
-    y = torch.stack(out[0], 1)
-    if mode == SIGMOID_FORM:
-        y.mul_(2.0).sub_(1.0)
-        out = (out[0], out[1] * 2.0 - 1.0) + out[2:]
-    return y, xt, out
-
-
-def wired_loop_weights(mixed: bool, prep: Sequence[Tensor]) -> Tuple:
-    """``WiredCfC._prepare``'s list as the loop takes it (the LSTM's recurrent weight transposed)."""
-    return (*prep[:4], prep[4].t().contiguous() if mixed else prep[4], *prep[5:8], list(prep[8:]))
-
-
-def wired_run(
-    spec: "WiredSpec", x: Tensor, h: Tensor, c: Tensor, ts: Tensor, lw: Tuple
-) -> Tuple[Tensor, Tuple]:
-    """Run the wired loop: (time-major x, what ``wired_forward`` returns)."""
-    n, mode, k, bounds, src, dst, mixed = spec
-    w_tau, a, wi, bi, wr_t, s, b, w_rec, blocks = lw
-    xt = x.transpose(0, 1).contiguous()
-    m_part = F.linear(xt, wi, bi) if mixed else xt
-    return xt, _loop(wired_forward, xt)(
-        F.linear(xt, s, b),
-        m_part,
-        h,
-        c,
-        ts.transpose(0, 1),
-        w_rec,
-        blocks,
-        bounds,
-        src,
-        dst,
-        k,
-        wr_t,
-        w_tau,
-        a,
-        mode,
-        mixed,
-    )
 
 
 class DenseBPTT(torch.autograd.Function):
@@ -397,13 +287,13 @@ class WiredBPTT(torch.autograd.Function):
         g, dh, dc = _start(ctx, g_seq, g_h, g_c, h_in[0])
         jac = [
             update_jacobian(
-                saved[l],
+                saved[layer],
                 t,
-                bounds[l + 1] - bounds[l],
+                bounds[layer + 1] - bounds[layer],
                 mode,
-                a[bounds[l] : bounds[l + 1]] if mode == "pure" else a,
+                a[bounds[layer] : bounds[layer + 1]] if mode == "pure" else a,
             )
-            for l in range(layers)
+            for layer in range(layers)
         ]
         dZ, dzm, dH, dh, dc = compiled(wired_backward)(
             dh,
@@ -441,7 +331,7 @@ class WiredBPTT(torch.autograd.Function):
             dzm,
             dH,
             lambda: tuple(
-                torch.cat([torch.stack([sv[j] for sv in saved[l]]) for l in range(layers)], 2)
+                torch.cat([torch.stack([sv[j] for sv in saved[layer]]) for layer in range(layers)], 2)
                 for j in range(2)
             ),
             x_rows,

@@ -184,18 +184,18 @@ def wired_forward(
         h_in.append(h)
         pre = torch.addmm(xs[i], h, w_rec, beta=one)
         news: List[Tensor] = []
-        for l in range(layers):
-            lo, hi = bounds[l], bounds[l + 1]
+        for layer in range(layers):
+            lo, hi = bounds[layer], bounds[layer + 1]
             z = pre[:, k * lo : k * hi]
             for j in range(len(blocks)):
-                if dst[j] == l:
+                if dst[j] == layer:
                     z = torch.addmm(z, news[src[j]], blocks[j], beta=one)
             if mode == "pure":  # per-neuron parameters of this layer
                 new, sv = update(z, tss[i], hi - lo, mode, w_tau[lo:hi], a[lo:hi])
             else:
                 new, sv = update(z, tss[i], hi - lo, mode, w_tau, a)
             news.append(new)
-            saved[l].append(sv)
+            saved[layer].append(sv)
         h = torch.cat(news, 1)
         outs.append(h)
     return outs, h, c, h_in, mem_in, mem_saved, saved
@@ -226,13 +226,13 @@ def wired_backward(
     gs = g_seq.unbind(0) if g_seq is not None else jacs[0]
     for i in range(len(jacs[0]) - 1, -1, -1):
         dzs: List[Tensor] = []
-        for l in range(layers):
+        for _ in range(layers):
             dzs.append(dh)
-        for l in range(layers - 1, -1, -1):
-            dz = (dh[:, bounds[l] : bounds[l + 1]].unsqueeze(1) * jacs[l][i]).flatten(1)
-            dzs[l] = dz
+        for layer in range(layers - 1, -1, -1):
+            dz = (dh[:, bounds[layer] : bounds[layer + 1]].unsqueeze(1) * jacs[layer][i]).flatten(1)
+            dzs[layer] = dz
             for j in range(len(blocks_t)):
-                if dst[j] == l:
+                if dst[j] == layer:
                     dh[:, bounds[src[j]] : bounds[src[j] + 1]].addmm_(dz, blocks_t[j])
         if keep_dh:
             dH.append(dh)

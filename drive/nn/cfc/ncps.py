@@ -68,12 +68,12 @@ def cfc_from_ncps(module: Any) -> Union[CfC, WiredCfC]:
         out.weight.zero_()
         out.sensory_weight.zero_()
         previous: List[int] = []
-        for l, layer in enumerate(cell._layers):
-            ids = wiring.neurons_of_layer(l)
+        for index, layer in enumerate(cell._layers):
+            ids = wiring.neurons_of_layer(index)
             n_in = layer.input_size
             for k, head in enumerate(_heads(layer, pure)):
                 w = head.weight.detach()
-                if l == 0:
+                if index == 0:
                     out.sensory_weight[k][:, ids] = w[:, :n_in].t()
                 else:
                     out.weight[k][np.ix_(previous, ids)] = w[:, :n_in].t()

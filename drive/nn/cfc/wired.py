@@ -8,9 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from drive.nn.cfc.bptt import WiredBPTT, WiredSpec, wired_loop_weights, wired_run
+from drive.nn.cfc.bptt import WiredBPTT
 from drive.nn.cfc.cell import lstm_update, update
 from drive.nn.cfc.parts import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
+from drive.nn.cfc.run import WiredSpec, wired_loop_weights, wired_run
 from drive.nn.registry import register
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
@@ -87,8 +88,8 @@ class WiredCfC(CfCModule):
         self.units, self.heads = n, k
         self.mixed_memory = bool(mixed_memory)
         layer_of = np.empty(n, np.int64)
-        for l, (_, idx) in enumerate(wiring.layers):
-            layer_of[idx] = l
+        for layer, (_, idx) in enumerate(wiring.layers):
+            layer_of[idx] = layer
         order = np.concatenate([np.asarray(idx, np.int64) for _, idx in wiring.layers])
         sizes = [len(idx) for _, idx in wiring.layers]
         self.bounds: List[int] = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
@@ -124,9 +125,9 @@ class WiredCfC(CfCModule):
         )
         rows = [
             h * n + p
-            for l in range(len(sizes))
+            for layer in range(len(sizes))
             for h in range(k)
-            for p in range(self.bounds[l], self.bounds[l + 1])
+            for p in range(self.bounds[layer], self.bounds[layer + 1])
         ]
         self.register_buffer("fused_rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
         ff = (mask.sum(0) > 0) & (pre < post)
@@ -229,18 +230,18 @@ class WiredCfC(CfCModule):
         c = state[:, n:].index_select(1, self.order) if self.mixed_memory else state[:, n:]
         m_part: List[Tensor] = F.linear(x, wi, bi).unbind(1) if self.mixed_memory else []
         steps = ts.unbind(1)
-        layer_rows = [k * (bounds[l + 1] - bounds[l]) for l in range(len(bounds) - 1)]
+        layer_rows = [k * (bounds[layer + 1] - bounds[layer]) for layer in range(len(bounds) - 1)]
         outs: List[Tensor] = []
         for i in range(x.size(1)):
             if self.mixed_memory:
                 h, c, _ = lstm_update(torch.addmm(m_part[i], h, wr.t()), c, n)
             pre = torch.addmm(x_part[i], h, w_rec).split(layer_rows, 1)
             news: List[Tensor] = []
-            for l in range(len(bounds) - 1):
-                lo, hi = bounds[l], bounds[l + 1]
-                z = pre[l]
+            for layer in range(len(bounds) - 1):
+                lo, hi = bounds[layer], bounds[layer + 1]
+                z = pre[layer]
                 for j in range(len(blocks)):
-                    if self.block_dst[j] == l:
+                    if self.block_dst[j] == layer:
                         z = torch.addmm(z, news[self.block_src[j]], blocks[j])
                 if self.mode == "pure":  # per-neuron parameters of this layer
                     news.append(update(z, steps[i], hi - lo, self.mode, w_tau[lo:hi], a[lo:hi])[0])

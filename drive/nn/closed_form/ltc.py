@@ -20,8 +20,9 @@ is solved exactly::
     v(t + dt) = e^{-a dt} (v(t) - b/a) + b/a = lerp(I/G, v(t), e^{-G dt / cm})        (Corollary 1)
 
 where b/a = I/G is a conductance-weighted mean of reversal potentials (bounded, so nothing cancels
-as a -> 0; the leak conductance is clamped at 1e-30). ``substeps`` > 1 re-evaluates the recurrent activations within a
-step (sensory ones stay exact); the error to the true ODE shrinks as dt / substeps -> 0.
+as a -> 0; the leak conductance is clamped at 1e-30). ``substeps`` > 1 re-evaluates the recurrent
+activations within a step (sensory ones stay exact); the error to the true ODE shrinks as
+dt / substeps -> 0.
 
 ``approx`` (CfC paper Eq. 8 / Algorithm 1): no recursion in time; every neuron is the Eq. 8
 expression of the time t since its initial state x0, evaluated at the presynaptic signals of time t.

@@ -25,8 +25,8 @@ MAX_NEURONS = 64  # the [N, N] synapse tile lives in registers; larger networks 
 
 @functools.lru_cache(maxsize=None)
 def triton_available() -> bool:
-    try:  # optional dependency: triton ships with torch's CUDA builds only
-        import triton
+    try:
+        import triton  # optional dependency: triton ships with torch's CUDA builds only
         import triton.language  # noqa: F401
     except Exception:  # noqa: BLE001 - a broken triton install means: no kernels
         return False
@@ -70,7 +70,7 @@ def ltc_fused_solve(
     cm_t [L,B,N] = cm/h; sigma, mu, w (positive), erev, mask [N,N] (pre i, post j). Per unfold:
     x_ij = sigma_ij (v_i - mu_ij), s = sigmoid(x), n_j = nd0_n + sum_i s_ij w_ij erev_ij,
     d_j = nd0_d + sum_i s_ij w_ij, v <- (n + cm_t v) / d (absent synapses have w = 0 through the
-    mask). Returns the state after each step [L,B,N] (the same as ``drive.nn.ltc.fused_solver``).
+    mask). Returns the state after each step [L,B,N] (the same as ``drive.nn.ltc_solver.fused_solver``).
     """
     from drive.nn.kernels.ltc_triton import LTCFusedSolve  # imports triton, an optional dependency
 

@@ -3,7 +3,7 @@
 One program owns ``BLOCK_B`` batch rows and runs the whole recurrence (L steps x U unfolds): the
 state ``v [BLOCK_B, NP]`` and the dense synapse tables ``[NP, NP]`` (pre i in rows, post j in
 columns; NP = N padded to a power of two, padding inert) stay in registers, so a sequence costs
-one launch instead of ~4 per unfold. Per unfold (``drive.nn.ltc.fused_solver`` in dense form):
+one launch instead of ~4 per unfold. Per unfold (``drive.nn.ltc_solver.fused_solver`` in dense form):
 
     x_ij = v_i sig_ij + nsm_ij,   s = sigmoid(x)
     n_j  = nd0n_j + sum_i s_ij qn_ij,   d_j = nd0d_j + sum_i s_ij qd_ij,   v'_j = (n_j + c_j v_j) / d_j
