@@ -39,7 +39,12 @@ from drive.nn.ltc_solver import _FusedSolver, fused_solver
 from drive.nn.registry import register
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
-__all__ = ["LTC", "INIT_RANGES", "POSITIVE", "register_synapses"]
+__all__ = ["LTC", "INIT_RANGES", "POSITIVE", "CELL_PARAMETERS", "MAPPING_PARAMETERS", "register_synapses"]
+
+# The cell's parameters (LTC Eq. 1, ncps's names) and the affine input / output maps around it.
+CELL_PARAMETERS = ("gleak", "vleak", "cm", "w", "sigma", "mu", "erev")
+CELL_PARAMETERS += ("sensory_w", "sensory_sigma", "sensory_mu", "sensory_erev")
+MAPPING_PARAMETERS = ("input_w", "input_b", "output_w", "output_b")
 
 # Init ranges of the effective (post-positivity) values, as in ncps / the authors' code.
 INIT_RANGES: Dict[str, Tuple[float, float]] = {

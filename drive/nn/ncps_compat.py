@@ -35,7 +35,7 @@ import torch
 from torch import nn
 
 from drive.nn.cfc import cfc_from_ncps
-from drive.nn.ltc import LTC
+from drive.nn.ltc import CELL_PARAMETERS, LTC, MAPPING_PARAMETERS
 from drive.nn.wiring import Wiring
 
 __all__ = ["from_ncps", "wiring_from_ncps"]
@@ -73,21 +73,9 @@ def _ltc_from_ncps(cell: Any, softplus: bool) -> LTC:
         epsilon=float(cell._epsilon),
         positivity="softplus" if softplus else "clip",
     )
-    for name in (
-        "gleak",
-        "vleak",
-        "cm",
-        "w",
-        "sigma",
-        "mu",
-        "erev",
-        "sensory_w",
-        "sensory_sigma",
-        "sensory_mu",
-        "sensory_erev",
-    ):
+    for name in CELL_PARAMETERS:
         getattr(out, name).copy_(params[name])
-    for name in ("input_w", "input_b", "output_w", "output_b"):
+    for name in MAPPING_PARAMETERS:
         if name in params:
             getattr(out, name).copy_(params[name])
     for ncps_name, ours in (("sparsity_mask", out.mask), ("sensory_sparsity_mask", out.sensory_mask)):

@@ -65,30 +65,14 @@ from torch import Tensor, nn
 from drive.nn.checks import check_hidden, check_step
 from drive.nn.closed_form.kernels import Constants, closed_form_sequence, closed_form_step, eq8_state
 from drive.nn.contract import RecurrentModule
-from drive.nn.ltc import INIT_RANGES, register_synapses
+from drive.nn.ltc import CELL_PARAMETERS, INIT_RANGES, MAPPING_PARAMETERS, register_synapses
 from drive.nn.registry import register
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["ClosedFormLTC", "convert", "eq8_state", "METHODS", "PARAMETER_NAMES"]
 
 METHODS = ("exact", "approx")
-PARAMETER_NAMES = (
-    "gleak",
-    "vleak",
-    "cm",
-    "w",
-    "sigma",
-    "mu",
-    "erev",
-    "sensory_w",
-    "sensory_sigma",
-    "sensory_mu",
-    "sensory_erev",
-    "input_w",
-    "input_b",
-    "output_w",
-    "output_b",
-)
+PARAMETER_NAMES = CELL_PARAMETERS + MAPPING_PARAMETERS  # the LTC's, under the same names
 
 
 def _with_constant_neuron(q: Tensor) -> Tensor:
