@@ -161,3 +161,37 @@ def test_kernels_compile_for_an_h100_without_register_spills(tmp_path):
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert len(report) == 6
     assert all(r["spill_stores"] == 0 for r in report), report
+
+
+def test_the_kernel_path_launches_a_fixed_number_of_ops_whatever_the_sequence_length(kernels_on, monkeypatch):
+    """The point of the kernels on a GPU is launches: a forward+backward must cost a fixed number of
+    torch ops (each a kernel launch on CUDA) around the two Triton launches, where the TorchScript
+    solver costs ~20 per step (4 per unfold). Counted at the dispatcher (every aten op of the
+    forward and of autograd's backward) for two sequence lengths, on both paths. (Under the
+    interpreter the count also holds the interpreter's own copies: a fixed number too.)"""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    def ops(m: LTC, length: int) -> int:
+        x = torch.randn(4, length, m.input_size, device=DEVICE)
+        with Count() as count:
+            y, h = m(x)
+            (y.sum() + h.sum()).backward()
+        return count.ops
+
+    torch.manual_seed(3)
+    m = LTC(lane_keeping_ncp()).to(DEVICE)
+    fused = [ops(m, 2), ops(m, 12)]
+    monkeypatch.setenv("DRIVE_TRITON", "0")
+    solver = [ops(m, 2), ops(m, 12)]
+    assert fused[0] == fused[1], fused
+    assert solver[1] - solver[0] >= 10 * 4 * m.ode_unfolds, solver  # grows with every step
+    assert fused[1] * 4 < solver[1], (fused, solver)

@@ -235,17 +235,6 @@ class LTC(RecurrentModule):
         n = self.state_size
         gleak = self._positive(self.gleak)
         cm = self._positive(self.cm)
-        # Recurrent synapses as a list of E present ones (the mask decides which exist).
-        w = self._positive(self.w)
-        pre_sigma = self.sigma.index_select(1, self.syn_post) * self.syn_pre_onehot
-        neg_sm = -(self.sigma * self.mu).flatten().index_select(0, self.syn_flat)
-        q = torch.cat(
-            [
-                (w * self.erev).index_select(0, self.syn_pre) * self.syn_post_onehot,
-                w.index_select(0, self.syn_pre) * self.syn_post_onehot,
-            ],
-            1,
-        )
         # Everything that depends only on the inputs, for all steps at once, time-major [L,B,...].
         sw = self._positive(self.sensory_w)
         u = (x * self.input_w + self.input_b).transpose(0, 1).reshape(length * batch, self.input_size)
@@ -265,16 +254,33 @@ class LTC(RecurrentModule):
         cm_t = cm * (float(self.ode_unfolds) / timespans.transpose(0, 1).unsqueeze(2))
         nd0 = torch.cat([nd_s[:, :, :n], nd_s[:, :, n:] + cm_t], 2)
         if not torch.jit.is_scripting():  # eager: Triton kernels on CUDA, else the hand-written backward
-            states = self._solve_with_manual_backward(hidden, nd0, cm_t, pre_sigma, neg_sm, q)
+            states = self._solve_eager(hidden, nd0, cm_t)
         else:
+            pre_sigma, neg_sm, q = self._synapse_lists()
             states = fused_solver(hidden, nd0, cm_t, pre_sigma, neg_sm, q, self.ode_unfolds, False)[0]
         y = states[:, :, : self.output_size] * self.output_w + self.output_b
         return y.transpose(0, 1), states[-1]
 
+    def _synapse_lists(self) -> Tuple[Tensor, Tensor, Tensor]:
+        """The recurrent synapses as a list of the E present ones (the mask decides which exist), the
+        list solver's form: pre_sigma [N, E], -sigma mu [E], q [E, 2N] = (w erev | w) in the post
+        neuron's columns."""
+        w = self._positive(self.w)
+        pre_sigma = self.sigma.index_select(1, self.syn_post) * self.syn_pre_onehot
+        neg_sm = -(self.sigma * self.mu).flatten().index_select(0, self.syn_flat)
+        q = torch.cat(
+            [
+                (w * self.erev).index_select(0, self.syn_pre) * self.syn_post_onehot,
+                w.index_select(0, self.syn_pre) * self.syn_post_onehot,
+            ],
+            1,
+        )
+        return pre_sigma, neg_sm, q
+
     @torch.jit.unused
-    def _solve_with_manual_backward(
-        self, hidden: Tensor, nd0: Tensor, cm_t: Tensor, pre_sigma: Tensor, neg_sm: Tensor, q: Tensor
-    ) -> Tensor:
+    def _solve_eager(self, hidden: Tensor, nd0: Tensor, cm_t: Tensor) -> Tensor:
+        """The Triton kernels where they apply (they take the dense [N, N] tables), else the list
+        solver with its hand-written backward (or none, without gradients)."""
         if kernels.use_kernels(nd0, self.state_size):
             return kernels.ltc_fused_solve(
                 hidden,
@@ -287,6 +293,7 @@ class LTC(RecurrentModule):
                 self.mask,
                 self.ode_unfolds,
             )
+        pre_sigma, neg_sm, q = self._synapse_lists()
         if not torch.is_grad_enabled():
             return fused_solver(hidden, nd0, cm_t, pre_sigma, neg_sm, q, self.ode_unfolds, False)[0]
         return _FusedSolver.apply(hidden, nd0, cm_t, pre_sigma, neg_sm, q, self.ode_unfolds)

@@ -31,6 +31,30 @@ __all__ = ["LTCFusedSolve", "ltc_forward", "ltc_backward"]
 
 
 @triton.jit
+def _rows(B, N: tl.constexpr, NP: tl.constexpr, BLOCK_B: tl.constexpr):
+    """This program's batch rows: (mask, offsets into [.., B, N], offsets into [.., B, 2N])."""
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    cols = tl.arange(0, NP)
+    m2 = (rows < B)[:, None] & (cols < N)[None, :]
+    return m2, rows[:, None] * N + cols[None, :], rows[:, None] * (2 * N) + cols[None, :]
+
+
+@triton.jit
+def _tables(sig_ptr, nsm_ptr, qn_ptr, qd_ptr, N: tl.constexpr, NP: tl.constexpr):
+    """The four [N, N] synapse tables as [1, NP, NP] register tiles (padding 0: inert), with the
+    tile's offsets and mask (to write table gradients)."""
+    ii = tl.arange(0, NP)[:, None]
+    jj = tl.arange(0, NP)[None, :]
+    mm = (ii < N) & (jj < N)
+    tab = ii * N + jj
+    sig = tl.load(sig_ptr + tab, mask=mm, other=0.0)[None, :, :]
+    nsm = tl.load(nsm_ptr + tab, mask=mm, other=0.0)[None, :, :]
+    qn = tl.load(qn_ptr + tab, mask=mm, other=0.0)[None, :, :]
+    qd = tl.load(qd_ptr + tab, mask=mm, other=0.0)[None, :, :]
+    return sig, nsm, qn, qd, tab, mm
+
+
+@triton.jit
 def _ltc_fwd_kernel(
     v0_ptr,
     nd0_ptr,
@@ -49,19 +73,8 @@ def _ltc_fwd_kernel(
     BLOCK_B: tl.constexpr,
     SAVE: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_B + tl.arange(0, BLOCK_B)
-    cols = tl.arange(0, NP)
-    m2 = (rows < B)[:, None] & (cols < N)[None, :]
-    off = rows[:, None] * N + cols[None, :]
-    off_nd = rows[:, None] * (2 * N) + cols[None, :]
-    ii = tl.arange(0, NP)[:, None]
-    jj = tl.arange(0, NP)[None, :]
-    mm = (ii < N) & (jj < N)
-    sig = tl.load(sig_ptr + ii * N + jj, mask=mm, other=0.0)[None, :, :]
-    nsm = tl.load(nsm_ptr + ii * N + jj, mask=mm, other=0.0)[None, :, :]
-    qn = tl.load(qn_ptr + ii * N + jj, mask=mm, other=0.0)[None, :, :]
-    qd = tl.load(qd_ptr + ii * N + jj, mask=mm, other=0.0)[None, :, :]
+    m2, off, off_nd = _rows(B, N, NP, BLOCK_B)
+    sig, nsm, qn, qd, _tab, _mm = _tables(sig_ptr, nsm_ptr, qn_ptr, qd_ptr, N, NP)
     v = tl.load(v0_ptr + off, mask=m2, other=0.0)
     if SAVE:
         tl.store(vin_ptr + off, v, mask=m2)
@@ -104,20 +117,8 @@ def _ltc_bwd_kernel(
     U: tl.constexpr,
     BLOCK_B: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_B + tl.arange(0, BLOCK_B)
-    cols = tl.arange(0, NP)
-    m2 = (rows < B)[:, None] & (cols < N)[None, :]
-    off = rows[:, None] * N + cols[None, :]
-    off_nd = rows[:, None] * (2 * N) + cols[None, :]
-    ii = tl.arange(0, NP)[:, None]
-    jj = tl.arange(0, NP)[None, :]
-    mm = (ii < N) & (jj < N)
-    tab = ii * N + jj
-    sig = tl.load(sig_ptr + tab, mask=mm, other=0.0)[None, :, :]
-    nsm = tl.load(nsm_ptr + tab, mask=mm, other=0.0)[None, :, :]
-    qn = tl.load(qn_ptr + tab, mask=mm, other=0.0)[None, :, :]
-    qd = tl.load(qd_ptr + tab, mask=mm, other=0.0)[None, :, :]
+    m2, off, off_nd = _rows(B, N, NP, BLOCK_B)
+    sig, nsm, qn, qd, tab, mm = _tables(sig_ptr, nsm_ptr, qn_ptr, qd_ptr, N, NP)
     g = tl.zeros([BLOCK_B, NP], dtype=tl.float32)
     acc_sig = tl.zeros([NP, NP], dtype=tl.float32)
     acc_nsm = tl.zeros([NP, NP], dtype=tl.float32)
@@ -153,7 +154,7 @@ def _ltc_bwd_kernel(
         tl.store(gnd0_ptr + step * (2 * N) + N + off_nd, g_d0, mask=m2)
         tl.store(gcm_ptr + step * N + off, g_c, mask=m2)
     tl.store(gv0_ptr + off, g, mask=m2)
-    part = pid * N * N + tab
+    part = tl.program_id(0) * N * N + tab
     tl.store(gsig_ptr + part, acc_sig, mask=mm)
     tl.store(gnsm_ptr + part, acc_nsm, mask=mm)
     tl.store(gqn_ptr + part, acc_qn, mask=mm)
