@@ -99,6 +99,20 @@ def test_flat_hyperparameters_of_earlier_checkpoints_rebuild_their_network(name:
         assert upgraded[family]["units"] == hparams["units"]
 
 
+@pytest.mark.parametrize("name", ["cfc_no_gate_mixed", "cfc_wired_pure", "lstm", "ncp_ltc"])
+def test_lightning_load_from_checkpoint_reads_the_flat_names(name: str) -> None:
+    """Lightning's own API (``PolicyModule.load_from_checkpoint``) on a checkpoint written with the
+    flat names: the recorded network, its weights, and the outputs of the checkpoint's policy."""
+    ckpt = _ckpt(name)
+    module = PolicyModule.load_from_checkpoint(FIXTURES / f"{name}.ckpt", map_location="cpu")
+    recorded = ckpt["drive"]["policy_config"]["rnn"]
+    assert {**module.policy.config()["rnn"], "class": None} == {**recorded, "class": None}
+    for key, value in ckpt["state_dict"].items():
+        assert torch.equal(module.state_dict()[key], value), key
+    override = PolicyModule.load_from_checkpoint(FIXTURES / f"{name}.ckpt", lr=1e-3)
+    assert override.hparams.lr == 1e-3  # keyword arguments still override the checkpoint's
+
+
 @pytest.fixture(scope="module")
 def logs(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("logs53")

@@ -45,7 +45,7 @@ from drive.nn.families import (
 )
 from drive.nn.init import data_init, sample_frames
 from drive.nn.policy import Policy
-from drive.train.hparams import plain
+from drive.train.hparams import checkpoint_hparams, plain
 from drive.train.label_stats import curvature_limit, label_range, readout_scale_km
 from drive.train.monitor import LearningMonitor, NotLearningWarning
 from drive.train.schedule import lr_factor
@@ -199,6 +199,35 @@ class PolicyModule(StatefulEvalModule):
         if self.curvature_limit is not None:
             extra["curvature_limit_per_m"] = float(self.curvature_limit)
         return policy_meta(self.policy, self.preprocessing, self.fps, self.hparams.family, **extra)
+
+    @classmethod
+    def load_from_checkpoint(  # type: ignore[override]
+        cls,
+        checkpoint_path: Any,
+        map_location: Any = None,
+        hparams_file: Any = None,
+        strict: Optional[bool] = None,
+        weights_only: Optional[bool] = True,
+        **kwargs: Any,
+    ) -> "PolicyModule":
+        """Lightning's loader, reading the hyperparameters of any drive version in today's names:
+        a checkpoint written with the flat options (``units``, ``cfc_mode``, ``ode_unfolds``, ...)
+        rebuilds the network it was trained with (Lightning alone drops the keys ``__init__`` no
+        longer takes, builds the defaults and then fails to load the weights). Tensors only are
+        unpickled (``weights_only=True``) unless the caller says otherwise. ``kwargs`` override."""
+        hparams = (
+            checkpoint_hparams(checkpoint_path)
+            if hparams_file is None and isinstance(checkpoint_path, (str, os.PathLike))
+            else {}
+        )
+        return super().load_from_checkpoint(  # type: ignore[return-value]
+            checkpoint_path,
+            map_location=map_location,
+            hparams_file=hparams_file,
+            strict=strict,
+            weights_only=weights_only,
+            **{**hparams, **kwargs},
+        )
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:
         checkpoint["drive"] = self.drive_meta()
