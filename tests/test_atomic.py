@@ -79,3 +79,38 @@ def test_save_figure_writes_by_suffix_and_closes_the_figure(tmp_path):
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not plt.fignum_exists(fig.number)
     assert listing(tmp_path) == ["curve.png"]
+
+
+def _synced_paths(monkeypatch) -> list:
+    """Record what os.fsync flushes (the real call still runs): the path behind each descriptor."""
+    synced = []
+    real = os.fsync
+
+    def spy(fd):
+        synced.append(os.path.realpath(f"/proc/self/fd/{fd}"))
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", spy)
+    return synced
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to name descriptors")
+@pytest.mark.parametrize("storage", ["frames", "video"])
+def test_a_recording_is_on_the_disk_before_it_is_renamed_into_place(tmp_path, monkeypatch, storage):
+    """RecordingWriter.close syncs every file (frames or video, log.csv, meta.json) and directory of
+    the recording before the rename, then the parent: a power cut cannot leave a renamed recording
+    with empty files."""
+    from drive.io.recording import RecordingMeta, RecordingWriter
+
+    out = tmp_path / "rec"
+    writer = RecordingWriter(out, RecordingMeta(fps=10, width=32, height=24, storage=storage))
+    frame = np.full((24, 32, 3), 128, dtype=np.uint8)
+    for i in range(3):
+        writer.append(frame, timestamp_s=i / 10, curvature=0.0, speed_mps=5.0)
+    synced = _synced_paths(monkeypatch)
+    writer.close()
+    tmp = [p for p in synced if ".rec.partial-" in p]
+    names = {os.path.relpath(p, tmp[-1]) for p in tmp}  # the last synced is the temporary directory
+    files = {str(p.relative_to(out)) for p in out.rglob("*")}
+    assert files <= names, files - names
+    assert synced[-1] == str(tmp_path)  # the parent, after the rename

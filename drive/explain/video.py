@@ -23,7 +23,7 @@ from torch import nn
 
 from drive.data.preprocess import Preprocessing
 from drive.explain.policy_saliency import SaliencyFrame, policy_saliency
-from drive.io.atomic import write_image
+from drive.io.atomic import commit, write_image
 from drive.io.recording import Recording
 
 __all__ = [
@@ -250,7 +250,7 @@ class SaliencyVideoWriter:
         if self.frames_written == 0:
             self._tmp.unlink(missing_ok=True)
             raise RuntimeError(f"{self.path}: no frames were written")
-        os.replace(self._tmp, self.path)
+        commit(self._tmp, self.path)
         sheet = self._write_sheet()
         return {
             "frames": self.frames_written,

@@ -29,6 +29,7 @@ __all__ = [
     "atomic_path",
     "commit",
     "fsync_path",
+    "fsync_tree",
     "write_bytes",
     "write_text",
     "write_image",
@@ -59,9 +60,21 @@ def fsync_path(path: PathLike) -> None:
         os.close(fd)
 
 
+def fsync_tree(directory: PathLike) -> None:
+    """Flush every file below ``directory``, then each directory bottom-up (their entries)."""
+    for root, _dirs, files in os.walk(directory, topdown=False):
+        for name in files:
+            fsync_path(os.path.join(root, name))
+        fsync_path(root)
+
+
 def commit(tmp: PathLike, out: PathLike) -> None:
-    """Sync ``tmp`` and rename it onto ``out`` (same directory), then sync the directory."""
-    fsync_path(tmp)
+    """Sync ``tmp`` (a file, or a directory with everything below it) and rename it onto ``out``
+    (same directory), then sync the directory."""
+    if os.path.isdir(tmp):
+        fsync_tree(tmp)
+    else:
+        fsync_path(tmp)
     os.replace(tmp, out)
     fsync_path(os.path.dirname(os.path.abspath(out)))
 

@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 import cv2
 import numpy as np
 
+from drive.io.atomic import commit
 from drive.io.recording_meta import REQUIRED_COLUMNS, PathLike, RecordingError, RecordingMeta
 
 __all__ = ["RecordingWriter"]
@@ -115,7 +116,7 @@ class RecordingWriter:
         (self._tmp / "meta.json").write_text(json.dumps(self.meta.to_dict(), indent=2) + "\n")
         if self.directory.exists():
             shutil.rmtree(self.directory)
-        os.replace(self._tmp, self.directory)
+        commit(self._tmp, self.directory)  # every file synced before the rename: no half recording
         return self.directory
 
     def abort(self) -> None:
