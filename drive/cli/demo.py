@@ -4,7 +4,7 @@ closed form, export), one command, about 15 minutes on 2 CPU cores::
     drive demo                                   # everything in runs/demo, REPORT.md there
     drive demo --out runs/demo_winter --conditions winter --km 10
 
-Each option is a field of :class:`drive.demo.run.DemoSettings`; the stages are
+Each option is a field of :class:`drive.demo.settings.DemoSettings`; the stages are
 :func:`drive.demo.run.run_demo`. Exit status 0 when the acceptance criteria pass, 1 when not
 (the failed ones are printed).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 
-from drive.demo.run import DemoSettings, run_demo
+from drive.demo.settings import DemoSettings
 
 __all__ = ["add_arguments", "run"]
 
@@ -113,6 +113,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from drive.demo.run import run_demo  # at run time: it imports Lightning (seconds), --help need not
+
     settings = DemoSettings(**{k: getattr(args, k) for k in asdict(DemoSettings())})
     report = run_demo(settings)
     acceptance = report["acceptance"]
