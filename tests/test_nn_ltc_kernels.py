@@ -106,6 +106,19 @@ def test_kernel_handles_batches_that_do_not_fill_a_block_and_long_unfolds(kernel
         assert float((grads[name] - g).abs().max()) <= 1e-5 * float(g.abs().max()) + 1e-12, name
 
 
+def test_the_unfold_count_is_a_runtime_argument(kernels):
+    """Unfolds as a compile-time constant unrolled the loop: one kernel per ``ode_unfolds``, and the
+    256 unfolds bench_closed_form uses as the converged ODE took ~2 minutes to compile (sm_90, here).
+    As a runtime loop bound any count is the same kernel, compiled once in about a second."""
+    import inspect
+
+    for kernel in (kernels._ltc_fwd_kernel, kernels._ltc_bwd_kernel):
+        fn = getattr(kernel, "fn", kernel)  # the Python function (jitted, or under the interpreter)
+        params = inspect.signature(fn).parameters
+        assert "U" in params and "constexpr" not in str(params["U"].annotation), params["U"]
+        assert "constexpr" in str(params["N"].annotation)  # what the check tells apart
+
+
 COMPILE = r"""
 import json, pathlib, subprocess, sys, tempfile
 import triton
@@ -123,8 +136,9 @@ for batch in (16, 256, 2048):
     for kernel, ptrs, extra, w in ((K._ltc_fwd_kernel, forward, {"SAVE": True}, warps),
                                    (K._ltc_bwd_kernel, backward, {}, min(8, 2 * warps))):
         names = kernel.arg_names
-        signature = {n: "*fp32" if n in ptrs else "i32" if n in ("B", "L") else "constexpr" for n in names}
-        consts = {"N": 19, "NP": np_, "U": 6, "BLOCK_B": block_b, **extra}
+        runtime = ("B", "L", "U")
+        signature = {n: "*fp32" if n in ptrs else "i32" if n in runtime else "constexpr" for n in names}
+        consts = {"N": 19, "NP": np_, "BLOCK_B": block_b, **extra}
         constexprs = {(names.index(k),): v for k, v in consts.items()}
         src = ASTSource(fn=kernel, signature=signature, constexprs=constexprs)
         compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": w})

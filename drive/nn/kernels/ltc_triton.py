@@ -67,9 +67,9 @@ def _ltc_fwd_kernel(
     vin_ptr,
     B,
     L,
+    U,
     N: tl.constexpr,
     NP: tl.constexpr,
-    U: tl.constexpr,
     BLOCK_B: tl.constexpr,
     SAVE: tl.constexpr,
 ):
@@ -83,7 +83,7 @@ def _ltc_fwd_kernel(
         n0 = tl.load(nd0_ptr + step * (2 * N) + off_nd, mask=m2, other=0.0)
         d0 = tl.load(nd0_ptr + step * (2 * N) + N + off_nd, mask=m2, other=1.0)
         c = tl.load(cm_ptr + step * N + off, mask=m2, other=0.0)
-        for u in tl.static_range(U):
+        for u in range(U):
             s = tl.sigmoid(v[:, :, None] * sig + nsm)
             num = n0 + tl.sum(s * qn, axis=1)
             den = d0 + tl.sum(s * qd, axis=1)
@@ -112,9 +112,9 @@ def _ltc_bwd_kernel(
     gqd_ptr,
     B,
     L,
+    U,
     N: tl.constexpr,
     NP: tl.constexpr,
-    U: tl.constexpr,
     BLOCK_B: tl.constexpr,
 ):
     m2, off, off_nd = _rows(B, N, NP, BLOCK_B)
@@ -133,7 +133,7 @@ def _ltc_bwd_kernel(
         g_n0 = tl.zeros([BLOCK_B, NP], dtype=tl.float32)
         g_d0 = tl.zeros([BLOCK_B, NP], dtype=tl.float32)
         g_c = tl.zeros([BLOCK_B, NP], dtype=tl.float32)
-        for uu in tl.static_range(U):
+        for uu in range(U):
             k = t * U + (U - 1 - uu)
             vb = tl.load(vin_ptr + (k * B) * N + off, mask=m2, other=0.0)
             va = tl.load(vin_ptr + ((k + 1) * B) * N + off, mask=m2, other=0.0)
@@ -210,9 +210,9 @@ def ltc_forward(
         v_in,
         batch,
         length,
+        unfolds,
         N=n,
         NP=np_,
-        U=unfolds,
         BLOCK_B=block_b,
         SAVE=save,
         num_warps=warps,
@@ -260,9 +260,9 @@ def ltc_backward(
         parts[3],
         batch,
         length,
+        unfolds,
         N=n,
         NP=np_,
-        U=unfolds,
         BLOCK_B=block_b,
         num_warps=min(8, 2 * warps),
     )
