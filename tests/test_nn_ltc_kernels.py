@@ -133,7 +133,8 @@ backward = ["gs_ptr", "vin_ptr", "nd0_ptr", "cm_ptr", "sig_ptr", "nsm_ptr", "qn_
 report = []
 for batch in (16, 256, 2048):
     np_, block_b, warps = K._launch_config(batch, 19)
-    for kernel, ptrs, extra, w in ((K._ltc_fwd_kernel, forward, {"SAVE": True}, warps),
+    for kernel, ptrs, extra, w in ((K._ltc_fwd_kernel, forward, {"SAVE": True, "CLOSED_FORM": False}, warps),
+                                   (K._ltc_fwd_kernel, forward, {"SAVE": False, "CLOSED_FORM": True}, warps),
                                    (K._ltc_bwd_kernel, backward, {}, min(8, 2 * warps))):
         names = kernel.arg_names
         runtime = ("B", "L", "U")
@@ -149,15 +150,17 @@ for batch in (16, 256, 2048):
             out = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
         spills = [int(part.split()[0]) for line in out.splitlines() for part in line.split(",")
                   if "spill stores" in part]
-        report.append({"kernel": kernel.__name__, "batch": batch, "warps": w, "spill_stores": sum(spills)})
+        report.append({"kernel": kernel.__name__, **extra, "batch": batch, "warps": w,
+                       "spill_stores": sum(spills)})
 print(json.dumps(report))
 """
 
 
 def test_kernels_compile_for_an_h100_without_register_spills(tmp_path):
-    """The interpreter accepts code the compiler rejects: compile both kernels for sm_90 (Triton's
-    compiler and the ptxas it ships; no GPU needed) at the launch configurations the NCP uses, and
-    require that the state, the synapse tiles and the backward's accumulators fit in registers."""
+    """The interpreter accepts code the compiler rejects: compile the kernels (the LTC's forward and
+    backward, the closed form's forward) for sm_90 (Triton's compiler and the ptxas it ships; no
+    GPU needed) at the launch configurations the NCP uses, and require that the state, the synapse
+    tiles and the backward's accumulators fit in registers."""
     import json
     import pathlib
     import subprocess
@@ -173,7 +176,7 @@ def test_kernels_compile_for_an_h100_without_register_spills(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(report) == 6
+    assert len(report) == 9
     assert all(r["spill_stores"] == 0 for r in report), report
 
 
@@ -209,3 +212,57 @@ def test_the_kernel_path_launches_a_fixed_number_of_ops_whatever_the_sequence_le
     assert fused[0] == fused[1], fused
     assert solver[1] - solver[0] >= 10 * 4 * m.ode_unfolds, solver  # grows with every step
     assert fused[1] * 4 < solver[1], (fused, solver)
+
+
+@pytest.mark.parametrize("substeps", [1, 3])
+@pytest.mark.parametrize("times", ["shared", "per_row", "none"])
+def test_closed_form_kernel_matches_the_scripted_kernels(kernels_on, monkeypatch, substeps, times):
+    """The closed-form LTC's exact method in the fused forward kernel (inference) against its
+    scripted kernels (shared dt: exact_shared; per-row dt and substeps: exact_sequence)."""
+    from drive.nn.closed_form.ltc import convert
+
+    torch.manual_seed(4)
+    ltc = LTC(lane_keeping_ncp()).to(DEVICE)
+    cf = convert(ltc, "exact", substeps=substeps)
+    x = torch.randn(3, 5, cf.input_size, device=DEVICE)
+    ts = {
+        "shared": torch.full((3, 5), 0.1, device=DEVICE),
+        "per_row": torch.rand(3, 5, device=DEVICE) * 0.3 + 0.02,
+        "none": None,
+    }[times]
+    h0 = torch.randn(3, cf.state_size, device=DEVICE) * 0.2
+    import drive.nn.kernels as kernel_api
+
+    seen = []
+    original = kernel_api.closed_form_solve
+    monkeypatch.setattr(kernel_api, "closed_form_solve", lambda *a: seen.append(1) or original(*a))
+    with torch.no_grad():
+        y, h = cf(x, h0, ts)
+        assert seen == [1]
+        monkeypatch.setenv("DRIVE_TRITON", "0")
+        y_ref, h_ref = cf(x, h0, ts)
+    assert len(seen) == 1
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(h, h_ref, rtol=1e-5, atol=1e-6)
+
+
+def test_closed_form_kernel_only_without_gradients_and_for_the_exact_method(kernels_on, monkeypatch):
+    import drive.nn.kernels as kernel_api
+    from drive.nn.closed_form.ltc import convert
+
+    seen = []
+    original = kernel_api.closed_form_solve
+    monkeypatch.setattr(kernel_api, "closed_form_solve", lambda *a: seen.append(1) or original(*a))
+    torch.manual_seed(5)
+    ltc = LTC(lane_keeping_ncp()).to(DEVICE)
+    x = torch.randn(2, 3, ltc.input_size, device=DEVICE)
+    exact, approx = convert(ltc, "exact"), convert(ltc, "approx")
+    y, _ = exact(x)  # parameters require grad: the differentiable scripted path
+    assert seen == [] and y.requires_grad
+    with torch.no_grad():
+        approx(x)
+        assert seen == []
+        exact(x)
+        assert seen == [1]
+        with pytest.raises(ValueError, match="non-finite"):  # the same checks as the scripted path
+            exact(torch.full_like(x, float("nan")))

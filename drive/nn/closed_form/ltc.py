@@ -62,8 +62,15 @@ from typing import Any, Dict, List, Tuple
 import torch
 from torch import Tensor, nn
 
+from drive.nn import kernels  # the fused Triton kernel of the exact method where it applies (CUDA)
 from drive.nn.checks import check_hidden, check_step
-from drive.nn.closed_form.kernels import Constants, closed_form_sequence, closed_form_step, eq8_state
+from drive.nn.closed_form.kernels import (
+    Constants,
+    closed_form_sequence,
+    closed_form_step,
+    eq8_state,
+    input_error,
+)
 from drive.nn.contract import RecurrentModule
 from drive.nn.ltc import CELL_PARAMETERS, INIT_RANGES, MAPPING_PARAMETERS, register_synapses
 from drive.nn.registry import register
@@ -287,11 +294,38 @@ class ClosedFormLTC(RecurrentModule):
     # -- the recurrent-module contract (drive.nn.contract; the shape checks are the base's) -------
     def _sequence(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
         """``x[B, L, F]``, hidden ``[B, H]``, elapsed seconds ``ts[B, L, 1]`` -> (``y[B, L, M]``, hidden)."""
+        if not torch.jit.is_scripting():
+            if self.exact and kernels.use_kernels(x, self.units) and not self._needs_grad(x, hidden):
+                return self._sequence_fused(x, hidden, ts)
         y, last, error = closed_form_sequence(
             x, hidden, ts[:, :, 0], self._constants(), self.output_w, self.output_b, self.exact, self.substeps
         )
         self._raise(error)
         return y, last
+
+    @torch.jit.unused
+    def _needs_grad(self, x: Tensor, hidden: Tensor) -> bool:
+        if not torch.is_grad_enabled():
+            return False
+        return x.requires_grad or hidden.requires_grad or any(p.requires_grad for p in self.parameters())
+
+    @torch.jit.unused
+    def _sequence_fused(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
+        """The exact method in one Triton kernel (:func:`drive.nn.kernels.closed_form_solve`; CUDA,
+        inference): the input terms for all steps at once, then the recurrence with the state and
+        the synapse tables in registers, instead of ~6 launches per step and substep."""
+        timespans = ts[:, :, 0]
+        self._raise(input_error(x, timespans, hidden)[0])
+        c = self._constants()
+        batch, length, n = x.size(0), x.size(1), self.units
+        s = torch.mm(x.reshape(batch * length, self.input_size), c.sens_pre).add_(c.sens_bias).sigmoid_()
+        gi0 = torch.addmm(c.leak, s, c.sens_q).view(batch, length, 2 * n).transpose(0, 1)
+        neg_h_over_cm = timespans.transpose(0, 1).unsqueeze(2) * (c.neg_inv_cm / float(self.substeps))
+        states = kernels.closed_form_solve(
+            hidden, gi0, neg_h_over_cm, self.sigma, self.mu, self.w, self.erev, self.mask, self.substeps
+        )
+        y = torch.addcmul(self.output_b, states[:, :, : self.output_size], self.output_w)
+        return y.transpose(0, 1), states[-1]
 
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:

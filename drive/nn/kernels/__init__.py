@@ -7,6 +7,10 @@ instead of ~2,000 launches of tiny matmuls. :class:`drive.nn.LTC` uses it when :
 says so; the TorchScript solver stays the path on CPU, in scripted modules and under
 ``torch.export`` / ``torch.compile``.
 
+:func:`closed_form_solve` runs the closed-form LTC's exact method over a sequence in the same
+forward kernel (inference: :class:`drive.nn.closed_form.ClosedFormLTC` uses it when no gradient is
+needed), where the scripted kernels launch ~6 ops per step.
+
 Switches: ``DRIVE_TRITON=0`` turns the kernels off; ``DRIVE_TRITON=interpret`` together with
 ``TRITON_INTERPRET=1`` also runs them on CPU tensors through Triton's interpreter (how the tests
 check them without a GPU; slow, for tests only).
@@ -14,11 +18,12 @@ check them without a GPU; slow, for tests only).
 
 import functools
 import os
+from typing import Tuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["use_kernels", "ltc_fused_solve", "triton_available", "MAX_NEURONS"]
+__all__ = ["use_kernels", "ltc_fused_solve", "closed_form_solve", "triton_available", "MAX_NEURONS"]
 
 MAX_NEURONS = 64  # the [N, N] synapse tile lives in registers; larger networks use the TorchScript path
 
@@ -74,8 +79,39 @@ def ltc_fused_solve(
     """
     from drive.nn.kernels.ltc_triton import LTCFusedSolve  # imports triton, an optional dependency
 
-    sig = sigma * mask
-    nsm = -(sigma * mu) * mask
-    qd = w * mask
-    qn = qd * erev
+    sig, nsm, qn, qd = _dense_tables(sigma, mu, w, erev, mask)
     return LTCFusedSolve.apply(v, nd0, cm_t, sig, nsm, qn, qd, int(unfolds))
+
+
+def _dense_tables(sigma: Tensor, mu: Tensor, w: Tensor, erev: Tensor, mask: Tensor) -> Tuple[Tensor, ...]:
+    """The kernels' [N, N] synapse tables (pre i, post j): sigma, -sigma mu, w erev, w; absent
+    synapses 0 through the mask."""
+    qd = w * mask
+    return sigma * mask, -(sigma * mu) * mask, qd * erev, qd
+
+
+def closed_form_solve(
+    v: Tensor,
+    gi0: Tensor,
+    neg_h_over_cm: Tensor,
+    sigma: Tensor,
+    mu: Tensor,
+    w: Tensor,
+    erev: Tensor,
+    mask: Tensor,
+    substeps: int,
+) -> Tensor:
+    """The closed-form LTC's exact method over a sequence (forward only: call it without autograd).
+
+    v [B,N] initial state; gi0 [L,B,2N] = [G0 | I0] per step (leak + sensory conductance and
+    current); neg_h_over_cm [L,B,N] = -h/cm with h = dt / substeps; sigma, mu, w, erev, mask [N,N]
+    (pre i, post j; effective values). Per substep: s_ij = sigmoid(sigma_ij (v_i - mu_ij)),
+    G = G0 + sum_i s w, I = I0 + sum_i s w erev, v <- I/G + exp(-G h/cm) (v - I/G). Returns the
+    state after each step [L,B,N] (``drive.nn.closed_form.kernels.exact_sequence``)."""
+    from drive.nn.kernels.ltc_triton import ltc_forward  # imports triton, an optional dependency
+
+    n = v.size(1)
+    sig, nsm, qi, qg = _dense_tables(sigma, mu, w, erev, mask)
+    current_first = torch.cat([gi0[:, :, n:], gi0[:, :, :n]], 2)  # the kernel's [num | den] = [I | G]
+    args = [t.float().contiguous() for t in (v, current_first, neg_h_over_cm, sig, nsm, qi, qg)]
+    return ltc_forward(*args, unfolds=int(substeps), save=False, closed_form=True)[0]

@@ -1,4 +1,5 @@
-"""Triton kernels of the LTC's fused semi-implicit solver (LTC Eq. 3, Algorithm 1), forward and backward.
+"""Triton kernels of the LTC's fused semi-implicit solver (LTC Eq. 3, Algorithm 1), forward and backward,
+and of the closed-form LTC's exact method (forward).
 
 One program owns ``BLOCK_B`` batch rows and runs the whole recurrence (L steps x U unfolds): the
 state ``v [BLOCK_B, NP]`` and the dense synapse tables ``[NP, NP]`` (pre i in rows, post j in
@@ -7,6 +8,11 @@ one launch instead of ~4 per unfold. Per unfold (``drive.nn.ltc_solver.fused_sol
 
     x_ij = v_i sig_ij + nsm_ij,   s = sigmoid(x)
     n_j  = nd0n_j + sum_i s_ij qn_ij,   d_j = nd0d_j + sum_i s_ij qd_ij,   v'_j = (n_j + c_j v_j) / d_j
+
+The same forward kernel runs the closed-form LTC's exact method (``CLOSED_FORM``; inference only):
+the two sums are its total conductance G and current I (leak + sensory + recurrent) and each of its
+substeps is ``v' = I/G + exp(-G h / cm) (v - I/G)`` (closed-form appendix, Corollary 1: LTC Eq. 1
+solved with the activations held over h; ``drive.nn.closed_form.kernels.exact_update``).
 
 The forward stores the state entering every unfold (``v_in [K+1, B, N]``, K = L U; 19 floats per
 row per unfold); the backward walks the unfolds in reverse, recomputing s and d from them:
@@ -72,6 +78,7 @@ def _ltc_fwd_kernel(
     NP: tl.constexpr,
     BLOCK_B: tl.constexpr,
     SAVE: tl.constexpr,
+    CLOSED_FORM: tl.constexpr,
 ):
     m2, off, off_nd = _rows(B, N, NP, BLOCK_B)
     sig, nsm, qn, qd, _tab, _mm = _tables(sig_ptr, nsm_ptr, qn_ptr, qd_ptr, N, NP)
@@ -87,7 +94,11 @@ def _ltc_fwd_kernel(
             s = tl.sigmoid(v[:, :, None] * sig + nsm)
             num = n0 + tl.sum(s * qn, axis=1)
             den = d0 + tl.sum(s * qd, axis=1)
-            v = (num + c * v) / den
+            if CLOSED_FORM:  # num = I, den = G, c = -h/cm: v <- I/G + exp(-G h/cm) (v - I/G)
+                mean = num / den
+                v = mean + tl.exp(den * c) * (v - mean)
+            else:
+                v = (num + c * v) / den
             if SAVE:
                 tl.store(vin_ptr + ((t * U + u + 1) * B) * N + off, v, mask=m2)
         tl.store(states_ptr + step * N + off, v, mask=m2)
@@ -185,8 +196,10 @@ def ltc_forward(
     qd: Tensor,
     unfolds: int,
     save: bool,
+    closed_form: bool = False,
 ) -> Tuple[Tensor, Optional[Tensor]]:
-    """states [L,B,N] and (``save``) v_in [K+1,B,N]; every input fp32, contiguous."""
+    """states [L,B,N] and (``save``) v_in [K+1,B,N]; every input fp32, contiguous. ``closed_form``:
+    the closed-form LTC's exact update instead (forward only; module docstring)."""
     length, batch, n = cm_t.shape
     states = torch.empty((length, batch, n), dtype=torch.float32, device=v.device)
     v_in = (
@@ -215,6 +228,7 @@ def ltc_forward(
         NP=np_,
         BLOCK_B=block_b,
         SAVE=save,
+        CLOSED_FORM=closed_form,
         num_warps=warps,
     )
     return states, (v_in if save else None)
