@@ -114,3 +114,27 @@ def test_a_recording_is_on_the_disk_before_it_is_renamed_into_place(tmp_path, mo
     files = {str(p.relative_to(out)) for p in out.rglob("*")}
     assert files <= names, files - names
     assert synced[-1] == str(tmp_path)  # the parent, after the rename
+
+
+def test_a_recording_of_many_frames_is_synced_in_one_call(tmp_path, monkeypatch):
+    """More than SYNCFS_FILES files: one syncfs(2) of the file system before the rename (where
+    the system has it; else file by file, as above), then the parent directory."""
+    import drive.io.atomic as atomic
+    from drive.io.recording import RecordingMeta, RecordingWriter
+
+    out = tmp_path / "rec"
+    writer = RecordingWriter(out, RecordingMeta(fps=10, width=32, height=24))
+    frame = np.full((24, 32, 3), 128, dtype=np.uint8)
+    for i in range(atomic.SYNCFS_FILES + 1):
+        writer.append(frame, timestamp_s=i / 10, curvature=0.0, speed_mps=5.0)
+    calls = []
+    real = atomic._syncfs
+    monkeypatch.setattr(atomic, "_syncfs", lambda d: calls.append((str(d), out.exists())) or real(d))
+    synced = _synced_paths(monkeypatch)
+    writer.close()
+    assert len(calls) == 1 and ".rec.partial-" in calls[0][0] and calls[0][1] is False  # before rename
+    if real(tmp_path):  # this system has syncfs: no file was synced one by one
+        assert synced == [str(tmp_path)]
+    else:
+        assert len(synced) >= atomic.SYNCFS_FILES + 4  # frames, log.csv, meta.json, folders, parent
+    assert len(list((out / "frames").iterdir())) == atomic.SYNCFS_FILES + 1

@@ -15,6 +15,7 @@ recordings, the frame cache; :func:`commit` renames and syncs them).
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import secrets
@@ -60,9 +61,34 @@ def fsync_path(path: PathLike) -> None:
         os.close(fd)
 
 
+# A tree of more files than this is flushed with one syncfs(2) where the system has it: a
+# recording's thousands of JPEG frames cost ~0.5 ms each to fsync one by one (2 s per 3,000 on a
+# busy machine), its whole file system ~0.1 s.
+SYNCFS_FILES = 32
+
+
+def _syncfs(directory: PathLike) -> bool:
+    """Flush the whole file system holding ``directory`` (data and metadata; Linux ``syncfs``);
+    False where the call does not exist or fails (the caller then syncs file by file)."""
+    try:
+        syncfs = ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError, TypeError):
+        return False
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        return syncfs(fd) == 0
+    finally:
+        os.close(fd)
+
+
 def fsync_tree(directory: PathLike) -> None:
-    """Flush every file below ``directory``, then each directory bottom-up (their entries)."""
-    for root, _dirs, files in os.walk(directory, topdown=False):
+    """Flush every file below ``directory`` and each directory's entries: one syncfs(2) for a tree
+    of more than :data:`SYNCFS_FILES` files where the system has it, else file by file, then
+    each directory bottom-up."""
+    walk = list(os.walk(directory, topdown=False))
+    if sum(len(files) for _, _, files in walk) > SYNCFS_FILES and _syncfs(directory):
+        return
+    for root, _dirs, files in walk:
         for name in files:
             fsync_path(os.path.join(root, name))
         fsync_path(root)
