@@ -36,6 +36,16 @@ def kernels_on(monkeypatch):
     monkeypatch.setenv("DRIVE_TRITON", "1" if CUDA else "interpret")
 
 
+def calls_to(name: str, monkeypatch) -> list:
+    """A list that grows by one per call of ``drive.nn.kernels.<name>`` (the real function runs)."""
+    import drive.nn.kernels as kernel_api
+
+    original = getattr(kernel_api, name)
+    seen: list = []
+    monkeypatch.setattr(kernel_api, name, lambda *a: seen.append(1) or original(*a))
+    return seen
+
+
 def run(m: LTC, x, h0, ts):
     m.zero_grad()
     y, h = m(x, h0, ts)
@@ -71,11 +81,8 @@ def test_ltc_dispatches_to_the_kernels_only_where_they_apply(kernels_on, monkeyp
     torch.manual_seed(1)
     m = LTC(lane_keeping_ncp()).to(DEVICE)
     x = torch.randn(2, 3, m.input_size, device=DEVICE)
-    import drive.nn.kernels as kernel_api
 
-    seen = []
-    original = kernel_api.ltc_fused_solve
-    monkeypatch.setattr(kernel_api, "ltc_fused_solve", lambda *a: seen.append(1) or original(*a))
+    seen = calls_to("ltc_fused_solve", monkeypatch)
     y, _ = m(x)
     assert seen == [1] and y.shape == (2, 3, 1)
     with torch.no_grad():  # inference uses them too (no per-unfold states kept)
@@ -231,11 +238,8 @@ def test_closed_form_kernel_matches_the_scripted_kernels(kernels_on, monkeypatch
         "none": None,
     }[times]
     h0 = torch.randn(3, cf.state_size, device=DEVICE) * 0.2
-    import drive.nn.kernels as kernel_api
 
-    seen = []
-    original = kernel_api.closed_form_solve
-    monkeypatch.setattr(kernel_api, "closed_form_solve", lambda *a: seen.append(1) or original(*a))
+    seen = calls_to("closed_form_solve", monkeypatch)
     with torch.no_grad():
         y, h = cf(x, h0, ts)
         assert seen == [1]
@@ -247,12 +251,9 @@ def test_closed_form_kernel_matches_the_scripted_kernels(kernels_on, monkeypatch
 
 
 def test_closed_form_kernel_only_without_gradients_and_for_the_exact_method(kernels_on, monkeypatch):
-    import drive.nn.kernels as kernel_api
     from drive.nn.closed_form.ltc import convert
 
-    seen = []
-    original = kernel_api.closed_form_solve
-    monkeypatch.setattr(kernel_api, "closed_form_solve", lambda *a: seen.append(1) or original(*a))
+    seen = calls_to("closed_form_solve", monkeypatch)
     torch.manual_seed(5)
     ltc = LTC(lane_keeping_ncp()).to(DEVICE)
     x = torch.randn(2, 3, ltc.input_size, device=DEVICE)
