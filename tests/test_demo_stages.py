@@ -103,23 +103,24 @@ def test_a_bad_training_setting_is_one_error_line_naming_it(tmp_path: Path, caps
     assert not (tmp_path / "demo" / "stages" / "train.json").exists()
 
 
-def test_help_of_the_commands_without_lightning_does_not_import_it() -> None:
-    """``drive --help`` and ``drive demo|simulate --help`` answer at once: Lightning (seconds to
-    import) is imported when a command runs, not to print its options (a fresh process)."""
+def test_help_of_the_commands_imports_neither_torch_nor_lightning() -> None:
+    """``drive --help`` and ``drive demo|simulate|evaluate --help`` answer at once: torch and
+    Lightning (seconds to import) are imported when a command runs, not to print its options
+    (a fresh process)."""
     import subprocess
     import sys
 
     code = (
         "import sys\n"
         "from drive.cli import main\n"
-        "for args in (['--help'], ['demo', '--help'], ['simulate', '--help']):\n"
+        "for args in (['--help'], ['demo', '--help'], ['simulate', '--help'], ['evaluate', '--help']):\n"
         "    try:\n"
         "        main(args)\n"
         "    except SystemExit:\n"
         "        pass\n"
-        "print('IMPORTED' if 'lightning' in sys.modules else 'CLEAN')\n"
+        "print(sorted({'torch', 'lightning'} & set(sys.modules)))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "--train-minutes" in done.stdout  # the demo's options were printed
-    assert done.stdout.strip().endswith("CLEAN"), done.stdout[-500:]
+    assert "--train-minutes" in done.stdout and "--noise-std" in done.stdout  # demo's, evaluate's options
+    assert done.stdout.strip().endswith("[]"), done.stdout[-500:]

@@ -21,8 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any, Dict
 
-from drive.data.perturb import Perturbation
-from drive.drivers import camera_size, make_driver
 from drive.io.atomic import no_empty_dir_on_error
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.sim.closed_loop import Segment, evaluate
@@ -113,6 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "env", None):
         return _run_env(args)
+    from drive.data.perturb import Perturbation  # at run time: torch (seconds), --help needs none
+    from drive.drivers import camera_size, make_driver  # at run time: torch (seconds)
+
     try:
         parse_conditions(args.conditions)
         for name in ("km", "segment_km", "speed_kmh", "fps"):
@@ -174,6 +175,9 @@ WORLD_DEFAULTS = {
 
 def _run_env(args: argparse.Namespace) -> int:
     """``drive evaluate --env ID [--env-config YAML] --policy P --km K --out DIR`` (drive.sim.gym_eval)."""
+    from drive.data.perturb import Perturbation  # at run time: torch (seconds), --help needs none
+    from drive.drivers import camera_size, make_driver  # at run time: torch (seconds)
+
     env = None
     try:
         if args.policy == "expert":
