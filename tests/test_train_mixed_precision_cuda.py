@@ -76,8 +76,8 @@ def test_mixed_precision_head_fp32_cell_trains_a_policy_that_drives(
     import drive.nn.kernels as kernels
 
     calls = []
-    original = kernels.ltc_fused_solve
-    monkeypatch.setattr(kernels, "ltc_fused_solve", lambda *a: calls.append(a[1].dtype) or original(*a))
+    original = kernels.ltc_sequence
+    monkeypatch.setattr(kernels, "ltc_sequence", lambda *a: calls.append(a[0].dtype) or original(*a))
     pl.seed_everything(0)
     module = PolicyModule(
         family="ncp_ltc", input_hw=(40, 100), lr=3e-3, lr_schedule="cosine", head_precision=head_precision

@@ -230,6 +230,9 @@ class LTC(RecurrentModule):
 
     def _sequence(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
         """x [B,L,F], hidden [B,N], elapsed seconds ts [B,L,1] -> (y [B,L,M], hidden [B,N])."""
+        if not torch.jit.is_scripting():  # eager on CUDA: the whole sequence in the Triton kernels
+            if kernels.use_kernels(x, self.state_size):
+                return self._sequence_kernels(x, hidden, ts)
         timespans = ts[:, :, 0]
         batch, length = x.size(0), x.size(1)
         n = self.state_size
@@ -253,7 +256,7 @@ class LTC(RecurrentModule):
         )
         cm_t = cm * (float(self.ode_unfolds) / timespans.transpose(0, 1).unsqueeze(2))
         nd0 = torch.cat([nd_s[:, :, :n], nd_s[:, :, n:] + cm_t], 2)
-        if not torch.jit.is_scripting():  # eager: Triton kernels on CUDA, else the hand-written backward
+        if not torch.jit.is_scripting():  # eager: the hand-written backward
             states = self._solve_eager(hidden, nd0, cm_t)
         else:
             pre_sigma, neg_sm, q = self._synapse_lists()
@@ -279,21 +282,25 @@ class LTC(RecurrentModule):
 
     @torch.jit.unused
     def _solve_eager(self, hidden: Tensor, nd0: Tensor, cm_t: Tensor) -> Tensor:
-        """The Triton kernels where they apply (they take the dense [N, N] tables), else the list
-        solver with its hand-written backward (or none, without gradients)."""
-        if kernels.use_kernels(nd0, self.state_size):
-            return kernels.ltc_fused_solve(
-                hidden,
-                nd0,
-                cm_t,
-                self.sigma,
-                self.mu,
-                self._positive(self.w),
-                self.erev,
-                self.mask,
-                self.ode_unfolds,
-            )
+        """The list solver with its hand-written backward (or none, without gradients)."""
         pre_sigma, neg_sm, q = self._synapse_lists()
         if not torch.is_grad_enabled():
             return fused_solver(hidden, nd0, cm_t, pre_sigma, neg_sm, q, self.ode_unfolds, False)[0]
         return _FusedSolver.apply(hidden, nd0, cm_t, pre_sigma, neg_sm, q, self.ode_unfolds)
+
+    @torch.jit.unused
+    def _sequence_kernels(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
+        """The whole sequence in the fused Triton kernels (:func:`drive.nn.kernels.ltc_sequence`): the
+        raw parameters go in, positivity and masks are applied on load."""
+        return kernels.ltc_sequence(
+            x,
+            hidden,
+            ts,
+            (self.input_w, self.input_b, self.sensory_sigma, self.sensory_mu, self.sensory_w)
+            + (self.sensory_erev, self.sensory_mask, self.gleak, self.vleak, self.cm),
+            (self.sigma, self.mu, self.w, self.erev, self.mask),
+            (self.output_w, self.output_b),
+            self.ode_unfolds,
+            self.epsilon,
+            self.softplus,
+        )

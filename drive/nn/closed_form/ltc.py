@@ -321,11 +321,10 @@ class ClosedFormLTC(RecurrentModule):
         s = torch.mm(x.reshape(batch * length, self.input_size), c.sens_pre).add_(c.sens_bias).sigmoid_()
         gi0 = torch.addmm(c.leak, s, c.sens_q).view(batch, length, 2 * n).transpose(0, 1)
         neg_h_over_cm = timespans.transpose(0, 1).unsqueeze(2) * (c.neg_inv_cm / float(self.substeps))
-        states = kernels.closed_form_solve(
-            hidden, gi0, neg_h_over_cm, self.sigma, self.mu, self.w, self.erev, self.mask, self.substeps
+        synapses = (self.sigma, self.mu, self.w, self.erev, self.mask)
+        return kernels.closed_form_solve(
+            hidden, gi0, neg_h_over_cm, synapses, (self.output_w, self.output_b), self.substeps
         )
-        y = torch.addcmul(self.output_b, states[:, :, : self.output_size], self.output_w)
-        return y.transpose(0, 1), states[-1]
 
     @torch.jit.export
     def step(self, x: Tensor, hidden: Tensor, dt: Tensor) -> Tuple[Tensor, Tensor]:

@@ -1,11 +1,12 @@
 """Fused GPU kernels for the liquid networks (Triton), chosen automatically on CUDA.
 
-:func:`ltc_fused_solve` runs the LTC's fused semi-implicit solver (all unfolds of all steps of a
-sequence) forward and backward as one Triton kernel each: one program per block of batch rows
-runs the whole recurrence with the neuron state in registers (``drive/nn/kernels/ltc_triton.py``),
-instead of ~2,000 launches of tiny matmuls. :class:`drive.nn.LTC` uses it when :func:`use_kernels`
-says so; the TorchScript solver stays the path on CPU, in scripted modules and under
-``torch.export`` / ``torch.compile``.
+:func:`ltc_sequence` runs the LTC over a sequence -- the input map, the sensory synapses and the
+fused semi-implicit solver (all unfolds of all steps), the output map -- in two Triton launches
+forward and four backward, whatever the sequence length: one program per block of batch rows runs
+the whole recurrence with the neuron state and the synapse tables in registers
+(``drive/nn/kernels/ltc_triton.py``), instead of ~2,000 launches of tiny matmuls for the solver and
+~100 around it. :class:`drive.nn.LTC` uses it when :func:`use_kernels` says so; the TorchScript
+solver stays the path on CPU, in scripted modules and under ``torch.export`` / ``torch.compile``.
 
 :func:`closed_form_solve` runs the closed-form LTC's exact method over a sequence in the same
 forward kernel (inference: :class:`drive.nn.closed_form.ClosedFormLTC` uses it when no gradient is
@@ -18,12 +19,12 @@ check them without a GPU; slow, for tests only).
 
 import functools
 import os
-from typing import Tuple
+from typing import Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["use_kernels", "ltc_fused_solve", "closed_form_solve", "triton_available", "MAX_NEURONS"]
+__all__ = ["use_kernels", "ltc_sequence", "closed_form_solve", "triton_available", "MAX_NEURONS"]
 
 MAX_NEURONS = 64  # the [N, N] synapse tile lives in registers; larger networks use the TorchScript path
 
@@ -58,60 +59,53 @@ def use_kernels(x: Tensor, neurons: int) -> bool:
     return triton_available()
 
 
-def ltc_fused_solve(
-    v: Tensor,
-    nd0: Tensor,
-    cm_t: Tensor,
-    sigma: Tensor,
-    mu: Tensor,
-    w: Tensor,
-    erev: Tensor,
-    mask: Tensor,
+def ltc_sequence(
+    x: Tensor,
+    hidden: Tensor,
+    ts: Tensor,
+    inputs: Sequence[Tensor],
+    synapses: Sequence[Tensor],
+    output_map: Sequence[Tensor],
     unfolds: int,
-) -> Tensor:
-    """The LTC's fused solver over a sequence with dense synapse tables (differentiable).
+    epsilon: float,
+    softplus: bool,
+) -> Tuple[Tensor, Tensor]:
+    """The LTC over a sequence, differentiable: (y [B,L,M], last state [B,N]) from x [B,L,F],
+    hidden [B,N], elapsed seconds ts [B,L,1] and the module's raw parameters -- ``inputs`` = (input_w,
+    input_b, sensory_sigma, sensory_mu, sensory_w, sensory_erev, sensory_mask, gleak, vleak, cm),
+    ``synapses`` = (sigma, mu, w, erev, mask), ``output_map`` = (output_w, output_b). ``softplus``:
+    w, sensory_w, gleak and cm pass through softplus (else they are used as they are). Two kernel
+    launches forward and four backward (``drive/nn/kernels/ltc_triton.py``), the same values as
+    the TorchScript path of :class:`drive.nn.LTC`."""
+    from drive.nn.kernels.ltc_triton import LTCSequence  # imports triton, an optional dependency
 
-    v [B,N] initial state; nd0 [L,B,2N] = [gleak vleak + S_num | gleak + S_den + cm/h + eps];
-    cm_t [L,B,N] = cm/h; sigma, mu, w (positive), erev, mask [N,N] (pre i, post j). Per unfold:
-    x_ij = sigma_ij (v_i - mu_ij), s = sigmoid(x), n_j = nd0_n + sum_i s_ij w_ij erev_ij,
-    d_j = nd0_d + sum_i s_ij w_ij, v <- (n + cm_t v) / d (absent synapses have w = 0 through the
-    mask). Returns the state after each step [L,B,N] (the same as ``drive.nn.ltc_solver.fused_solver``).
-    """
-    from drive.nn.kernels.ltc_triton import LTCFusedSolve  # imports triton, an optional dependency
-
-    sig, nsm, qn, qd = _dense_tables(sigma, mu, w, erev, mask)
-    return LTCFusedSolve.apply(v, nd0, cm_t, sig, nsm, qn, qd, int(unfolds))
-
-
-def _dense_tables(sigma: Tensor, mu: Tensor, w: Tensor, erev: Tensor, mask: Tensor) -> Tuple[Tensor, ...]:
-    """The kernels' [N, N] synapse tables (pre i, post j): sigma, -sigma mu, w erev, w; absent
-    synapses 0 through the mask."""
-    qd = w * mask
-    return sigma * mask, -(sigma * mu) * mask, qd * erev, qd
+    return LTCSequence.apply(
+        x, hidden, ts, int(unfolds), float(epsilon), bool(softplus), *inputs, *synapses, *output_map
+    )
 
 
 def closed_form_solve(
     v: Tensor,
     gi0: Tensor,
     neg_h_over_cm: Tensor,
-    sigma: Tensor,
-    mu: Tensor,
-    w: Tensor,
-    erev: Tensor,
-    mask: Tensor,
+    synapses: Sequence[Tensor],
+    output_map: Sequence[Tensor],
     substeps: int,
-) -> Tensor:
+) -> Tuple[Tensor, Tensor]:
     """The closed-form LTC's exact method over a sequence (forward only: call it without autograd).
 
     v [B,N] initial state; gi0 [L,B,2N] = [G0 | I0] per step (leak + sensory conductance and
-    current); neg_h_over_cm [L,B,N] = -h/cm with h = dt / substeps; sigma, mu, w, erev, mask [N,N]
-    (pre i, post j; effective values). Per substep: s_ij = sigmoid(sigma_ij (v_i - mu_ij)),
-    G = G0 + sum_i s w, I = I0 + sum_i s w erev, v <- I/G + exp(-G h/cm) (v - I/G). Returns the
-    state after each step [L,B,N] (``drive.nn.closed_form.kernels.exact_sequence``)."""
+    current); neg_h_over_cm [L,B,N] = -h/cm with h = dt / substeps; ``synapses`` = the effective
+    (sigma, mu, w, erev, mask) [N,N] (pre i, post j); ``output_map`` = (output_w, output_b). Per
+    substep: s_ij = sigmoid(sigma_ij (v_i - mu_ij)), G = G0 + sum_i s w, I = I0 + sum_i s w erev,
+    v <- I/G + exp(-G h/cm) (v - I/G). Returns (y [B,L,M], last state [B,N])
+    (``drive.nn.closed_form.kernels.exact_sequence`` and the output map)."""
     from drive.nn.kernels.ltc_triton import ltc_forward  # imports triton, an optional dependency
 
     n = v.size(1)
-    sig, nsm, qi, qg = _dense_tables(sigma, mu, w, erev, mask)
     current_first = torch.cat([gi0[:, :, n:], gi0[:, :, :n]], 2)  # the kernel's [num | den] = [I | G]
-    args = [t.float().contiguous() for t in (v, current_first, neg_h_over_cm, sig, nsm, qi, qg)]
-    return ltc_forward(*args, unfolds=int(substeps), save=False, closed_form=True)[0]
+    args = [t.float().contiguous() for t in (v, current_first, neg_h_over_cm, *synapses, *output_map)]
+    y, h, _ = ltc_forward(
+        *args[:3], args[3:8], args[8:], int(substeps), save=False, softplus=False, closed_form=True
+    )
+    return y, h
