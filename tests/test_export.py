@@ -200,6 +200,46 @@ print(repr(float(c[0])))
     assert float(out.stdout.strip()) == pytest.approx(float(expected[0]), abs=1e-9)
 
 
+def test_file_names_only_the_resize_op_it_runs(lstm_file):
+    """A file loads only on a torch that knows every op its code names, run or not. Scripted,
+    F.interpolate put its branches for every mode into the file: one exported with torch 2.14 named
+    aten::_upsample_lanczos2d_aa, which torch 2.11 (the GPU machines', the oldest drive supports)
+    lacks, and did not load there ("Unknown builtin op", seen on an H100). The frame resize calls
+    the one op it runs; no other resize op and no F.interpolate body is in the file."""
+    import re
+    import zipfile
+
+    _, path = lstm_file
+    with zipfile.ZipFile(path) as z:
+        code = "".join(z.read(n).decode() for n in z.namelist() if "/code/" in n and n.endswith(".py"))
+    assert "_upsample_bilinear2d_aa" in code  # the resize is there ...
+    assert set(re.findall(r"upsample_\w+", code)) == {"upsample_bilinear2d_aa"}  # ... and alone
+    assert "interpolate" not in code
+
+
+def test_a_file_naming_an_op_this_torch_lacks_says_so_with_both_versions(lstm_file, tmp_path):
+    """What a file exported with a newer torch does on an older one (seen: torch 2.14's files on
+    torch 2.11): the error names the op and both versions, not "truncated or corrupt". Made here by
+    renaming the resize op in a real file's code to one no torch has."""
+    import zipfile
+
+    _, path = lstm_file
+    edited = tmp_path / "newer.ts"
+    with zipfile.ZipFile(path) as zin, zipfile.ZipFile(edited, "w") as zout:
+        for item in zin.infolist():
+            data = zin.read(item.filename)
+            if "/code/" in item.filename and item.filename.endswith(".py"):
+                data = data.replace(b"torch._upsample_bilinear2d_aa(", b"torch._upsample_future2d_aa(")
+            zout.writestr(item, data)
+    with pytest.raises(ValueError) as err:
+        load_exported(edited)
+    message = str(err.value)
+    assert message.startswith(f"{edited}: cannot load: it names the op aten::_upsample_future2d_aa")
+    assert f"this torch ({torch.__version__}) lacks" in message
+    assert f"exported with torch {torch.__version__.split('+')[0]}" in message  # its metadata
+    assert "\n" not in message
+
+
 def test_wrong_shape_or_dtype_is_a_clear_error(lstm_file):
     module = torch.jit.load(str(lstm_file[1]))
     h = module.initial_state(1)

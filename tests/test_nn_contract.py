@@ -184,3 +184,21 @@ def test_closed_form_built_directly_starts_in_the_ltcs_init_ranges() -> None:
         assert present.numel() and float(present.min()) >= lo and float(present.max()) <= hi, name
         if mask is not None:
             assert not value[mask == 0].any(), name  # absent synapses hold 0
+
+
+@pytest.mark.parametrize("category", [DeprecationWarning, FutureWarning], ids=["torch-2.11", "later"])
+def test_torchscripts_deprecation_notice_is_silenced_under_either_category(category) -> None:
+    """torch 2.11 (the GPU machines', the oldest drive supports) announces TorchScript's deprecation
+    as a DeprecationWarning, later versions as a FutureWarning; a filter on one category let the
+    other reach the stderr of every `drive export` / `drive evaluate` on torch 2.11 (seen there:
+    the CLI's one-line errors became five lines). Other warnings still pass."""
+    import warnings
+
+    from drive.nn.script import quiet_torchscript
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with quiet_torchscript():
+            warnings.warn("`torch.jit.script` is deprecated. Please switch", category, stacklevel=1)
+            warnings.warn("something else", category, stacklevel=1)
+    assert [str(w.message) for w in seen] == ["something else"]

@@ -16,7 +16,6 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 __all__ = ["Preprocessing", "preprocess_frames", "MODEL_SIZE"]
 
@@ -55,9 +54,10 @@ def preprocess_frames(frames: torch.Tensor, crop: List[int], size: List[int]) ->
     x = frames.permute(0, 3, 1, 2)
     if x.size(2) == size[0] and x.size(3) == size[1]:
         return x.contiguous()
-    y = F.interpolate(
-        x.float(), size=[size[0], size[1]], mode="bilinear", align_corners=False, antialias=True
-    )
+    # the op F.interpolate(mode="bilinear", antialias=True) runs, called directly: scripted, the
+    # whole of F.interpolate would go into an exported file, with ops of every mode, some newer
+    # than the torch on a car (torch 2.12's lanczos: a file from torch 2.14 did not load on 2.11)
+    y = torch.ops.aten._upsample_bilinear2d_aa(x.float(), [size[0], size[1]], False, None, None)
     return y.round_().clamp_(0.0, 255.0).to(torch.uint8)
 
 

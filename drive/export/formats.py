@@ -37,6 +37,7 @@ from drive.data.preprocess import Preprocessing
 from drive.export.module import STATUS, DeployedPolicy
 from drive.io.atomic import write_bytes
 from drive.nn.policy import Policy
+from drive.nn.script import quiet_torchscript
 
 __all__ = ["export_policy", "build_deployed", "export_metadata", "FORMATS", "DEFAULT_CURVATURE_LIMIT_PER_M"]
 
@@ -172,8 +173,7 @@ def _export_program(deployed: DeployedPolicy, device: torch.device) -> torch.exp
 
 def _write_torchscript(deployed: DeployedPolicy, meta_json: str, tmp: io.BytesIO) -> None:
     deployed.metadata_json = meta_json
-    with warnings.catch_warnings():  # TorchScript's deprecation notice (see docs/deploy.md)
-        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
+    with quiet_torchscript():  # TorchScript's deprecation notice (see docs/deploy.md)
         scripted = torch.jit.script(deployed)
         torch.jit.save(scripted, tmp, _extra_files={META_FILE: meta_json})
 
@@ -226,15 +226,19 @@ def _cpu_aoti_freezing() -> Iterator[None]:
 
 
 def _write_onnx(deployed: DeployedPolicy, meta_json: str, tmp: io.BytesIO) -> None:
-    program = torch.onnx.export(
-        _export_program(deployed, torch.device("cpu")),
-        dynamo=True,
-        opset_version=ONNX_OPSET,
-        input_names=["frame", "hidden"],
-        output_names=["curvature_per_m", "hidden_out", "status"],
-        external_data=False,
-        verbose=False,
-    )
+    with warnings.catch_warnings():
+        # torch 2.11's exporter trips over its own pytree deprecation (seen on stderr of `drive
+        # export --format onnx` there): a notice to torch's developers, nothing for a user to act on
+        warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)`", category=Warning)
+        program = torch.onnx.export(
+            _export_program(deployed, torch.device("cpu")),
+            dynamo=True,
+            opset_version=ONNX_OPSET,
+            input_names=["frame", "hidden"],
+            output_names=["curvature_per_m", "hidden_out", "status"],
+            external_data=False,
+            verbose=False,
+        )
     model = program.model_proto
     del model.metadata_props[:]
     entry = model.metadata_props.add()

@@ -6,13 +6,15 @@ behind. :func:`check_aoti_package` tests the archive (CRCs) and every ELF librar
 segments and section table lie inside the file) before anything is extracted;
 :func:`load_aoti_package` removes the extraction folder of a load that fails.
 :func:`load_error` turns a failure of torch, zipfile, onnx or onnxruntime into one ``ValueError``
-line naming the file.
+line naming the file (and, for a file that names an op this torch lacks, both torch versions).
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
+import re
 import shutil
 import struct
 import tempfile
@@ -33,11 +35,31 @@ def load_error(path: PathLike, err: BaseException) -> ValueError:
     size = os.path.getsize(path) if os.path.isfile(path) else None
     if size == 0:
         return ValueError(f"{path}: cannot load: the file is empty (0 bytes; an interrupted copy?)")
+    unknown = re.search(r"Unknown builtin op: (\S+?)\.", str(err))
+    if unknown:
+        import torch  # the installed torch's version; this module otherwise needs none
+
+        made = _exported_with(path)
+        return ValueError(
+            f"{path}: cannot load: it names the op {unknown.group(1)}, which this torch "
+            f"({torch.__version__}) lacks; it was exported with torch {made or 'of another version'}: "
+            "load it with that torch, or export it again with this one"
+        )
     detail = " ".join(str(err).split())[:200]
     detail = f"{type(err).__name__}: {detail}" if detail else type(err).__name__
     return ValueError(
         f"{path}: cannot load: not a policy exported by drive, or a truncated or corrupt one ({detail})"
     )
+
+
+def _exported_with(path: PathLike) -> str:
+    """The torch version a drive TorchScript file records (its metadata), or ''."""
+    try:
+        with zipfile.ZipFile(path) as z:
+            name = next(n for n in z.namelist() if n.endswith("/extra/drive_meta.json"))
+            return str(json.loads(z.read(name)).get("torch_version", ""))
+    except Exception:  # noqa: BLE001 - only an embellishment of an error being reported
+        return ""
 
 
 def _elf_fits(data: bytes) -> bool:

@@ -29,6 +29,7 @@ import torch
 from drive.export.aoti import check_aoti_loadable, flat_runner, init_cuda, probe_aoti, read_aoti_strings
 from drive.export.cuda_graph import CapturedStep
 from drive.export.integrity import check_aoti_package, load_aoti_package, load_error
+from drive.nn.script import quiet_torchscript
 
 __all__ = [
     "ExportedPolicy",
@@ -123,8 +124,7 @@ def optimize_loaded(module: torch.jit.ScriptModule, device: str = "cpu") -> torc
     module = module.eval()
     if hasattr(module, "head") and hasattr(module.head, "use_mkldnn"):
         module.head.use_mkldnn = torch.device(device).type == "cpu" and torch.backends.mkldnn.is_available()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
+    with quiet_torchscript():
         keep = [name for name in PRESERVED if hasattr(module, name)]
         return torch.jit.freeze(module, preserved_attrs=keep)
 
@@ -154,8 +154,7 @@ class ExportedPolicy:
         self.hidden_size = int(self.meta["hidden_size"])
         self._run: Optional[Callable[[List[torch.Tensor]], List[torch.Tensor]]] = None
         if self.format == "torchscript":
-            with warnings.catch_warnings():  # TorchScript's deprecation notice
-                warnings.filterwarnings("ignore", message=r"`torch\.jit\.", category=FutureWarning)
+            with quiet_torchscript():
                 self._module = torch.jit.load(str(self.path), map_location=self.device).eval()
             if optimize:
                 self._module = optimize_loaded(self._module, self.device.type)
