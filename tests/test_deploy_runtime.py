@@ -364,6 +364,22 @@ def cpu_aoti(exported, tmp_path_factory) -> Path:
 
 
 @pytest.mark.slow
+def test_the_probe_process_steps_a_sound_package_and_reports_how_a_bad_one_failed(cpu_aoti, tmp_path):
+    """The child process that loads and steps a package before anyone risks their own (loading
+    CUDA packages; refusing a CUDA export whose package the loader crashes on): a sound package
+    passes, a damaged one comes back as the child's last error line, and the answer is kept per
+    file (path, size, mtime)."""
+    from drive.export.aoti import _PROBED, probe_failure
+
+    assert probe_failure(cpu_aoti) is None
+    cut = tmp_path / "cut.pt2"
+    cut.write_bytes(cpu_aoti.read_bytes()[: cpu_aoti.stat().st_size // 2])
+    failure = probe_failure(cut)
+    assert failure is not None and failure.startswith("exit 1: ValueError: ") and str(cut) in failure, failure
+    assert any(k[0] == str(cut.resolve()) and v == failure for k, v in _PROBED.items())
+
+
+@pytest.mark.slow
 def test_cpu_aoti_package_is_frozen_with_prepacked_convs_and_blas_matmuls(cpu_aoti):
     """The CPU package's generated C++ (Inductor stores it in the package): weights frozen, the five
     convolutions prepacked for oneDNN with ReLU fused, every matmul a plain BLAS ``addmm`` (oneDNN's

@@ -119,16 +119,18 @@ from drive.export.runtime import load_exported
 p = load_exported(sys.argv[1], probe=False, cuda_graph=False)
 h, w = p.frame_size
 out = p.step(torch.full((1, h, w, 3), 128, dtype=torch.uint8, device=p.device), p.initial_state(1))
-torch.cuda.synchronize()
+if p.device.type == "cuda":
+    torch.cuda.synchronize()
 assert all(torch.isfinite(o.float()).all() for o in out), "non-finite output on a grey frame"
 print("ok")
 """
 
 
-def probe_aoti(path: PathLike, timeout_s: float = 600.0) -> None:
-    """Load a CUDA AOTInductor package and step it once in a child process first: a native loader
-    that crashes (a segfault kills the process, no exception reaches Python) then costs a clear
-    error here instead of this process. Remembered per file (path, size, mtime) in this process."""
+def probe_failure(path: PathLike, timeout_s: float = 600.0) -> Optional[str]:
+    """Load an AOTInductor package and step it once in a child process: None if that worked, else
+    how it failed ("killed by SIGSEGV", ...). A native loader that crashes (a segfault kills the
+    process, no exception reaches Python) then costs a clear error instead of the caller's process.
+    Remembered per file (path, size, mtime) in this process."""
     path = Path(path).resolve()
     st = path.stat()
     key = (str(path), st.st_size, st.st_mtime_ns)
@@ -155,12 +157,23 @@ def probe_aoti(path: PathLike, timeout_s: float = 600.0) -> None:
                 _PROBED[key] = how
         except subprocess.TimeoutExpired:
             _PROBED[key] = f"no answer within {timeout_s:.0f} s"
-    failure = _PROBED[key]
+    return _PROBED[key]
+
+
+USE_TORCHSCRIPT = (
+    "use the TorchScript export (`drive export --format torchscript --device cuda`), "
+    "which steps in a CUDA graph"
+)
+
+
+def probe_aoti(path: PathLike, timeout_s: float = 600.0) -> None:
+    """:func:`probe_failure` as a ``ValueError`` naming the file (a CUDA package made elsewhere,
+    before this process loads it)."""
+    failure = probe_failure(path, timeout_s)
     if failure is not None:
         raise ValueError(
-            f"{path}: loading and stepping this AOTInductor CUDA package in a probe process failed "
-            f"({failure}); refused rather than risk this process: use the TorchScript export "
-            "(`drive export --format torchscript --device cuda`), which steps in a CUDA graph"
+            f"{Path(path).resolve()}: loading and stepping this AOTInductor CUDA package in a probe "
+            f"process failed ({failure}); refused rather than risk this process: {USE_TORCHSCRIPT}"
         )
 
 

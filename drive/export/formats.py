@@ -25,6 +25,7 @@ import contextlib
 import io
 import json
 import os
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Tuple, Union
@@ -34,6 +35,7 @@ import torch
 from drive import __version__
 from drive.checkpoint import load_policy, policy_meta
 from drive.data.preprocess import Preprocessing
+from drive.export.aoti import USE_TORCHSCRIPT, probe_failure
 from drive.export.module import STATUS, DeployedPolicy
 from drive.io.atomic import write_bytes
 from drive.nn.policy import Policy
@@ -202,6 +204,21 @@ def _write_aoti(
         aoti_compile_and_package(program, package_path=tmp, inductor_configs=configs)
 
 
+def _refuse_unloadable(out: Path, package: io.BytesIO) -> None:
+    """Load and step a compiled CUDA package in a child process before anything is written: where
+    this torch's loader crashes on its own package (seen: torch 2.11 on an H100, SIGSEGV), the
+    export is refused with the reason instead of leaving a file no one can load."""
+    with tempfile.TemporaryDirectory(prefix="drive-probe-") as d:
+        trial = Path(d) / out.name
+        trial.write_bytes(package.getbuffer())
+        failure = probe_failure(trial)
+    if failure is not None:
+        raise ValueError(
+            f"{out}: not written: the AOTInductor CUDA package compiled, but loading and stepping it "
+            f"in a probe process failed with torch {torch.__version__} ({failure}); {USE_TORCHSCRIPT}"
+        )
+
+
 @contextlib.contextmanager
 def _cpu_aoti_freezing() -> Iterator[None]:
     """Inductor's freezing for a CPU package, with the convolutions' weights prepacked for oneDNN
@@ -312,6 +329,8 @@ def export_policy(
         _write_torchscript(deployed, meta_json, buffer)
     elif format == "aoti":
         _write_aoti(deployed, info, meta_json, buffer, dev)
+        if dev.type == "cuda":
+            _refuse_unloadable(out, buffer)
     else:
         _write_onnx(deployed, meta_json, buffer)
     return write_bytes(out, buffer.getbuffer())
