@@ -89,9 +89,15 @@ def test_ltc_dispatches_to_the_kernels_only_where_they_apply(kernels_on, monkeyp
     seen = calls_to("ltc_sequence", monkeypatch)
     y, _ = m(x)
     assert seen == [1] and y.shape == (2, 3, 1)
-    with torch.no_grad():  # inference uses them too (no per-unfold states kept)
+    import drive.nn.kernels.ltc_triton as triton_kernels
+
+    saves = []
+    forward = triton_kernels.ltc_forward
+    monkeypatch.setattr(triton_kernels, "ltc_forward", lambda *a, **k: saves.append(a[6]) or forward(*a, **k))
+    with torch.no_grad():  # inference uses them too, keeping no per-unfold states
         y2, _ = m(x)
-    assert len(seen) == 2
+    m(x)[0].sum().backward()  # training keeps them
+    assert len(seen) == 3 and saves == [False, True]
     torch.testing.assert_close(y, y2)
     assert not use_kernels(x.double(), m.state_size)  # fp64 (gradcheck) keeps the TorchScript path
     assert not use_kernels(x, 65)  # the [N, N] tile must fit in registers

@@ -77,11 +77,13 @@ def ltc_sequence(
     w, sensory_w, gleak and cm pass through softplus (else they are used as they are). Two kernel
     launches forward and four backward (``drive/nn/kernels/ltc_triton.py``), the same values as
     the TorchScript path of :class:`drive.nn.LTC`."""
-    from drive.nn.kernels.ltc_triton import LTCSequence  # imports triton, an optional dependency
+    from drive.nn.kernels.ltc_triton import LTCSequence, sequence_forward  # imports triton (optional)
 
-    return LTCSequence.apply(
-        x, hidden, ts, int(unfolds), float(epsilon), bool(softplus), *inputs, *synapses, *output_map
-    )
+    config = (int(unfolds), float(epsilon), bool(softplus))
+    if not torch.is_grad_enabled():  # inference: no per-unfold states kept for a backward
+        y, h, _ = sequence_forward(x, hidden, ts, *config, (*inputs, *synapses, *output_map), save=False)
+        return y.to(x.dtype), h.to(x.dtype)
+    return LTCSequence.apply(x, hidden, ts, *config, *inputs, *synapses, *output_map)
 
 
 def closed_form_solve(

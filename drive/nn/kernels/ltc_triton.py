@@ -49,7 +49,7 @@ from torch import Tensor
 from drive.nn.kernels.ltc_inputs import inputs_backward, inputs_forward
 from drive.nn.kernels.synapses import _store_synapse_grads, _synapses
 
-__all__ = ["LTCSequence", "ltc_forward"]
+__all__ = ["LTCSequence", "ltc_forward", "sequence_forward"]
 
 
 @triton.jit
@@ -271,11 +271,32 @@ def ltc_forward(
     return y, h, (v_in if save else None)
 
 
+def sequence_forward(
+    x: Tensor,
+    v0: Tensor,
+    ts: Tensor,
+    unfolds: int,
+    eps: float,
+    softplus: bool,
+    params: Sequence[Tensor],
+    save: bool,
+) -> Tuple[Tensor, Tensor, Tuple[Tensor, ...]]:
+    """The two forward launches: (y [B,L,M], last state [B,N], what the backward needs -- or
+    nothing without ``save``: the states entering each unfold are then not even stored)."""
+    x, v0, ts = _f32(x), _f32(v0), _f32(ts).reshape(-1)
+    params = tuple(_f32(p) for p in params)
+    nd0, cm_t = inputs_forward(x, ts, params[:10], unfolds, eps, softplus)
+    y, h, v_in = ltc_forward(v0, nd0, cm_t, params[10:15], params[15:], unfolds, save, softplus)
+    return y, h, ((x, ts, v_in, nd0, cm_t, *params) if save else ())
+
+
 class LTCSequence(torch.autograd.Function):
     """The LTC over a sequence, differentiable, in the four kernels of this module:
     ``apply(x [B,L,F], v0 [B,N], ts [B,L,1], unfolds, epsilon, softplus, *inputs, *synapses,
     *output_map)`` -> (y [B,L,M], last state [B,N]). The parameter groups are those
-    :func:`inputs_forward` and :func:`ltc_forward` take, raw: the kernels apply positivity and masks."""
+    :func:`inputs_forward` and :func:`ltc_forward` take, raw: the kernels apply positivity and masks.
+    Without grad mode call :func:`sequence_forward` instead (``needs_input_grad`` is set by
+    ``requires_grad`` alone, so ``apply`` would keep the per-unfold states for nothing)."""
 
     @staticmethod
     def forward(
@@ -285,15 +306,11 @@ class LTCSequence(torch.autograd.Function):
             [(t.shape, t.dtype) for t in (x, v0, ts)] + [None] * 3 + [(p.shape, p.dtype) for p in params]
         )
         ctx.config = (unfolds, softplus)
-        dtype = x.dtype
-        x, v0, ts = _f32(x), _f32(v0), _f32(ts).reshape(-1)
-        params = tuple(_f32(p) for p in params)
-        nd0, cm_t = inputs_forward(x, ts, params[:10], unfolds, eps, softplus)
         save = any(ctx.needs_input_grad)
-        y, h, v_in = ltc_forward(v0, nd0, cm_t, params[10:15], params[15:], unfolds, save, softplus)
+        y, h, saved = sequence_forward(x, v0, ts, unfolds, eps, softplus, params, save)
         if save:
-            ctx.save_for_backward(x, ts, v_in, nd0, cm_t, *params)
-        return y.to(dtype), h.to(dtype)
+            ctx.save_for_backward(*saved)
+        return y.to(x.dtype), h.to(x.dtype)
 
     @staticmethod
     def backward(ctx: Any, g_y: Tensor, g_h: Tensor) -> Tuple[Optional[Tensor], ...]:
