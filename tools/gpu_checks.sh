@@ -9,6 +9,9 @@
 #         -d .whl ncps==1.0.1 jsonargparse docstring-parser typeshed-client
 # and carried with the run (`carry: [".whl"]`). imageio-ffmpeg's wheel (68 MB) is over the tool's
 # 64 MiB transfer limit: the two video tests of the C++ runtime error there, the rest still run.
+# It also lacks gymnasium and rosbags (2026-11-26: 24 of the suite's failures there; carry their
+# wheels and their dependencies' to run those tests too). On an H100 (2026-11-26) `bench` should take
+# about 3-4 minutes (measured in parts), the CUDA part of `tests` about 2.5 and the rest about 2.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_out}
 mkdir -p "$OUT"
