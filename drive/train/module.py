@@ -343,10 +343,17 @@ class PolicyModule(StatefulEvalModule):
     def configure_optimizers(self) -> Dict[str, Any]:
         hp = self.hparams
         optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        steps_per_epoch = max(1, total // max(1, self.trainer.max_epochs or 1))
+        length: List[int] = []  # [total steps, steps per epoch], read once training runs
 
         def factor(step: int) -> float:
+            # The run's length is read at the first step past 0, never here: with max_epochs set,
+            # Lightning builds the training loader to count its batches, before a resumed run's data
+            # position is restored, and never applies that position (the resumed run would replay
+            # its epoch from the start). At step 0 every schedule's factor is independent of it.
+            if step > 0 and not length:
+                total = max(1, int(self.trainer.estimated_stepping_batches))
+                length.extend([total, max(1, total // max(1, self.trainer.max_epochs or 1))])
+            total, steps_per_epoch = length or [1, 1]
             return lr_factor(
                 step,
                 hp.lr_schedule,
