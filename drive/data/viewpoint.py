@@ -3,12 +3,13 @@ that steers back (plane-induced homography, pure pursuit; docs/references.md).
 
 Geometry (camera axes x right, y down, z forward; ground plane ``n^T X = d`` with ``d`` the
 camera height and ``n = (0, cos p, sin p)`` for a camera pitched down by ``p``). The new camera
-sits at ``C`` (the lateral shift, ``C = (-shift, 0, 0)``, shift > 0 = LEFT) and is yawed by
-``yaw`` (> 0 = LEFT) about the vertical. Ground pixels map by the plane-induced homography
-H = R^T (I - C n^T / d)  (the textbook ``R - t n^T / d``), whose inverse, used to sample,
-is (I + C n^T / d) R; above the horizon the scene is treated as infinitely far (rotation only).
-Both are the single formula ``q = R r + C max(n^T R r, 0) / d`` for a target ray ``r``, which is
-continuous across the horizon.
+sits at ``C = -shift e_x + forward f`` (shift > 0 = LEFT; ``f = (0, -sin p, cos p)`` is the
+horizontal forward direction, so the camera keeps its height) and is yawed by ``yaw`` (> 0 = LEFT)
+about the vertical. Ground pixels map by the plane-induced homography H = R^T (I - C n^T / d) (the
+textbook ``R - t n^T / d``), whose inverse, used to sample, is (I + C n^T / d) R; above the horizon
+the scene is treated as infinitely far (rotation only). Both are the single formula
+``q = R r + C max(n^T R r, 0) / d`` for a target ray ``r``, which is continuous across the horizon;
+in pixels they are two homographies (:func:`view_homographies`) split by the target's horizon line.
 
 Where in the pipeline: the warp is defined in the SOURCE camera's pixel geometry (its
 intrinsics K), but applied to the cached, already cropped and resized frames by conjugating with
@@ -32,7 +33,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-__all__ = ["warp_grid", "warp_frames", "corrected_curvature", "camera_geometry", "road_region_error"]
+__all__ = [
+    "warp_grid",
+    "warp_frames",
+    "view_homographies",
+    "corrected_curvature",
+    "camera_geometry",
+    "road_region_error",
+]
 
 
 def camera_geometry(camera: Dict[str, float]) -> Tuple[np.ndarray, np.ndarray, float]:
@@ -48,19 +56,50 @@ def _yaw_rotation(up: np.ndarray, yaw: float) -> np.ndarray:
     return math.cos(yaw) * np.eye(3) + math.sin(yaw) * ux + (1 - math.cos(yaw)) * np.outer(up, up)
 
 
+def _camera_motion(
+    camera: Dict[str, float], shift_m: float, yaw_rad: float, forward_m: float
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(K, R, C, d): intrinsics, the new camera's rotation and centre in source camera axes, and the
+    camera height (module docstring)."""
+    k, n, d = camera_geometry(camera)
+    forward = np.array([0.0, -n[2], n[1]])  # horizontal forward: perpendicular to n in the y-z plane
+    return k, _yaw_rotation(-n, yaw_rad), np.array([-shift_m, 0.0, 0.0]) + forward_m * forward, d
+
+
+def view_homographies(
+    camera: Dict[str, float], shift_m: float, yaw_rad: float, forward_m: float = 0.0
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The warp as homographies in source pixels: (H_ground, H_sky, horizon) with ``p_src ~ H p_new``.
+
+    ``H_ground = K (I + C n^T / d) R K^-1`` applies where the new camera's ray meets the ground,
+    ``horizon . p_new > 0`` (``horizon = (n^T R K^-1)``, a line in the new image); ``H_sky = K R K^-1``
+    elsewhere. Both agree on the line itself.
+    """
+    k, r, c, d = _camera_motion(camera, shift_m, yaw_rad, forward_m)
+    _, n, _ = camera_geometry(camera)
+    k_inv = np.linalg.inv(k)
+    sky = k @ r @ k_inv
+    ground = k @ (np.eye(3) + np.outer(c, n) / d) @ r @ k_inv
+    return ground, sky, n @ r @ k_inv
+
+
 def warp_grid(
-    camera: Dict[str, float], a: np.ndarray, size: Tuple[int, int], shift_m: float, yaw_rad: float
+    camera: Dict[str, float],
+    a: np.ndarray,
+    size: Tuple[int, int],
+    shift_m: float,
+    yaw_rad: float,
+    forward_m: float = 0.0,
 ) -> torch.Tensor:
-    """Sampling grid [H, W, 2] (grid_sample's normalized x, y) for one shift/yaw.
+    """Sampling grid [H, W, 2] (grid_sample's normalized x, y) for one shift/yaw (and forward move).
 
     Args:
         camera: calibration at the source image size (fx, fy, cx, cy, height_m, pitch_rad).
         a: [3, 3] affine from source pixels to model pixels (:func:`drive.data.cache.source_to_model`).
         size: (H, W) of the model frames.
     """
-    k, n, d = camera_geometry(camera)
-    r = _yaw_rotation(-n, yaw_rad)
-    c = np.array([-shift_m, 0.0, 0.0])
+    k, r, c, d = _camera_motion(camera, shift_m, yaw_rad, forward_m)
+    _, n, _ = camera_geometry(camera)
     h, w = size
     v, u = np.mgrid[0:h, 0:w].astype(np.float64)
     pix = np.stack([u.ravel(), v.ravel(), np.ones(h * w)])  # [3, P] target model pixels
