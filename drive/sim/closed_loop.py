@@ -16,7 +16,11 @@ Metrics (``ClosedLoopResult.metrics``, JSON-able, overall and per condition name
 ``interventions``, ``interventions_per_km``, ``autonomy_pct`` = (1 - interventions x 6 s /
 elapsed time) x 100 (PilotNet; floored at 0), ``lateral_mean_abs_m``, ``lateral_rms_m``,
 ``lateral_max_abs_m``, ``heading_rms_rad``, ``steering_rate_rms`` (RMS of the commanded
-curvature's rate, 1/m per s; lower = smoother), ``km``, ``time_s``.
+curvature's rate, 1/m per s; lower = smoother), ``km``, ``time_s``, and
+``interventions_per_km_ci95``: the exact 95 % Poisson interval of the rate (:mod:`drive.sim.poisson`).
+
+:func:`drive_segment` is the loop itself, for any world-like object: the built-in :class:`World`,
+or a recorded drive (:class:`drive.replay.world.LogWorld`).
 """
 
 from __future__ import annotations
@@ -33,11 +37,20 @@ from drive.io.atomic import write_text
 from drive.sim.appearance import condition_grid, parse_conditions, sample_appearance
 from drive.sim.driver import Driver, needs_image
 from drive.sim.plot import DriveVideo, plot_drive
+from drive.sim.poisson import rate_interval
 from drive.sim.render import Camera, Renderer
 from drive.sim.road import Road, generate_road
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 
-__all__ = ["Segment", "ClosedLoopResult", "evaluate", "summarize", "TAKEOVER_S"]
+__all__ = [
+    "Segment",
+    "ClosedLoopResult",
+    "evaluate",
+    "summarize",
+    "summarize_with_conditions",
+    "drive_segment",
+    "TAKEOVER_S",
+]
 
 TAKEOVER_S = 6.0  # PilotNet: each intervention costs 6 s of autonomy
 
@@ -80,12 +93,23 @@ def summarize(segments: Sequence[Segment]) -> Dict[str, Any]:
         "time_s": time_s,
         "interventions": n,
         "interventions_per_km": n / km if km > 0 else float("nan"),
+        "interventions_per_km_ci95": list(rate_interval(n, km)),
         "autonomy_pct": max(0.0, (1.0 - n * TAKEOVER_S / time_s) * 100.0) if time_s > 0 else float("nan"),
         "lateral_mean_abs_m": float(np.mean(np.abs(lat))),
         "lateral_rms_m": float(np.sqrt(np.mean(lat**2))),
         "lateral_max_abs_m": float(np.max(np.abs(lat))),
         "heading_rms_rad": float(np.sqrt(np.mean(head**2))),
         "steering_rate_rms": float(np.sqrt(np.mean(rate**2))) if len(rate) else 0.0,
+    }
+
+
+def summarize_with_conditions(segments: Sequence[Segment]) -> Dict[str, Any]:
+    """:func:`summarize` over all segments, and ``per_condition``: the same over the segments of each
+    condition name their ``conditions`` carry."""
+    names = sorted({v for s in segments for v in s.conditions.values()})
+    return {
+        **summarize(segments),
+        "per_condition": {n: summarize([s for s in segments if n in s.conditions.values()]) for n in names},
     }
 
 
@@ -108,8 +132,8 @@ class ClosedLoopResult:
         return paths
 
 
-def _drive_segment(
-    world: World,
+def drive_segment(
+    world: Any,
     driver: Driver,
     length_m: float,
     perturb: Optional[Callable],
@@ -119,6 +143,10 @@ def _drive_segment(
     index: int,
     conditions: Dict[str, str],
 ) -> Segment:
+    """Drive ``length_m`` metres of ``world`` (a :class:`World` or anything with its ``observe``,
+    ``step``, ``place_on_lane``, ``s_m``, lane errors, ``vehicle``, ``road`` and ``dt_s``) with
+    ``driver``, with the safety driver of the module docstring; ``video(obs, interventions)`` sees
+    every unperturbed observation."""
     render = needs_image(driver) or video is not None
     start_s = world.s_m
     driver.reset()
@@ -210,7 +238,7 @@ def evaluate(
             road = generate_road(world_seed, length_m + 300.0, split=split, index=index)
             appearance = sample_appearance(world_seed, split, index, fixed)
             world = World(road, appearance, renderer, speed_mps=speed_mps, fps=fps, start_s_m=5.0)
-            seg = _drive_segment(
+            seg = drive_segment(
                 world, driver, length_m, perturb, max_lateral_m, max_heading_rad, video, i, appearance.names()
             )
             segments.append(seg)
@@ -230,11 +258,7 @@ def evaluate(
             "max_heading_rad": max_heading_rad,
             "takeover_s": TAKEOVER_S,
         },
-        **summarize(segments),
-    }
-    names = sorted({v for s in segments for v in s.conditions.values()})
-    metrics["per_condition"] = {
-        n: summarize([s for s in segments if n in s.conditions.values()]) for n in names
+        **summarize_with_conditions(segments),
     }
     metrics["per_segment"] = [
         {

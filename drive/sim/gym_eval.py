@@ -6,7 +6,7 @@ commands curvature (1/m); a small mapping (:class:`EnvMapping`, from YAML) says 
 becomes the env's action and where ``info`` holds the lateral offset and heading error. The
 metrics are those of :func:`drive.sim.closed_loop.evaluate` (interventions per km, autonomy,
 lateral RMS/max, heading RMS, steering-rate RMS, overall and per condition when ``info`` names
-conditions), computed by the same :func:`~drive.sim.closed_loop.summarize`.
+conditions), computed by the same :func:`~drive.sim.closed_loop.summarize_with_conditions`.
 
 Interventions: when the env flags its own takeover (``info.intervention`` key) drive counts it and
 resets the policy's state, and the episode goes on. Otherwise drive plays the safety driver: when
@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional
 import gymnasium
 import numpy as np
 
-from drive.sim.closed_loop import TAKEOVER_S, ClosedLoopResult, Segment, summarize
+from drive.sim.closed_loop import TAKEOVER_S, ClosedLoopResult, Segment, summarize_with_conditions
 from drive.sim.driver import Observation
 from drive.sim.gym_env import ENV_ID, register  # importing it registers drive/LaneKeeping-v0 with Gymnasium
 from drive.sim.gym_mapping import (
@@ -177,11 +177,7 @@ def evaluate_env(
             "takeover_s": TAKEOVER_S,
             "intervention": "env flag" if m.intervention else "drive's limits",
         },
-        **summarize(segments),
-    }
-    names = sorted({v for s in segments for v in s.conditions.values()})
-    metrics["per_condition"] = {
-        n: summarize([s for s in segments if n in s.conditions.values()]) for n in names
+        **summarize_with_conditions(segments),
     }
     metrics["per_segment"] = [
         {"index": s.index, **s.conditions, "km": s.km, "interventions": len(s.intervention_xy)}
