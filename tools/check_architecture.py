@@ -34,7 +34,7 @@ MAX_LINES = 400
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("drive", "drive.io"),
     ("drive.sim", "drive.data", "drive.nn", "drive.gym"),
-    ("drive.checkpoint",),
+    ("drive.checkpoint", "drive.replay"),
     ("drive.train", "drive.export"),
     ("drive.drivers",),
     ("drive.explain", "drive.evaluate"),

@@ -5,7 +5,8 @@ written in the canonical format by :class:`drive.io.recording.RecordingWriter`. 
 ``curvature`` is the expert's CLEAN command for the state the car is in; the executed
 command adds :class:`~drive.sim.expert.SteeringNoise` (DART), so the logs contain
 recoveries; the noise pauses while the car is more than ``NOISE_PAUSE_LATERAL_M`` off the
-lane centre. ``lateral_offset_m`` and ``heading_error_rad`` are ground truth.
+lane centre. ``lateral_offset_m`` and ``heading_error_rad`` are ground truth, and so is the car's pose
+(``x_m``, ``y_m``, ``yaw_rad``, world frame), from which log replay builds the driven path.
 """
 
 from __future__ import annotations
@@ -139,6 +140,9 @@ def record_drive(
                 speed_mps=obs.speed_mps,
                 lateral_offset_m=obs.lateral_offset_m,
                 heading_error_rad=obs.heading_error_rad,
+                x_m=round(obs.x_m, 6),
+                y_m=round(obs.y_m, 6),
+                yaw_rad=round(obs.yaw_rad, 9),
             )
             drift = noise(world.dt_s)
             # DART noise pauses while the car is far off-centre, so recoveries stay inside the lane
