@@ -16,27 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Dict
-
-import yaml
 
 from drive.cli.errors import error_line
+from drive.cli.reader_args import add_reader_arguments, reader_options
 from drive.data.errors import DataError
 from drive.data.inspect import convert_logs, format_report, inspect_logs
-from drive.data.readers import FORMATS
 
 __all__ = ["add_arguments", "run"]
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("logs", nargs="+", help="log files, directories or globs")
-    p.add_argument("--format", choices=list(FORMATS), help="reader format (default: detect per log)")
-    p.add_argument(
-        "--reader", metavar="YAML", help="reader options file (or a data config with a reader: section)"
-    )
-    p.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="one reader option (YAML value)"
-    )
+    add_reader_arguments(p)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,25 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     c.add_argument("--overwrite", action="store_true")
 
 
-def _options(args: argparse.Namespace) -> Dict[str, Any]:
-    options: Dict[str, Any] = {}
-    if args.reader:
-        with open(args.reader) as f:
-            loaded = yaml.safe_load(f) or {}
-        if "data" in loaded and isinstance(loaded["data"], dict):
-            loaded = loaded["data"].get("init_args", loaded["data"])
-        options.update(loaded.get("reader", loaded) if isinstance(loaded, dict) else {})
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
-        options[key.strip()] = yaml.safe_load(value)
-    return options
-
-
 def run(args: argparse.Namespace) -> int:
     try:
-        options = _options(args)
+        options = reader_options(args)
         if args.data_command == "inspect":
             report = inspect_logs(
                 args.logs,

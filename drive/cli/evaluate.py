@@ -7,9 +7,14 @@ Examples::
     drive evaluate --policy runs/ncp/last.ckpt --km 2 --conditions winter --out runs/eval_ncp --video
     drive evaluate --policy export/ncp.ts --km 2 --noise-std 0.1 --out runs/eval_ncp_noisy
 
+    drive evaluate --logs my_logs/ --policy runs/ncp/last.ckpt --out runs/replay --video
+    drive evaluate --logs drive.mcap --set camera=approximate --policy policy.ts --out runs/replay
+
 Writes ``metrics.json`` and ``drive.png`` (road, driven path, interventions) to ``--out``,
 and ``drive.mp4`` with ``--video``. ``--env ID`` drives a Gymnasium env instead
-(:mod:`drive.sim.gym_eval`); policies come from :func:`drive.drivers.make_driver`.
+(:mod:`drive.sim.gym_eval`); ``--logs`` drives recorded logs by log replay
+(:mod:`drive.evaluate.log_replay`: ``metrics.json``, ``REPORT.md``, ``replay.png``, ``videos/``).
+Policies come from :func:`drive.drivers.make_driver`.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any, Dict
 
+from drive.cli.reader_args import add_reader_arguments, reader_options
 from drive.io.atomic import no_empty_dir_on_error
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.sim.closed_loop import Segment, evaluate
@@ -106,11 +112,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --env: how curvature maps to the env's action and which info keys hold the "
         "lateral offset and heading error (not needed for drive/LaneKeeping-v0)",
     )
+    logs = parser.add_argument_group(
+        "log replay (--logs)",
+        "drive recorded logs closed loop: each frame re-rendered for the car's pose (docs/replay.md)",
+    )
+    logs.add_argument(
+        "--logs", nargs="+", metavar="PATH", default=None, help="log files, folders or globs (any format)"
+    )
+    add_reader_arguments(logs)
+    logs.add_argument(
+        "--workers", type=int, default=None, help="processes over the logs (default: one per CPU core)"
+    )
+    logs.add_argument(
+        "--no-poses",
+        action="store_true",
+        help="build the path from curvature and speed even where poses exist",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     if getattr(args, "env", None):
         return _run_env(args)
+    if getattr(args, "logs", None):
+        return _run_logs(args)
     from drive.data.perturb import Perturbation  # at run time: torch (seconds), --help needs none
     from drive.drivers import camera_size, make_driver  # at run time: torch (seconds)
 
@@ -256,10 +280,66 @@ def _run_env(args: argparse.Namespace) -> int:
     return _summary(result.metrics, result.save(args.out, plot=False))
 
 
+def _run_logs(args: argparse.Namespace) -> int:
+    """``drive evaluate --logs PATH... --policy P --out DIR`` (:mod:`drive.evaluate.log_replay`)."""
+    from drive.evaluate.log_replay import ReplaySettings, evaluate_logs  # at run time: torch (seconds)
+
+    try:
+        given = [
+            f"--{k.replace('_', '-')}"
+            for k, default in {**WORLD_DEFAULTS, "km": 2.0}.items()
+            if k not in ("fps",) and getattr(args, k, default) not in (default, None)
+        ]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} set(s) up drive's own world; --logs drives the logs as recorded"
+            )
+        if args.fps is not None and not (math.isfinite(args.fps) and args.fps > 0):
+            raise ValueError(f"--fps must be positive, got {args.fps:g}")
+        if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
+            raise ValueError(f"--noise-std must be a number >= 0, got {args.noise_std}")
+        if args.workers is not None and args.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {args.workers}")
+        settings = ReplaySettings(
+            fps=args.fps,
+            noise_std=args.noise_std,
+            seed=args.seed,
+            use_poses=not args.no_poses,
+            video=args.video,
+            device=args.device,
+        )
+        out = Path(args.out)
+
+        def progress(row: Dict[str, Any]) -> None:
+            print(
+                f"{row['name']}: {row['km']:.2f} km, {row['interventions']} interventions, "
+                f"no-source {100 * row['no_source_share']['mean']:.1f} %",
+                flush=True,
+            )
+
+        with no_empty_dir_on_error(out):
+            result = evaluate_logs(
+                args.policy,
+                args.logs,
+                args.format,
+                reader_options(args),
+                settings,
+                workers=args.workers,
+                video_dir=out / "videos" if args.video else None,
+                progress=progress,
+            )
+            paths = result.save(out)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"drive evaluate: error: {e}", file=sys.stderr)
+        return 2
+    return _summary(result.metrics, paths)
+
+
 SUMMARY_KEYS = (
     "km",
     "interventions",
     "interventions_per_km",
+    "interventions_per_km_ci95",
     "autonomy_pct",
     "lateral_rms_m",
     "lateral_max_abs_m",
