@@ -126,6 +126,7 @@ def test_reduced_demo_runs_every_stage_and_names_the_failed_criteria(tmp_path: P
     assert drive["seed"] == [5, 6] and {s["seed"] for s in drive["per_segment"]} == {5}
     report = (out / "REPORT.md").read_text()
     assert "4 optimizer steps" in report and "test seeds 5,6" in report and "| **total** |" in report
+    assert "per km (exact 95 % interval)" in report and "told apart at this distance?" in report
     stamps = {n: json.loads((out / "stages" / f"{n}.json").read_text())["result"] for n in STAGES}
     assert stamps["export"]["closed_loop"]["km"] == pytest.approx(0.3, abs=0.01)
     assert any(r.get("interventions_per_km") is not None for r in stamps["robustness"]["rows"])

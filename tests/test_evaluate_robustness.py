@@ -340,3 +340,43 @@ def test_cli_bad_arguments_are_named_before_anything_runs(study, tmp_path, extra
     assert _cli(models, root / "recs", tmp_path / "out", *extra) == 2  # one line on stderr, exit 2
     assert re.match(f"^drive robustness: error: {message}", capsys.readouterr().err)
     assert not (tmp_path / "out").exists()
+
+
+def test_closed_loop_rates_carry_their_interval_and_short_drives_are_called_out(tmp_path):
+    """5 interventions in 0.3 km reads 16.67/km with its exact interval 5.41-38.89; a noise level with
+    4 in 0.3 km cannot be told apart from it, one with 40 can."""
+    from drive.evaluate.report import write_report
+
+    def row(level, n):
+        return {
+            "model": "m",
+            "family": "ncp_ltc",
+            "kind": "gaussian",
+            "level": level,
+            "mse": 1.0,
+            "interventions": n,
+            "closed_loop_km": 0.3,
+            "interventions_per_km": n / 0.3,
+            "interventions_ci95_lo": 0.0,
+            "interventions_ci95_hi": 0.0,
+            "lateral_rms_m": 0.1,
+        }
+
+    from drive.sim.poisson import rate_interval
+
+    rows = [row(0.0, 5), row(0.1, 4), row(0.3, 40)]
+    for r in rows:
+        r["interventions_ci95_lo"], r["interventions_ci95_hi"] = rate_interval(r["interventions"], 0.3)
+    results = [{"name": "m", "rows": rows, "profile": [], "state_size": 19}]
+    write_report(results, tmp_path, config={"seed": 0}, recordings=["r"])
+    text = (tmp_path / "REPORT.md").read_text()
+    assert "16.667 (5.41-38.89)" in text
+    assert "a level with no intervention reads 0-12.30/km" in text
+    assert (
+        "Too short to tell apart from the clean drive (exact test of two rates, p > 0.05): m gaussian 0.1."
+        in text
+    )
+    header = (tmp_path / "results.csv").read_text().splitlines()[0].split(",")
+    assert {"interventions", "closed_loop_km", "interventions_ci95_lo", "interventions_ci95_hi"} <= set(
+        header
+    )

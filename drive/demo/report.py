@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from drive.io.atomic import save_figure, write_text
+from drive.sim.poisson import format_rate, rates_differ_p
 
 __all__ = ["write_report", "training_curve", "ACCEPT_KM", "ACCEPT_INTERVENTIONS_PER_KM", "ACCEPT_MINUTES"]
 
@@ -72,6 +73,13 @@ def _fmt(x: Any, digits: int = 2) -> str:
     return f"{x:.{digits}f}" if isinstance(x, (int, float)) else str(x)
 
 
+def _robustness_cell(row: Dict[str, Any], key: str) -> str:
+    """A robustness table cell; a closed-loop rate with its exact interval where the row has the count."""
+    if key == "interventions_per_km" and "interventions" in row and "closed_loop_km" in row:
+        return format_rate(int(row["interventions"]), float(row["closed_loop_km"]))
+    return _fmt(row.get(key), 3)
+
+
 def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     """Write ``out/REPORT.md`` and ``out/summary.json``; returns the summary with the acceptance verdict."""
     out = Path(out)
@@ -120,20 +128,21 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
         "the lane centre and the policy's hidden state is reset. Autonomy = 1 - interventions x 6 s / "
         "time (PilotNet).",
         "",
-        "| driver | km | interventions | per km | autonomy % | lateral RMS m | heading RMS rad "
-        "| steering-rate RMS 1/m/s |",
+        "| driver | km | interventions | per km (exact 95 % interval) | autonomy % | lateral RMS m "
+        "| heading RMS rad | steering-rate RMS 1/m/s |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, label in _DRIVERS:
         m = drive[key]["metrics"]
         lines.append(
-            f"| {label} | {m['km']:.2f} | {m['interventions']} | {m['interventions_per_km']:.2f} | "
+            f"| {label} | {m['km']:.2f} | {m['interventions']} | "
+            f"{format_rate(m['interventions'], m['km'])} | "
             f"{m['autonomy_pct']:.1f} | {m['lateral_rms_m']:.3f} | {m['heading_rms_rad']:.3f} | "
             f"{m['steering_rate_rms']:.3f} |"
         )
+    lines += ["", *_told_apart(drive), ""]
     lines += [
-        "",
-        *(f"![{key}]({_rel(drive[key]['plot'], out)})" for key, _ in _DRIVERS if drive[key].get("plot")),
+        *(f"![{key}]({_rel(drive[key]['plot'], out)})" for key, _ in _DRIVERS if drive[key].get("plot"))
     ]
     if drive["ncp_ltc"].get("video"):
         lines += [
@@ -172,6 +181,21 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     return summary
 
 
+def _told_apart(drive: Dict[str, Any]) -> List[str]:
+    """Whether the distance driven tells the NCP-LTC apart from each other driver (exact test of two
+    Poisson rates); a "no" means the table's difference may be chance at this distance."""
+    m = drive["ncp_ltc"]["metrics"]
+    lines = []
+    for key, label in _DRIVERS[1:]:
+        o = drive[key]["metrics"]
+        p = rates_differ_p(m["interventions"], m["km"], o["interventions"], o["km"])
+        verdict = "yes" if p <= 0.05 else "**no**: too short a distance to tell them apart"
+        lines.append(
+            f"- NCP-LTC vs {label.split(' (')[0]}: told apart at this distance? {verdict} (p = {p:.2g})"
+        )
+    return lines
+
+
 def _acceptance(policy: Dict[str, Any], exported: Any) -> Dict[str, Any]:
     """Each criterion as a line, the failed ones by name, and the verdict."""
     rate = policy["interventions_per_km"]
@@ -182,8 +206,9 @@ def _acceptance(policy: Dict[str, Any], exported: Any) -> Dict[str, Any]:
             f"drove {policy['km']:.2f} km < {ACCEPT_KM:g} km",
         ),
         (
-            f"NCP-LTC interventions: **{rate:.2f}/km** ({policy['interventions']} in "
-            f"{policy['km']:.2f} km; required: <= {ACCEPT_INTERVENTIONS_PER_KM:g}/km)",
+            f"NCP-LTC interventions: **{format_rate(policy['interventions'], policy['km'])}** "
+            f"({policy['interventions']} in {policy['km']:.2f} km; required: <= "
+            f"{ACCEPT_INTERVENTIONS_PER_KM:g}/km)",
             rate <= ACCEPT_INTERVENTIONS_PER_KM,
             f"NCP-LTC {rate:.2f} interventions/km > {ACCEPT_INTERVENTIONS_PER_KM:g}",
         ),
@@ -252,7 +277,7 @@ def _optional_sections(out: Path, results: Dict[str, Any]) -> List[str]:
                 if k in rows[0]
             ]
             lines += ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-            lines += ["| " + " | ".join(_fmt(r.get(k), 3) for k in keys) + " |" for r in rows]
+            lines += ["| " + " | ".join(_robustness_cell(r, k) for k in keys) + " |" for r in rows]
         lines += [""] + [
             f"![robustness]({_rel(p, out)})"
             for p in rob.get("plots", [])
@@ -281,8 +306,8 @@ def _optional_sections(out: Path, results: Dict[str, Any]) -> List[str]:
         if cl:
             lines.append(
                 f"| closed loop, {_fmt(cl.get('km'), 1)} km held-out: interventions/km | "
-                f"{_fmt(cl['ode'].get('interventions_per_km'))} | "
-                f"{_fmt(cl['closed_form'].get('interventions_per_km'))} |"
+                f"{format_rate(cl['ode']['interventions'], cl['ode']['km'])} | "
+                f"{format_rate(cl['closed_form']['interventions'], cl['closed_form']['km'])} |"
             )
         details = _rel(cf["converted"], out).rsplit(".", 1)[0] + ".fidelity.md"
         lines += ["", f"Details: [{details}]({details})"]

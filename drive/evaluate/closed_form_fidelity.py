@@ -29,6 +29,7 @@ from drive.io.recording import Recording
 from drive.io.timing import interleaved_medians
 from drive.nn.policy import Policy
 from drive.sim.closed_loop import evaluate
+from drive.sim.poisson import format_rate, rates_differ_p
 from drive.sim.record import simulate
 
 __all__ = ["convert_checkpoint", "open_loop_fidelity", "rnn_speed", "markdown_report"]
@@ -111,6 +112,7 @@ def _closed_loop(policy: Policy, meta: Dict[str, Any], km: float, seed: int) -> 
     keys = (
         "interventions",
         "interventions_per_km",
+        "interventions_per_km_ci95",
         "autonomy_pct",
         "lateral_rms_m",
         "steering_rate_rms",
@@ -240,5 +242,22 @@ def markdown_report(report: Dict[str, Any]) -> str:
             "|---" * (len(keys) + 1) + "|",
         ]
         for name in ("ode", "closed_form"):
-            lines.append(f"| {name} | " + " | ".join(f"{cl[name][k]:.4g}" for k in keys) + " |")
+            cells = [
+                format_rate(cl[name]["interventions"], cl[name]["km"])
+                if k == "interventions_per_km"
+                else f"{cl[name][k]:.4g}"
+                for k in keys
+            ]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        p = rates_differ_p(
+            cl["ode"]["interventions"],
+            cl["ode"]["km"],
+            cl["closed_form"]["interventions"],
+            cl["closed_form"]["km"],
+        )
+        lines += [
+            "",
+            f"Exact test of equal intervention rates: p = {p:.2g}"
+            + (" (too short a drive to tell them apart)." if p > 0.05 else "."),
+        ]
     return "\n".join(lines) + "\n"

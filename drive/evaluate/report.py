@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt
 
 from drive.data.perturb import KINDS
 from drive.io.atomic import atomic_path, save_figure, write_text
+from drive.sim.poisson import rate_interval, rates_differ_p
 
 __all__ = ["write_report", "METRICS", "COLUMNS", "OUTPUTS"]
 
@@ -44,6 +45,10 @@ COLUMNS = [
     "ssim_mean",
     "ssim_std",
     "interventions_per_km",
+    "interventions",
+    "closed_loop_km",
+    "interventions_ci95_lo",
+    "interventions_ci95_hi",
     "lateral_rms_m",
     "lipschitz_max",
     "lipschitz_median",
@@ -87,9 +92,44 @@ def _table(rows: Sequence[Mapping[str, Any]], metric: str, kinds: Sequence[str])
             value = match[0].get(metric, float("nan")) if match else float("nan")
             if metric == "ssim_mean" and match:
                 value = f"{_fmt(value)} ± {_fmt(match[0].get('ssim_std', float('nan')))}"
+            if metric == "interventions_per_km" and match and "interventions_ci95_hi" in match[0]:
+                lo, hi = match[0]["interventions_ci95_lo"], match[0]["interventions_ci95_hi"]
+                value = f"{_fmt(value)} ({lo:.2f}-{hi:.2f})"
             cells.append(_fmt(value))
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     return lines
+
+
+def _distance_note(rows: Sequence[Mapping[str, Any]]) -> List[str]:
+    """How far each level drove, what that can tell apart, and the levels no different from clean."""
+    driven = [r for r in rows if "closed_loop_km" in r]
+    if not driven:
+        return []
+    km = min(r["closed_loop_km"] for r in driven)
+    same = []
+    for r in driven:
+        clean = [
+            c for c in driven if c["model"] == r["model"] and c["level"] == 0 and c["kind"] == "gaussian"
+        ]
+        if clean and r is not clean[0]:
+            c = clean[0]
+            p = rates_differ_p(
+                r["interventions"], r["closed_loop_km"], c["interventions"], c["closed_loop_km"]
+            )
+            if p > 0.05:
+                same.append(f"{r['model']} {r['kind']} {r['level']:g}")
+    lines = [
+        f"In brackets: the exact 95 % interval. Each level drove {km:.2f} km: a level with no "
+        f"intervention reads 0-{rate_interval(0, km)[1]:.2f}/km, so rates inside each other's "
+        "intervals are not evidence of a difference."
+    ]
+    if same:
+        lines.append(
+            "Too short to tell apart from the clean drive (exact test of two rates, p > 0.05): "
+            + ", ".join(same)
+            + "."
+        )
+    return lines + [""]
 
 
 def _noise_unit(config: Mapping[str, Any]) -> str:
@@ -212,6 +252,8 @@ def write_report(
         md += [f"## {title} ({better} is better)", ""]
         if gaussian:
             md += [*_table(rows, metric, ["gaussian"]), ""]
+        if metric == "interventions_per_km":
+            md += _distance_note(rows)
         if other_kinds:
             md += ["Other perturbations:", "", *_table(rows, metric, other_kinds), ""]
         if gaussian:

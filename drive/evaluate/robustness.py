@@ -48,6 +48,7 @@ from drive.evaluate.measures import (
 from drive.io.recording import Recording
 from drive.nn.policy import Policy
 from drive.sim.closed_loop import evaluate
+from drive.sim.poisson import format_rate
 
 __all__ = [
     "RobustnessConfig",
@@ -112,8 +113,13 @@ def _closed_loop(
     perturb.reset()
     result = evaluate(PolicyDriver(policy, meta, perturb=perturb), km=km, seed=seed)
     m = result.metrics
+    lo, hi = m["interventions_per_km_ci95"]
     return {
+        "interventions": int(m["interventions"]),
+        "closed_loop_km": float(m["km"]),
         "interventions_per_km": float(m["interventions_per_km"]),
+        "interventions_ci95_lo": float(lo),
+        "interventions_ci95_hi": float(hi),
         "lateral_rms_m": float(m["lateral_rms_m"]),
     }
 
@@ -190,7 +196,7 @@ def evaluate_model(
             rows.append(row)
             if log:
                 closed = (
-                    f"  interventions/km {row['interventions_per_km']:.2f}"
+                    f"  interventions {format_rate(row['interventions'], row['closed_loop_km'])}"
                     if config.closed_loop_km > 0
                     else ""
                 )
