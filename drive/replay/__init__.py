@@ -7,7 +7,13 @@ builds the path its car drove, :mod:`~drive.replay.view` re-renders its frames f
 so nothing here imports a policy file. Method, assumptions and limits: docs/replay.md.
 """
 
-from drive.replay.loop import NO_SOURCE_FLAG, RecordingReplay, recording_camera, replay_recording
+from drive.replay.loop import (
+    NO_SOURCE_FLAG,
+    RecordingReplay,
+    open_loop_errors,
+    recording_camera,
+    replay_recording,
+)
 from drive.replay.path import ReferencePath, reference_paths
 from drive.replay.view import ViewSynthesis
 from drive.replay.world import LogWorld, replay_limits
@@ -18,6 +24,7 @@ __all__ = [
     "RecordingReplay",
     "ReferencePath",
     "ViewSynthesis",
+    "open_loop_errors",
     "recording_camera",
     "reference_paths",
     "replay_limits",

@@ -18,8 +18,9 @@ from drive.io.recording import Recording
 from drive.replay.path import reference_paths
 from drive.replay.world import LogWorld
 from drive.sim.closed_loop import Segment, drive_segment
+from drive.sim.driver import Observation, needs_image
 
-__all__ = ["RecordingReplay", "replay_recording", "recording_camera", "NO_SOURCE_FLAG"]
+__all__ = ["RecordingReplay", "replay_recording", "open_loop_errors", "recording_camera", "NO_SOURCE_FLAG"]
 
 # A recording whose re-rendered views lack recorded content for more than this share of the pixels the
 # policy sees (on average) is flagged: what the policy saw there was mostly repeated border.
@@ -122,3 +123,31 @@ def replay_recording(
             "max": float(share.max()),
         },
     )
+
+
+def open_loop_errors(recording: Recording, driver: Any, use_poses: bool = True) -> np.ndarray:
+    """The driver's command minus the recorded curvature (1/m) at every frame of every segment,
+    open loop: it sees each recorded frame at the recorded pose (no feedback), with the recorded
+    elapsed time, and its state is carried through a segment (reset at each segment's start)."""
+    errors: List[float] = []
+    for path in reference_paths(recording, use_poses=use_poses):
+        driver.reset()
+        for k, index in enumerate(path.frames):
+            x, y, yaw = path.frame_pose[k]
+            dt = float(path.timestamp_s[k] - path.timestamp_s[k - 1]) if k else 1.0 / recording.meta.fps
+            image = recording.source.read(int(index)) if needs_image(driver) else None
+            obs = Observation(
+                image=image,
+                dt_s=dt,
+                speed_mps=float(path.speed_mps[k]),
+                timestamp_s=float(path.timestamp_s[k]),
+                road=path.road,
+                s_m=float(path.frame_s_m[k]),
+                x_m=float(x),
+                y_m=float(y),
+                yaw_rad=float(yaw),
+                lateral_offset_m=0.0,
+                heading_error_rad=0.0,
+            )
+            errors.append(float(driver.act(obs)) - float(path.curvature_per_m[k]))
+    return np.asarray(errors)
