@@ -3,7 +3,8 @@
 Per recording, ``<cache_dir>/<name>/`` holds
 
     frames.npy   uint8 [N, 3, H, W] model-size frames (``np.load(mmap_mode="r")``)
-    index.npz    timestamp_s, curvature (1/m), speed_mps [N] float64, valid [N] bool
+    index.npz    timestamp_s, curvature (1/m), speed_mps [N] float64, valid [N] bool, and the car's
+                 pose x_m, y_m, yaw_rad [N] where the log has it (log replay's path)
     index.json   fingerprint, preprocessing, camera, source geometry, problems
 
 The crop/resize is :class:`drive.data.preprocess.Preprocessing` -- the very code exported modules run on
@@ -34,7 +35,7 @@ from drive.data.errors import Problems
 from drive.data.preprocess import Preprocessing
 from drive.data.readers.base import SubsetFrames
 from drive.io.atomic import commit
-from drive.io.recording import ImageFiles, Recording, RecordingError
+from drive.io.recording import POSE_COLUMNS, ImageFiles, Recording, RecordingError
 
 __all__ = [
     "CachedRecording",
@@ -45,6 +46,7 @@ __all__ = [
     "frame_files",
     "iter_decoded",
     "source_to_model",
+    "model_camera",
     "display_name",
 ]
 
@@ -58,6 +60,7 @@ class CachedRecording:
     Attributes:
         directory: cache directory. ``frames`` opens lazily (also after pickling into a worker).
         timestamp_s, curvature (1/m), speed_mps: float64 [N]; ``valid`` bool [N].
+        poses: float64 [N, 3] (x_m, y_m, yaw_rad) where the log has poses, else None.
         info: index.json contents (name, source, drive, camera, source_size, preprocessing).
     """
 
@@ -69,6 +72,7 @@ class CachedRecording:
             self.curvature = z["curvature"]
             self.speed_mps = z["speed_mps"]
             self.valid = z["valid"]
+            self.poses = np.stack([z[c] for c in POSE_COLUMNS], axis=1) if POSE_COLUMNS[0] in z else None
         self._frames: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
@@ -128,8 +132,9 @@ def fingerprint(rec: Recording, preprocessing: Preprocessing) -> str:
             sort_keys=True,
         ).encode()
     )
-    for column in ("timestamp_s", "curvature", "speed_mps"):
-        h.update(np.ascontiguousarray(rec.log[column], dtype=np.float64).tobytes())
+    for column in ("timestamp_s", "curvature", "speed_mps", *POSE_COLUMNS):
+        if column in rec.log:
+            h.update(np.ascontiguousarray(rec.log[column], dtype=np.float64).tobytes())
     for path in frame_files(rec.source):
         try:
             st = os.stat(path)
@@ -268,6 +273,7 @@ def build_cache(
         curvature=rec.log["curvature"],
         speed_mps=rec.log["speed_mps"],
         valid=valid,
+        **({c: rec.log[c] for c in POSE_COLUMNS} if all(c in rec.log for c in POSE_COLUMNS) else {}),
     )
     commit(directory / "index.tmp.npz", directory / "index.npz")
     info = {
@@ -319,3 +325,17 @@ def source_to_model(info: Dict[str, Any]) -> Tuple[np.ndarray, np.ndarray]:
     sy, sx = pre.size[0] / (bottom - top), pre.size[1] / (right - left)
     a = np.array([[sx, 0.0, (0.5 - left) * sx - 0.5], [0.0, sy, (0.5 - top) * sy - 0.5], [0.0, 0.0, 1.0]])
     return a, np.linalg.inv(a)
+
+
+def model_camera(info: Dict[str, Any]) -> Optional[Dict[str, float]]:
+    """The calibration of a cache's model-size frames (``index.json`` ``info``), or None without one.
+
+    Crop and resize are an affine map A of pixels, so the cached frames are a pinhole camera too,
+    with intrinsics ``A K`` and the same mounting: view synthesis on them is the source camera's,
+    less the content outside the crop."""
+    camera = info.get("camera")
+    if camera is None:
+        return None
+    a, _ = source_to_model(info)
+    k = a @ np.array([[camera["fx"], 0.0, camera["cx"]], [0.0, camera["fy"], camera["cy"]], [0.0, 0.0, 1.0]])
+    return {**camera, "fx": float(k[0, 0]), "fy": float(k[1, 1]), "cx": float(k[0, 2]), "cy": float(k[1, 2])}

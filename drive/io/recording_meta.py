@@ -19,6 +19,7 @@ __all__ = [
     "RecordingMeta",
     "RecordingError",
     "REQUIRED_COLUMNS",
+    "POSE_COLUMNS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
 ]
@@ -26,6 +27,7 @@ __all__ = [
 FORMAT_NAME = "drive-recording"
 FORMAT_VERSION = 1
 REQUIRED_COLUMNS = ("frame", "timestamp_s", "curvature", "speed_mps")
+POSE_COLUMNS = ("x_m", "y_m", "yaw_rad")  # optional: the car's pose (world frame, yaw left-positive)
 PathLike = Union[str, os.PathLike]
 
 

@@ -21,17 +21,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List
+from typing import List, Mapping, Optional
 
 import numpy as np
 
 from drive.data.sequences import segments
-from drive.io.recording import Recording
+from drive.io.recording import POSE_COLUMNS, Recording
 from drive.sim.road import Road
 
-__all__ = ["ReferencePath", "reference_paths", "POSE_COLUMNS", "MIN_SPEED_MPS"]
+__all__ = ["ReferencePath", "reference_paths", "paths_from_log", "MIN_SPEED_MPS"]
 
-POSE_COLUMNS = ("x_m", "y_m", "yaw_rad")
 DS_M = 0.1  # sampling of the reference line
 MIN_SPEED_MPS = 1.0  # slower frames (standing, parking) are not driven in replay
 
@@ -138,13 +137,28 @@ def reference_paths(
     Segments with fewer than ``min_frames`` frames are left out (the caller reports the distance).
     ``use_poses=False`` integrates curvature even where poses exist.
     """
-    log = recording.log
-    t = np.asarray(log["timestamp_s"], dtype=np.float64)
     name = str(recording.path) if recording.path is not None else "recording"
+    return paths_from_log(recording.log, name, None, gap_factor, min_frames, ds_m, use_poses)
+
+
+def paths_from_log(
+    log: Mapping[str, np.ndarray],
+    name: str,
+    valid: Optional[np.ndarray] = None,
+    gap_factor: float = 3.0,
+    min_frames: int = 2,
+    ds_m: float = DS_M,
+    use_poses: bool = True,
+) -> List[ReferencePath]:
+    """:func:`reference_paths` of a log's columns (``timestamp_s``, ``curvature``, ``speed_mps``,
+    optionally the pose columns), e.g. a preprocessing cache's; ``valid`` [N] leaves frames out."""
+    t = np.asarray(log["timestamp_s"], dtype=np.float64)
     has_poses = use_poses and all(c in log for c in POSE_COLUMNS)
     out: List[ReferencePath] = []
-    moving = np.asarray(log["speed_mps"], dtype=np.float64) >= MIN_SPEED_MPS
-    for lo, hi in segments(t, moving, gap_factor):
+    usable = np.asarray(log["speed_mps"], dtype=np.float64) >= MIN_SPEED_MPS
+    if valid is not None:
+        usable &= np.asarray(valid, dtype=bool)
+    for lo, hi in segments(t, usable, gap_factor):
         if hi - lo < min_frames:
             continue
         ts, k, v = t[lo:hi], np.asarray(log["curvature"][lo:hi]), np.asarray(log["speed_mps"][lo:hi])

@@ -77,6 +77,7 @@ class LogWorld:
         self.limits = limits or replay_limits(path)
         self._cached = (int(path.frames[0]), first)
         self.shown: List[int] = []  # recording frame index of every observation
+        self.offset = (0.0, 0.0, 0.0)  # the camera's (forward_m, left_m, yaw_rad) from the last one
         self.no_source: List[float] = []  # its share of pixels without recorded content
         self.place_on_lane(start_s_m)
 
@@ -130,7 +131,7 @@ class LogWorld:
         index = int(self.path.frames[pos])
         if self._cached[0] != index:
             self._cached = (index, self.frames.read(index))
-        forward, left, yaw = self.camera_offset(pos)
+        forward, left, yaw = self.offset = self.camera_offset(pos)
         image = self.view(self._cached[1], left, yaw, forward)
         self.shown.append(index)
         self.no_source.append(self.view.no_source_share)

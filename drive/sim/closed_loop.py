@@ -49,6 +49,7 @@ __all__ = [
     "summarize",
     "summarize_with_conditions",
     "drive_segment",
+    "needs_takeover",
     "TAKEOVER_S",
 ]
 
@@ -132,6 +133,12 @@ class ClosedLoopResult:
         return paths
 
 
+def needs_takeover(world: Any, max_lateral_m: float, max_heading_rad: float) -> bool:
+    """The safety driver's rule: the car is more than ``max_lateral_m`` off the lane (or recorded path)
+    or points more than ``max_heading_rad`` away from it."""
+    return abs(world.lateral_offset_m) > max_lateral_m or abs(world.heading_error_rad) > max_heading_rad
+
+
 def drive_segment(
     world: Any,
     driver: Driver,
@@ -171,7 +178,7 @@ def drive_segment(
         st = world.vehicle.state
         xs.append(st.x_m), ys.append(st.y_m), cmds.append(cmd)
         lats.append(world.lateral_offset_m), heads.append(world.heading_error_rad)
-        if abs(world.lateral_offset_m) > max_lateral_m or abs(world.heading_error_rad) > max_heading_rad:
+        if needs_takeover(world, max_lateral_m, max_heading_rad):
             takeovers.append([st.x_m, st.y_m])
             resets.append(len(cmds))
             world.place_on_lane(world.s_m)

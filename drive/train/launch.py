@@ -11,6 +11,7 @@ Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV logg
 ``<default_root_dir>/checkpoints``: ``--checkpoint.*`` keeps the best by ``val/loss``;
 ``--last_checkpoint.*`` rewrites ``last.ckpt`` every ``every_n_train_steps`` (100) steps and at
 every epoch end, independent of validation, so ``--ckpt_path last`` resumes a killed run.
+``--onpolicy.*`` adds on-policy data from log replay (:mod:`drive.train.onpolicy`; off by default).
 ``predict`` writes the curvature for every frame to ``<default_root_dir>/predictions.csv``
 (``--predictions.path``; :mod:`drive.train.predictions`).
 """
@@ -31,6 +32,7 @@ from drive.data.datamodule import DriveDataModule
 from drive.train.checkpoint_io import AtomicCheckpointIO
 from drive.train.hparams import checkpoint_hparams
 from drive.train.module import PolicyModule
+from drive.train.onpolicy import OnPolicyData
 from drive.train.predictions import PredictionCSV
 
 __all__ = ["DriveCLI", "launch", "check_ckpt_path", "CheckpointNotFound", "DEFAULT_ROOT"]
@@ -63,6 +65,7 @@ class DriveCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
         parser.add_lightning_class_args(PredictionCSV, "predictions")  # acts only in `drive predict`
+        parser.add_lightning_class_args(OnPolicyData, "onpolicy")  # off unless every_n_steps > 0
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/loss",

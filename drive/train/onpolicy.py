@@ -1,0 +1,263 @@
+"""On-policy data for ``drive fit``: every N optimizer steps the current policy drives the training logs
+in log replay, and the states it visited join the training batches with their corrected labels.
+
+Why: behaviour cloning learns the states the logs show; a policy's small errors take the car to states
+they never showed, and its errors compound there (Ross et al., DAgger, AISTATS 2011). Log replay
+(:mod:`drive.replay`) produces those states on any log, each with a label: the command recorded for
+the frame the car was shown, corrected by pure pursuit for the camera's offset from it (the label
+viewpoint augmentation uses; :func:`drive.data.viewpoint.corrected_curvature`). VISTA (Amini et al.,
+IEEE RA-L 2020) trains in this loop.
+
+:class:`OnPolicyData` (a Lightning callback, ``--onpolicy.*`` in ``drive fit``, off unless
+``every_n_steps`` > 0):
+
+- **rounds**: at every ``every_n_steps``-th step a snapshot of the policy's weights drives
+  ``episodes`` episodes of ``episode_s`` seconds at random places of the training recordings (their
+  preprocessing caches: model-size frames re-rendered with the cache's own calibration), batched,
+  in a separate process (``process: true``) while training goes on; its result joins the buffer
+  ``every_n_steps // 2`` steps later (waiting for it then, if it is not done: where a round lands never
+  depends on speed). Rollouts are seeded by ``(seed, step)``.
+- **the buffer** keeps every visited step (recorded frame, camera offset, label, speed, the elapsed
+  time the rollout used): all rounds (``keep_rounds: 0``, DAgger's growing aggregate) or the last
+  ``keep_rounds`` (a ring).
+- **batches**: once the buffer holds a window, the last ``round(share x batch)`` windows of every
+  training batch are replaced by on-policy windows (``seq_len`` consecutive steps of one episode, no
+  takeover inside), drawn by ``(seed, step)`` and re-rendered from the cache.
+- **resume**: the buffer and a pending round's weight snapshot are saved in every checkpoint; a
+  resumed run re-runs the pending round from its snapshot and lands it at the same step, so it
+  continues exactly as the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent import futures
+from typing import Any, Dict, List, Optional
+
+import lightning as L
+import numpy as np
+import torch
+
+from drive.data.augment import AugmentConfig
+from drive.data.cache import CachedRecording, model_camera
+from drive.data.dataset import sample_weights
+from drive.nn.policy import Policy
+from drive.replay.rollout import Rollout, cached_paths, cached_world, rollout
+from drive.replay.view import ViewSynthesis
+
+__all__ = ["OnPolicyData", "run_round"]
+
+_MIN_PATH_M = 30.0  # shorter recorded stretches are not rolled out on
+
+
+def run_round(
+    caches: List[str],
+    policy_config: Dict[str, Any],
+    weights: Dict[str, torch.Tensor],
+    seed: int,
+    episodes: int,
+    steps: int,
+    lookahead: List[float],
+) -> Dict[str, np.ndarray]:
+    """One round of rollouts (:class:`~drive.replay.rollout.Rollout` as a dict of arrays); runs in the
+    rollout process, one torch thread, or in the training process."""
+    torch.set_num_threads(1)
+    policy = Policy.from_config(policy_config)
+    policy.load_state_dict(weights)
+    policy.eval()
+    recs = [CachedRecording(d) for d in caches]
+    paths = [(i, p) for i, r in enumerate(recs) for p in cached_paths(r) if p.length_m > _MIN_PATH_M]
+    if not paths:
+        raise ValueError("on-policy rollouts: no training recording has a drivable stretch of 30 m")
+    rng = np.random.default_rng([seed, 0x0B])
+    length = np.array([p.length_m for _, p in paths])
+    fps = 1.0 / policy.frame_period_s
+    worlds, ids = [], []
+    for pick in rng.choice(len(paths), size=episodes, p=length / length.sum()):
+        i, path = paths[int(pick)]
+        start = rng.uniform(0.0, max(0.0, path.length_m - steps / fps * float(path.speed_mps.mean())))
+        worlds.append(cached_world(recs[i], path, fps, start))
+        ids.append(i)
+    hidden = policy.initial_state(episodes)
+    fresh = policy.initial_state(1)
+
+    def act(views: np.ndarray, rows: np.ndarray, start: np.ndarray) -> np.ndarray:
+        h = hidden[rows]
+        h[torch.from_numpy(start)] = fresh
+        x = torch.from_numpy(views).permute(0, 3, 1, 2).float().div_(255.0)
+        with torch.inference_mode():
+            curvature, hidden[rows] = policy.step(x, h, torch.full((len(rows),), 1.0 / fps))
+        return curvature.numpy()
+
+    done = rollout(worlds, ids, act, steps, lookahead_s=lookahead[0], min_lookahead_m=lookahead[1])
+    return done.to_dict()
+
+
+class OnPolicyData(L.Callback):
+    """On-policy rollouts in log replay, mixed into the training batches (module docstring).
+
+    Args:
+        every_n_steps: optimizer steps between rounds (0 = off).
+        episodes: episodes per round (driven as one batch).
+        episode_s: seconds per episode.
+        share: fraction of every training batch's windows replaced by on-policy windows.
+        keep_rounds: rounds kept in the buffer (0 = all: DAgger's aggregate).
+        process: roll out in a separate process while training goes on (else in the training process).
+        seed: the rollouts' and draws' seed.
+    """
+
+    def __init__(
+        self,
+        every_n_steps: int = 0,
+        episodes: int = 16,
+        episode_s: float = 20.0,
+        share: float = 0.25,
+        keep_rounds: int = 0,
+        process: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if every_n_steps < 0 or episodes < 1 or not episode_s > 0 or not 0.0 < share < 1.0 or keep_rounds < 0:
+            raise ValueError(
+                "onpolicy: every_n_steps >= 0, episodes >= 1, episode_s > 0, 0 < share < 1 and "
+                f"keep_rounds >= 0, got {every_n_steps}, {episodes}, {episode_s}, {share}, {keep_rounds}"
+            )
+        self.every, self.episodes, self.episode_s = int(every_n_steps), int(episodes), float(episode_s)
+        self.share, self.keep, self.process, self.seed = float(share), int(keep_rounds), process, int(seed)
+        self.rounds: List[Rollout] = []
+        self.pending: Optional[Dict[str, Any]] = None  # {"step", "weights"} of the round in flight
+        self._job: Optional[futures.Future] = None
+        self._pool: Optional[futures.ProcessPoolExecutor] = None
+        self._views: Dict[int, ViewSynthesis] = {}
+        self._starts: Optional[np.ndarray] = None
+
+    # -- set-up --------------------------------------------------------------------------------
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.every:
+            return
+        if trainer.world_size > 1:
+            raise ValueError("onpolicy: rollouts run in one training process; turn them off under DDP")
+        dm = trainer.datamodule
+        self.recordings: List[CachedRecording] = dm.datasets["train"].recordings
+        missing = [r.name for r in self.recordings if model_camera(r.info) is None]
+        if missing:
+            raise ValueError(
+                "onpolicy: rollouts re-render frames and need camera calibration, missing for "
+                f"{missing[:3]}; give the reader option camera (docs/data.md) or turn onpolicy off"
+            )
+        aug = dm.augment or AugmentConfig()
+        self.lookahead = [aug.lookahead_s, aug.min_lookahead_m]
+        self.curve_factor, self.seq_len = dm.curve_factor, dm.seq_len
+        if self.process:
+            self._pool = futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        if self.pending is not None:  # a resumed run: the round in flight when the checkpoint was saved
+            self._submit(pl_module, self.pending["step"], self.pending["weights"])
+
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    # -- rounds --------------------------------------------------------------------------------
+    def _submit(self, pl_module: Any, step: int, weights: Dict[str, torch.Tensor]) -> None:
+        self.pending = {"step": step, "weights": weights}
+        fps = 1.0 / pl_module.policy.frame_period_s
+        args = (
+            [str(r.directory) for r in self.recordings],
+            pl_module.policy.config(),
+            weights,
+            self.seed * 1_000_003 + step,
+            self.episodes,
+            max(1, int(round(self.episode_s * fps))),
+            self.lookahead,
+        )
+        if self._pool is not None:
+            self._job = self._pool.submit(run_round, *args)
+        else:
+            self._job = futures.Future()
+            self._job.set_result(run_round(*args))
+
+    def _land(self) -> None:
+        self.rounds.append(Rollout(**self._job.result()))
+        if self.keep:
+            self.rounds = self.rounds[-self.keep :]
+        self.pending, self._job, self._starts = None, None, None
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if not self.every:
+            return
+        step = trainer.global_step
+        if self.pending is not None and step >= self.pending["step"] + max(1, self.every // 2):
+            self._land()
+        if step > 0 and step % self.every == 0 and self.pending is None:
+            weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.policy.state_dict().items()}
+            self._submit(pl_module, step, weights)
+        self._mix(batch, step)
+
+    # -- batches -------------------------------------------------------------------------------
+    def _window_starts(self, data: Rollout) -> np.ndarray:
+        """Steps that begin ``seq_len`` consecutive steps of one episode with no takeover after the first."""
+        t = self.seq_len
+        n = len(data)
+        if n < t:
+            return np.zeros(0, np.int64)
+        same = data.episode[t - 1 :] == data.episode[: n - t + 1]
+        inner = (
+            np.convolve(data.start[1:].astype(np.int64), np.ones(t - 1, np.int64), "valid") if t > 1 else None
+        )
+        ok = same if inner is None else same & (inner[: n - t + 1] == 0)
+        return np.flatnonzero(ok)
+
+    def _mix(self, batch: Dict[str, torch.Tensor], step: int) -> None:
+        if not self.rounds:
+            return
+        data = Rollout.concat(self.rounds) if len(self.rounds) > 1 else self.rounds[0]
+        if self._starts is None:
+            self._starts = self._window_starts(data)
+        b = batch["frames"].shape[0]
+        count = min(b, int(round(self.share * b)))
+        if count == 0 or len(self._starts) == 0:
+            return
+        rng = np.random.default_rng([self.seed, step, 0x0C])
+        for row, first in zip(range(b - count, b), rng.choice(self._starts, size=count)):
+            self._put(batch, row, data, np.arange(first, first + self.seq_len))
+
+    def _put(self, batch: Dict[str, torch.Tensor], row: int, data: Rollout, steps: np.ndarray) -> None:
+        """Window ``steps`` of the buffer, re-rendered from the cache, into batch row ``row``."""
+        rec = int(data.recording[steps[0]])
+        if rec not in self._views:
+            cached = self.recordings[rec]
+            self._views[rec] = ViewSynthesis(model_camera(cached.info), cached.frames.shape[2:])
+        view, frames = self._views[rec], self.recordings[rec].frames
+        images = []
+        for k in steps:
+            recorded = np.ascontiguousarray(frames[data.frame[k]].transpose(1, 2, 0))
+            images.append(
+                view(recorded, data.left_m[k], data.yaw_rad[k], data.forward_m[k]).transpose(2, 0, 1)
+            )
+        device = batch["frames"].device
+        batch["frames"][row] = torch.from_numpy(np.stack(images)).to(device)
+        label = data.label_per_m[steps]
+        for key, value in (
+            ("curvature", label),
+            ("dt", data.dt_s[steps]),
+            ("speed", data.speed_mps[steps]),
+            ("weight", sample_weights(label, self.curve_factor)),
+        ):
+            if key in batch:
+                batch[key][row] = torch.from_numpy(value.astype(np.float32)).to(device)
+        if "mask" in batch:
+            batch["mask"][row] = True
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> Dict[str, Any]:
+        if not self.every:
+            return {}
+        return {
+            "rounds": [{k: torch.from_numpy(v) for k, v in r.to_dict().items()} for r in self.rounds],
+            "pending": self.pending,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.rounds = [Rollout(**{k: v.numpy() for k, v in r.items()}) for r in state.get("rounds", [])]
+        self.pending = state.get("pending")
+        self._starts = None

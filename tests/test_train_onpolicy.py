@@ -1,0 +1,105 @@
+"""On-policy data from log replay (drive.replay.rollout, drive.train.onpolicy): rollouts, their labels,
+the windows mixed into training batches, and the state a checkpoint keeps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from drive.data.cache import CachedRecording, cache_recordings, model_camera, source_to_model
+from drive.data.preprocess import Preprocessing
+from drive.data.readers import read_logs
+from drive.replay.rollout import cached_paths, cached_world, rollout
+from drive.sim.record import simulate
+from drive.train.onpolicy import OnPolicyData
+
+SIZE = (39, 100)
+
+
+@pytest.fixture(scope="module")
+def cached(tmp_path_factory) -> CachedRecording:
+    """30 s of expert driving at 10 Hz (with its poses), cached at the demo's network size."""
+    root = tmp_path_factory.mktemp("onpolicy")
+    simulate(root / "logs", minutes=0.5, seed=2, fps=10.0, noise_std=0.0)
+    (rec,) = cache_recordings(read_logs(str(root / "logs")), Preprocessing(size=SIZE), root / "cache")
+    return rec
+
+
+def test_the_cache_keeps_the_poses_and_its_frames_are_a_camera_of_their_own(cached):
+    assert cached.poses is not None and cached.poses.shape == (len(cached), 3)
+    a, _ = source_to_model(cached.info)
+    cam, small = cached.info["camera"], model_camera(cached.info)
+    # a ground point projects to the same place whether through the source camera and the resize,
+    # or through the cached frames' own intrinsics
+    u_src = np.array([cam["cx"] + 13.0, cam["cy"] + 7.0, 1.0])
+    u_model = a @ u_src
+    assert u_model[0] == pytest.approx(small["cx"] + 13.0 * small["fx"] / cam["fx"])
+    assert u_model[1] == pytest.approx(small["cy"] + 7.0 * small["fy"] / cam["fy"])
+    assert small["height_m"] == cam["height_m"] and small["pitch_rad"] == cam["pitch_rad"]
+
+
+def _straight_ahead(views: np.ndarray, episodes: np.ndarray, start: np.ndarray) -> np.ndarray:
+    return np.zeros(len(episodes))
+
+
+def test_a_rollout_keeps_every_step_with_a_label_that_steers_back_to_the_path(cached):
+    (path,) = cached_paths(cached)
+    worlds = [cached_world(cached, path, 10.0, s) for s in (0.0, 60.0, 120.0)]
+    done = rollout(worlds, [7, 7, 7], _straight_ahead, steps=80, lookahead_s=2.0, min_lookahead_m=5.0)
+    assert len(done) == 3 * 80 and set(done.recording) == {7} and set(done.episode) == {0, 1, 2}
+    assert done.start[[0, 80, 160]].all() and done.start.sum() > 3  # straight ahead leaves the lane
+    assert np.allclose(done.dt_s, 0.1)
+    assert np.abs(done.left_m).max() <= 1.3 and np.abs(done.left_m).max() > 0.5
+    # the label is the recorded command plus pure pursuit back towards the path: far left of the
+    # path, it turns right of what was recorded there
+    recorded = cached.curvature[done.frame]
+    left = done.left_m > 0.5
+    right = done.left_m < -0.5
+    assert left.any() or right.any()
+    assert np.all(done.label_per_m[left] < recorded[left]) and np.all(
+        done.label_per_m[right] > recorded[right]
+    )
+    # each step's frame is the one shot nearest the car: frames advance with the car
+    first = done.frame[done.episode == 0]
+    assert np.all(np.diff(first) >= 0) and first[-1] - first[0] >= 60
+
+
+def test_on_policy_windows_replace_the_stated_share_of_a_batch_and_survive_a_checkpoint(cached):
+    (path,) = cached_paths(cached)
+    worlds = [cached_world(cached, path, 10.0, s) for s in (0.0, 100.0)]
+    done = rollout(worlds, [0, 0], _straight_ahead, steps=60)
+    cb = OnPolicyData(every_n_steps=10, share=0.25)
+    cb.recordings, cb.seq_len, cb.curve_factor = [cached], 8, 0.0
+    cb.rounds = [done]
+    starts = cb._window_starts(done)
+    for s in starts:  # windows stay inside one episode and never span a takeover
+        assert len(set(done.episode[s : s + 8])) == 1 and not done.start[s + 1 : s + 8].any()
+    b, t = 8, 8
+    batch = {
+        "frames": torch.zeros(b, t, 3, *SIZE, dtype=torch.uint8),
+        "curvature": torch.full((b, t), 9.0),
+        "dt": torch.zeros(b, t),
+        "weight": torch.zeros(b, t),
+        "speed": torch.zeros(b, t),
+    }
+    cb._mix(batch, step=30)
+    replaced = (batch["curvature"] != 9.0).all(dim=1)
+    assert replaced.tolist() == [False] * 6 + [True] * 2  # round(0.25 x 8) windows, at the end
+    assert torch.allclose(batch["dt"][6:], torch.full((2, t), 0.1))
+    assert (batch["frames"][6:].float().mean() > 20) and (batch["weight"][6:] == 1.0).all()
+    labels = set(np.round(done.label_per_m, 6))
+    assert all(round(float(v), 6) in labels for v in batch["curvature"][6:].reshape(-1).double())
+    again = {k: v.clone().fill_(0) if k == "frames" else v.clone().fill_(9.0) for k, v in batch.items()}
+    cb._mix(again, step=30)  # the draw is a function of the step
+    assert torch.equal(again["frames"][6:], batch["frames"][6:])
+    state = cb.state_dict()
+    restored = OnPolicyData(every_n_steps=10, share=0.25)
+    restored.load_state_dict(state)
+    for key, value in done.to_dict().items():
+        np.testing.assert_array_equal(restored.rounds[0].to_dict()[key], value)
+
+
+def test_on_policy_settings_out_of_range_are_refused():
+    with pytest.raises(ValueError, match="0 < share < 1"):
+        OnPolicyData(every_n_steps=10, share=1.5)
