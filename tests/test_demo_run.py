@@ -28,7 +28,7 @@ def tiny_logs(tmp_path_factory) -> Path:
 
 
 def _fit(logs: Path, root: Path, workers: int) -> dict:
-    """The demo profile (configs/demo.yaml) for 6 optimizer steps on tiny logs; returns the final weights."""
+    """The shipped profile ``demo``, 6 optimizer steps on tiny logs; returns the final weights."""
     argv = [
         "fit",
         "--config",

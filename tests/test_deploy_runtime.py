@@ -1,5 +1,6 @@
-"""deploy/: the C++ runtime (built here with CMake against the wheel's libtorch) and the Python
-runner give the same commands as Python on PPM folders, raw dumps and videos (decoded by the
+"""drive/deploy/ (shipped with the package: ``drive export --print-runtime-dir``): the C++ runtime
+(built here with CMake against the wheel's libtorch, from where the package ships it) and the
+Python runner give the same commands as Python on PPM folders, raw dumps and videos (decoded by the
 static ffmpeg of imageio-ffmpeg); the AOTInductor package matches TorchScript.
 
 The C++ build takes ~20-60 s and the AOTInductor compile ~60-90 s on a 2-core machine; both run
@@ -29,10 +30,10 @@ import torch
 from drive.checkpoint import policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
 from drive.export import export_policy, load_exported, read_metadata
+from drive.export.vehicle import runtime_dir
 from drive.nn.families import build_policy
 
-REPO = Path(__file__).resolve().parents[1]
-RUNNER = REPO / "deploy" / "run_policy.py"
+RUNNER = runtime_dir() / "run_policy.py"
 CAMERA = (80, 208)  # cropped to 79x204, then resized (antialiased) to 78x200 inside every runtime
 FPS = 20.0
 BLACK = 17  # a black frame: held and flagged in every runtime
@@ -84,7 +85,7 @@ def runtime(tmp_path_factory) -> Path:
         [
             "cmake",
             "-S",
-            str(REPO / "deploy"),
+            str(runtime_dir()),  # where the package ships it, as a user of the wheel builds it
             "-B",
             str(build),
             f"-DCMAKE_PREFIX_PATH={prefix}",
@@ -322,7 +323,7 @@ runpy.run_path(sys.argv[0], run_name='__main__')
 
 
 def load_runner():
-    """deploy/run_policy.py as a module (it is a script, not part of the drive package)."""
+    """drive/deploy/run_policy.py as a module (it is a script, not part of the drive package)."""
     spec = importlib.util.spec_from_file_location("run_policy", RUNNER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -68,10 +68,10 @@ STEPS = 3
 FRAMES = 8  # frames per reference sequence
 # name -> (config file, extra --model.* options)
 CHECKPOINTS: Dict[str, List[str]] = {
-    "ncp_ltc": ["configs/ncp_ltc.yaml"],
-    "cfc_default": ["configs/cfc.yaml", "--model.cfc.units", "8"],
+    "ncp_ltc": ["ncp_ltc"],
+    "cfc_default": ["cfc", "--model.cfc.units", "8"],
     "cfc_no_gate_mixed": [
-        "configs/cfc.yaml",
+        "cfc",
         "--model.cfc.units",
         "8",
         "--model.cfc.mode",
@@ -79,12 +79,12 @@ CHECKPOINTS: Dict[str, List[str]] = {
         "--model.cfc.mixed_memory",
         "true",
     ],
-    "cfc_pure": ["configs/cfc.yaml", "--model.cfc.units", "8", "--model.cfc.mode", "pure"],
-    "cfc_wired_mixed": ["configs/cfc.yaml", "--model.cfc.wired", "true", "--model.cfc.mixed_memory", "true"],
-    "cfc_wired_pure": ["configs/cfc.yaml", "--model.cfc.wired", "true", "--model.cfc.mode", "pure"],
-    "lstm": ["configs/lstm.yaml", "--model.lstm.units", "8"],
-    "ctrnn": ["configs/ctrnn.yaml", "--model.ctrnn.units", "8"],
-    "cnn": ["configs/cnn.yaml", "--data.batch_size", "16"],
+    "cfc_pure": ["cfc", "--model.cfc.units", "8", "--model.cfc.mode", "pure"],
+    "cfc_wired_mixed": ["cfc", "--model.cfc.wired", "true", "--model.cfc.mixed_memory", "true"],
+    "cfc_wired_pure": ["cfc", "--model.cfc.wired", "true", "--model.cfc.mode", "pure"],
+    "lstm": ["lstm", "--model.lstm.units", "8"],
+    "ctrnn": ["ctrnn", "--model.ctrnn.units", "8"],
+    "cnn": ["cnn", "--data.batch_size", "16"],
 }
 CLOSED_FORM = "ncp_ltc_closed_form.pt"
 EXPORTS = {"ncp_ltc.ts": "ncp_ltc.ckpt", "cfc_wired_mixed.ts": "cfc_wired_mixed.ckpt"}
@@ -103,7 +103,7 @@ def _fit(name: str, logs: Path, work: Path, out: Path) -> Path:
         "--config",
         config,
         "--config",
-        "configs/trainer/cpu.yaml",
+        "trainer/cpu",
         "--seed_everything",
         "7",
         "--model.input_hw",

@@ -24,6 +24,7 @@ from drive.cli.errors import error_line
 from drive.data.errors import DataError
 from drive.data.inspect import convert_logs, format_report, inspect_logs
 from drive.data.readers import FORMATS
+from drive.train.profiles import resolve_config
 
 __all__ = ["add_arguments", "run"]
 
@@ -32,7 +33,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("logs", nargs="+", help="log files, directories or globs")
     p.add_argument("--format", choices=list(FORMATS), help="reader format (default: detect per log)")
     p.add_argument(
-        "--reader", metavar="YAML", help="reader options file (or a data config with a reader: section)"
+        "--reader",
+        metavar="YAML",
+        help="reader options file, or a data config with a reader: section (a file, or a shipped "
+        "profile by name: data_udacity, data_ncp)",
     )
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="one reader option (YAML value)"
@@ -58,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _options(args: argparse.Namespace) -> Dict[str, Any]:
     options: Dict[str, Any] = {}
     if args.reader:
-        with open(args.reader) as f:
+        with open(resolve_config(args.reader, "--reader")) as f:
             loaded = yaml.safe_load(f) or {}
         if "data" in loaded and isinstance(loaded["data"], dict):
             loaded = loaded["data"].get("init_args", loaded["data"])
