@@ -53,6 +53,8 @@ from drive.drivers import load_driver
 from drive.export import export_policy
 from drive.sim.closed_loop import evaluate
 
+pytestmark = pytest.mark.kernels  # numbers recorded on another machine; exports in fresh processes
+
 BITWISE_SKIP = bitwise_skip_reason()
 compares = pytest.mark.skipif(BITWISE_SKIP is not None, reason=str(BITWISE_SKIP))
 

@@ -27,7 +27,7 @@ from compat_reference import (
 from drive.checkpoint import load_policy
 from drive.export import export_policy, load_exported
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.kernels]
 
 
 def _mismatch(got: Dict[str, np.ndarray], name: str) -> Optional[str]:

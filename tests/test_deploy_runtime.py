@@ -170,6 +170,7 @@ def cpp_ppm(runtime, exported, tmp_path_factory) -> Tuple[subprocess.CompletedPr
 
 
 @pytest.mark.slow
+@pytest.mark.kernels  # another process, libtorch frozen with oneDNN convolutions, vs Python
 def test_cpp_runtime_matches_python_on_a_ppm_folder(cpp_ppm, portable_reference):
     done, got = cpp_ppm
     # the runtime freezes the module and uses oneDNN convolutions; Python's reference is the portable file
@@ -281,6 +282,7 @@ def test_cpp_runtime_refuses_a_video_of_another_size_or_without_ffmpeg(runtime, 
     assert done.returncode == 1 and f"--ffmpeg {missing}: no such executable" in done.stderr
 
 
+@pytest.mark.kernels  # another process, without this one's environment
 def test_python_runner_needs_only_torch_and_matches(exported, reference, tmp_path):
     """The runner runs in an interpreter that cannot import drive: without `site` (so no .pth file
     and no editable-install finder), the venv's site-packages on PYTHONPATH for torch, from an
@@ -319,7 +321,10 @@ runpy.run_path(sys.argv[0], run_name='__main__')
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert_same_commands(read_commands(out), reference, 1e-9)
+    # Another process, and one that sees none of this process's environment: with the kernel caps
+    # of the CI step (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2) here, the runner still runs
+    # AVX-512 kernels and its commands differ by 1.5e-8 1/km; with the same kernels, bitwise.
+    assert_same_commands(read_commands(out), reference, 1e-6)
 
 
 def load_runner():
