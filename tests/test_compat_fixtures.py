@@ -5,59 +5,58 @@ conversion and TorchScript exports, made by ``tools/make_compat_fixtures.py`` *b
 was reorganised, with the outputs the public loaders gave on fixed frames then. A moved or renamed
 class, a changed state-dict key or a changed update equation fails here.
 
-Equality: with the torch version and CPU capability that recorded the references (and one thread,
-as they were recorded) every output must be bitwise equal. On another torch or CPU the convolution
-and matmul kernels (oneDNN/MKL pick them by instruction set) sum in another order, so float32
-results may differ in the last bits; each output then agrees to rtol 1e-4, atol 1e-6 -- float32
-rounding (6e-8 relative per op) grown over the ~30 ops of the head and 8 recurrent steps stays
-orders of magnitude below that, while any change of a weight, an equation or a state layout moves
-curvature by far more.
+Equality (``tests/compat_reference.py``, one comparison for every test here): on every machine,
+each output within 3e-5 of its reference's largest magnitude (the measured spread between CPUs and
+kernels, and the changes this still catches, are stated there and shown by
+``tests/test_compat_mutations.py``). Bitwise only on request: ``DRIVE_COMPAT_BITWISE=1`` on a
+machine whose fingerprint is the one in ``fixtures/compat/machine.json``; asked for on another
+machine, the comparisons skip saying which part of the fingerprint differs (docs/deploy.md,
+"Compatibility fixtures").
+
+The two TorchScript files were re-exported from the fixture checkpoints on 2026-11-27 (issue 32):
+the exporter of 2026-11-25 wrote every resize mode of ``F.interpolate`` into the file, among them
+``aten::_upsample_lanczos2d_aa``, which torch 2.11 (the oldest supported) lacks, so the files did
+not load there. Today's exporter writes only the resize it runs; the re-exported files give the
+recorded outputs bitwise on the machine that recorded them (the references were kept), as
+:func:`test_exporting_the_fixture_checkpoint_again_gives_the_recorded_export_outputs` checks for
+any export of today's code.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Dict
 
 import numpy as np
 import pytest
 import torch
+from compat_reference import (
+    CHECKPOINTS,
+    EXPORTS,
+    FIXTURES,
+    INFO,
+    REFERENCE,
+    assert_matches,
+    bitwise_skip_reason,
+    checkpoint_outputs,
+    export_mismatch,
+    resize_rounding_differs,
+    views_and_dts,
+)
 
 from drive.checkpoint import load_policy
 from drive.drivers import load_driver
+from drive.export import export_policy
 from drive.sim.closed_loop import evaluate
 
-FIXTURES = Path(__file__).parent / "fixtures" / "compat"
-INFO = json.loads((FIXTURES / "reference.json").read_text())
-REFERENCE = dict(np.load(FIXTURES / "reference.npz"))
-INPUTS = dict(np.load(FIXTURES / "inputs.npz"))
-CHECKPOINTS = [f for f in INFO["files"] if not f.endswith(".ts")]
-EXPORTS = [f for f in INFO["files"] if f.endswith(".ts")]
-SAME_PLATFORM = (
-    INFO["torch"] == torch.__version__ and INFO["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
-)
+pytestmark = pytest.mark.kernels  # numbers recorded on another machine; exports in fresh processes
 
-
-def _assert_same(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != recorded {want.shape}"
-    if SAME_PLATFORM:
-        assert np.array_equal(got, want), (
-            f"{what}: not bitwise equal, max |diff| {np.abs(got - want).max():.3g}"
-        )
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6, err_msg=what)
-
-
-@pytest.fixture
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(INFO["threads"])
-    yield
-    torch.set_num_threads(threads)
+BITWISE_SKIP = bitwise_skip_reason()
+compares = pytest.mark.skipif(BITWISE_SKIP is not None, reason=str(BITWISE_SKIP))
 
 
 def test_fixtures_cover_every_family_and_format() -> None:
@@ -82,47 +81,36 @@ def test_fixtures_cover_every_family_and_format() -> None:
     assert EXPORTS, "no TorchScript export among the fixtures"
 
 
+@compares
 @pytest.mark.parametrize("name", CHECKPOINTS)
 def test_checkpoint_outputs_equal_the_recorded_ones(name: str, one_thread) -> None:
     policy, meta = load_policy(FIXTURES / name)
-    views = torch.from_numpy(INPUTS["views"]).permute(0, 3, 1, 2).float() / 255.0
-    dts = torch.from_numpy(INPUTS["dt_s"])
-    with torch.no_grad():
-        curvature, hidden = policy(views.unsqueeze(0), None, dts.unsqueeze(0))
-        h = policy.initial_state(1)
-        steps = []
-        for view, dt in zip(views, dts):
-            c, h = policy.step(view.unsqueeze(0), h, dt.reshape(1))
-            steps.append(c)
-    _assert_same(curvature.numpy(), REFERENCE[f"{name}/forward"], f"{name} forward")
-    _assert_same(hidden.numpy(), REFERENCE[f"{name}/hidden"], f"{name} hidden")
-    _assert_same(torch.cat(steps).numpy(), REFERENCE[f"{name}/step"], f"{name} step loop")
+    got = checkpoint_outputs(policy)
+    assert_matches(got["forward"], REFERENCE[f"{name}/forward"], f"{name} forward")
+    assert_matches(got["hidden"], REFERENCE[f"{name}/hidden"], f"{name} hidden")
+    assert_matches(got["step"], REFERENCE[f"{name}/step"], f"{name} step loop")
     assert np.abs(REFERENCE[f"{name}/forward"]).max() > 0  # the references are not trivially zero
 
 
 _EXPORT_SCRIPT = """
 import sys, numpy as np, torch
+sys.path.insert(0, sys.argv[4])
+from compat_reference import export_outputs
 from drive.export.runtime import load_exported
 torch.set_num_threads(int(sys.argv[3]))
 frames = np.load(sys.argv[1])["frames"]
 out = {}
-for path in sys.argv[4:]:
-    policy = load_exported(path)
-    hidden = policy.initial_state(1)
-    steps = []
-    with torch.no_grad():
-        for frame in frames:
-            curvature, hidden, status = policy.step(frame, hidden)
-            steps.append(torch.cat([curvature.reshape(-1), status.reshape(-1).float()]))
+for path in sys.argv[5:]:
     name = path.rsplit("/", 1)[-1]
-    out[name + "/step"] = torch.stack(steps).numpy()
-    out[name + "/hidden"] = hidden.numpy()
+    for part, value in export_outputs(load_exported(path), frames).items():
+        out[name + "/" + part] = value
 np.savez(sys.argv[2], **out)
 """
 
 
-def test_exports_load_in_a_fresh_process_and_give_the_recorded_outputs(tmp_path: Path) -> None:
-    result = tmp_path / "exports.npz"
+def _exports_in_a_fresh_process(paths, result: Path) -> Dict[str, np.ndarray]:
+    """Each exported file loaded and stepped over the recorded camera frames in a new interpreter
+    (nothing of drive's imported before the file loads, as on a car)."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     subprocess.run(
         [
@@ -132,16 +120,26 @@ def test_exports_load_in_a_fresh_process_and_give_the_recorded_outputs(tmp_path:
             str(FIXTURES / "inputs.npz"),
             str(result),
             str(INFO["threads"]),
-            *[str(FIXTURES / n) for n in EXPORTS],
+            str(Path(__file__).resolve().parent),
+            *[str(p) for p in paths],
         ],
         check=True,
         env=env,
         timeout=600,
     )
-    got: Dict[str, np.ndarray] = dict(np.load(result))
+    return dict(np.load(result))
+
+
+@compares
+def test_exports_load_in_a_fresh_process_and_give_the_recorded_outputs(tmp_path: Path) -> None:
+    rounding = resize_rounding_differs()
+    if rounding:
+        pytest.skip(rounding)
+    got = _exports_in_a_fresh_process([FIXTURES / n for n in EXPORTS], tmp_path / "exports.npz")
     for name in EXPORTS:
-        for part in ("step", "hidden"):
-            _assert_same(got[f"{name}/{part}"], REFERENCE[f"{name}/{part}"], f"{name} {part}")
+        outputs = {part: got[f"{name}/{part}"] for part in ("step", "hidden")}
+        problem = export_mismatch(outputs, name, name)
+        assert problem is None, problem
 
 
 @pytest.mark.parametrize("name", CHECKPOINTS + EXPORTS)
@@ -152,6 +150,7 @@ def test_every_fixture_drives_the_world(name: str) -> None:
     assert np.isfinite(result.metrics["lateral_rms_m"])
 
 
+@compares
 def test_every_class_path_written_before_the_cfc_package_still_loads(tmp_path: Path, one_thread) -> None:
     """Checkpoints from before ``drive/nn/cfc/`` name ``drive.nn.cfc.CfC``, ``drive.nn.wired_cfc.WiredCfC``
     (the fixtures) or, older still, ``drive.nn.cfc.WiredCfC``: the last one, rewritten into a fixture."""
@@ -160,39 +159,36 @@ def test_every_class_path_written_before_the_cfc_package_still_loads(tmp_path: P
     ckpt["drive"]["policy_config"]["rnn"]["class"] = "drive.nn.cfc.WiredCfC"
     torch.save(ckpt, tmp_path / "old.ckpt")
     policy, _ = load_policy(tmp_path / "old.ckpt")
-    views = torch.from_numpy(INPUTS["views"]).permute(0, 3, 1, 2).float() / 255.0
+    views, dts = views_and_dts()
     with torch.no_grad():
-        curvature, _ = policy(views.unsqueeze(0), None, torch.from_numpy(INPUTS["dt_s"]).unsqueeze(0))
-    _assert_same(
+        curvature, _ = policy(views.unsqueeze(0), None, dts.unsqueeze(0))
+    assert_matches(
         curvature.numpy(), REFERENCE["cfc_wired_mixed.ckpt/forward"], "drive.nn.cfc.WiredCfC forward"
     )
 
 
+@compares
 @pytest.mark.parametrize("name", EXPORTS)
 def test_exporting_the_fixture_checkpoint_again_gives_the_recorded_export_outputs(
     name: str, tmp_path: Path
 ) -> None:
     """Today's export code on the checkpoint the fixture export was made from: same file behaviour."""
-    from drive.export import export_policy
-
+    rounding = resize_rounding_differs()
+    if rounding:
+        pytest.skip(rounding)
     source = FIXTURES / (name[: -len(".ts")] + ".ckpt")
     out = export_policy(source, tmp_path / name, format="torchscript")
-    result = tmp_path / "exports.npz"
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            _EXPORT_SCRIPT,
-            str(FIXTURES / "inputs.npz"),
-            str(result),
-            str(INFO["threads"]),
-            str(out),
-        ],
-        check=True,
-        env=env,
-        timeout=600,
-    )
-    got = dict(np.load(result))
-    for part in ("step", "hidden"):
-        _assert_same(got[f"{name}/{part}"], REFERENCE[f"{name}/{part}"], f"{name} re-exported {part}")
+    got = _exports_in_a_fresh_process([out], tmp_path / "exports.npz")
+    outputs = {part: got[f"{name}/{part}"] for part in ("step", "hidden")}
+    problem = export_mismatch(outputs, name, f"{name} re-exported")
+    assert problem is None, problem
+
+
+def test_exported_fixtures_name_only_the_resize_they_run() -> None:
+    """The TorchScript fixtures load on torch 2.11: no resize op newer than it in their code (the
+    exporter of 2026-11-25 wrote ``aten::_upsample_lanczos2d_aa``, torch 2.12's, into every file)."""
+    for name in EXPORTS:
+        with zipfile.ZipFile(FIXTURES / name) as z:
+            code = b"".join(z.read(n) for n in z.namelist() if "/code/" in n and n.endswith(".py"))
+        assert b"_upsample_bilinear2d_aa" in code, name
+        assert b"lanczos" not in code and b"bicubic" not in code, name

@@ -1,7 +1,6 @@
 """Viewpoint synthesis against the built-in world's ground truth: images and corrected labels."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,11 +13,11 @@ from drive.sim.driver import Observation
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.render import Camera, render_view
 from drive.sim.road import generate_road
+from drive.train.profiles import profile_path
 
 CAM = Camera.default()
 CALIB = dict(fx=CAM.fx, fy=CAM.fy, cx=CAM.cx, cy=CAM.cy, height_m=CAM.height_m, pitch_rad=CAM.pitch_rad)
 POSES = [(0.5, 0.0), (0.0, math.radians(5)), (0.5, math.radians(5)), (-0.5, -math.radians(5))]
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -50,14 +49,14 @@ def test_synthesized_view_matches_rendered_view_on_the_road(world, shift, yaw):
 
 @pytest.fixture(scope="module")
 def shipped_augment(tmp_path_factory) -> AugmentConfig:
-    """The augmentation of configs/data.yaml, parsed as `drive fit --config configs/data.yaml` parses it."""
+    """The augmentation of the shipped profile `data`, parsed as `drive fit --config data` parses it."""
     from drive.cli.fit import DriveCLI
     from drive.data.datamodule import DriveDataModule
     from drive.train.module import PolicyModule
 
     args = [
         "--config",
-        str(REPO / "configs" / "data.yaml"),
+        str(profile_path("data")),
         "--seed_everything",
         "false",
         "--trainer.logger",
@@ -68,10 +67,10 @@ def shipped_augment(tmp_path_factory) -> AugmentConfig:
     return DriveCLI(PolicyModule, DriveDataModule, args=args, run=False).datamodule.augment
 
 
-@pytest.mark.parametrize("lookahead", ["expert", "configs/data.yaml"])
+@pytest.mark.parametrize("lookahead", ["expert", "profile data"])
 @pytest.mark.parametrize("shift,yaw", POSES)
 def test_corrected_label_agrees_with_expert_at_the_shifted_pose(world, shift, yaw, lookahead, request):
-    """At the expert's own look-ahead (0.9 s) and at the one training uses (configs/data.yaml), the
+    """At the expert's own look-ahead (0.9 s) and at the one training uses (profile `data`), the
     corrected label matches an expert with that look-ahead driving from the shifted pose."""
     road, _ = world
     if lookahead == "expert":

@@ -28,7 +28,7 @@ def tiny_logs(tmp_path_factory) -> Path:
 
 
 def _fit(logs: Path, root: Path, workers: int) -> dict:
-    """The demo profile (configs/demo.yaml) for 6 optimizer steps on tiny logs; returns the final weights."""
+    """The shipped profile ``demo``, 6 optimizer steps on tiny logs; returns the final weights."""
     argv = [
         "fit",
         "--config",
@@ -62,6 +62,8 @@ def _fit(logs: Path, root: Path, workers: int) -> dict:
 def test_demo_profile_budget_is_steps_and_two_runs_give_identical_weights(
     tiny_logs: Path, tmp_path: Path
 ) -> None:
+    """Two runs of the same settings on the same machine end with bitwise the same weights (another
+    CPU may sum float32 in another order: the same steps there give other last bits)."""
     config = DEFAULT_CONFIG.read_text()
     assert "max_time" not in config and "max_steps:" in config
     threads = torch.get_num_threads()

@@ -1,5 +1,6 @@
-"""deploy/: the C++ runtime (built here with CMake against the wheel's libtorch) and the Python
-runner give the same commands as Python on PPM folders, raw dumps and videos (decoded by the
+"""drive/deploy/ (shipped with the package: ``drive export --print-runtime-dir``): the C++ runtime
+(built here with CMake against the wheel's libtorch, from where the package ships it) and the
+Python runner give the same commands as Python on PPM folders, raw dumps and videos (decoded by the
 static ffmpeg of imageio-ffmpeg); the AOTInductor package matches TorchScript.
 
 The C++ build takes ~20-60 s and the AOTInductor compile ~60-90 s on a 2-core machine; both run
@@ -29,10 +30,10 @@ import torch
 from drive.checkpoint import policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
 from drive.export import export_policy, load_exported, read_metadata
+from drive.export.vehicle import runtime_dir
 from drive.nn.families import build_policy
 
-REPO = Path(__file__).resolve().parents[1]
-RUNNER = REPO / "deploy" / "run_policy.py"
+RUNNER = runtime_dir() / "run_policy.py"
 CAMERA = (80, 208)  # cropped to 79x204, then resized (antialiased) to 78x200 inside every runtime
 FPS = 20.0
 BLACK = 17  # a black frame: held and flagged in every runtime
@@ -84,7 +85,7 @@ def runtime(tmp_path_factory) -> Path:
         [
             "cmake",
             "-S",
-            str(REPO / "deploy"),
+            str(runtime_dir()),  # where the package ships it, as a user of the wheel builds it
             "-B",
             str(build),
             f"-DCMAKE_PREFIX_PATH={prefix}",
@@ -169,6 +170,7 @@ def cpp_ppm(runtime, exported, tmp_path_factory) -> Tuple[subprocess.CompletedPr
 
 
 @pytest.mark.slow
+@pytest.mark.kernels  # another process, libtorch frozen with oneDNN convolutions, vs Python
 def test_cpp_runtime_matches_python_on_a_ppm_folder(cpp_ppm, portable_reference):
     done, got = cpp_ppm
     # the runtime freezes the module and uses oneDNN convolutions; Python's reference is the portable file
@@ -280,6 +282,7 @@ def test_cpp_runtime_refuses_a_video_of_another_size_or_without_ffmpeg(runtime, 
     assert done.returncode == 1 and f"--ffmpeg {missing}: no such executable" in done.stderr
 
 
+@pytest.mark.kernels  # another process, without this one's environment
 def test_python_runner_needs_only_torch_and_matches(exported, reference, tmp_path):
     """The runner runs in an interpreter that cannot import drive: without `site` (so no .pth file
     and no editable-install finder), the venv's site-packages on PYTHONPATH for torch, from an
@@ -318,11 +321,14 @@ runpy.run_path(sys.argv[0], run_name='__main__')
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    assert_same_commands(read_commands(out), reference, 1e-9)
+    # Another process, and one that sees none of this process's environment: with the kernel caps
+    # of the CI step (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2) here, the runner still runs
+    # AVX-512 kernels and its commands differ by 1.5e-8 1/km; with the same kernels, bitwise.
+    assert_same_commands(read_commands(out), reference, 1e-6)
 
 
 def load_runner():
-    """deploy/run_policy.py as a module (it is a script, not part of the drive package)."""
+    """drive/deploy/run_policy.py as a module (it is a script, not part of the drive package)."""
     spec = importlib.util.spec_from_file_location("run_policy", RUNNER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -274,6 +274,8 @@ def _cli(ckpts, recordings, out, *extra):
 
 @pytest.mark.slow
 def test_cli_parallel_closed_loop_run_in_variance_units_equals_a_one_worker_run(study, tmp_path):
+    """Two worker processes give the CSV of one, byte for byte, on the same machine: every process
+    measures with one torch thread, so the kernels and their summation order are the same."""
     root, out, _, config, models = study
     args = [
         "--noise",

@@ -29,6 +29,7 @@ def checkpoint(path, family="ncp_ltc", fps=30.0, steer_bias_per_km=0.0, seed=0):
     return save_policy(path, policy, meta)
 
 
+@pytest.mark.kernels  # onnxruntime's MLAS kernels vs torch's
 def test_onnx_file_matches_torchscript_under_onnxruntime(tmp_path):
     ckpt = checkpoint(tmp_path / "p.ckpt")
     onnx_model = load_exported(export_policy(ckpt, tmp_path / "p.onnx", format="onnx"))
@@ -50,6 +51,7 @@ def test_onnx_file_matches_torchscript_under_onnxruntime(tmp_path):
         onnx_model.step(frames[:2], onnx_model.initial_state(2))
 
 
+@pytest.mark.kernels  # the exported file's kernels vs the checkpoint's, closed loop
 def test_exported_file_drives_the_world_like_its_checkpoint(tmp_path):
     # a policy that steers left steadily leaves the lane: interventions happen and must match
     ckpt = checkpoint(tmp_path / "p.ckpt", steer_bias_per_km=25.0)

@@ -39,6 +39,7 @@ def jit_load(path: Path) -> torch.jit.ScriptModule:
         return torch.jit.load(str(path)).eval()
 
 
+@pytest.mark.kernels  # frozen, oneDNN-prepacked module vs the portable one
 def test_optimized_module_equals_the_portable_one_over_300_steps_and_keeps_its_methods(tmp_path):
     path = export_policy(ncp_checkpoint(tmp_path / "p.ckpt"), tmp_path / "p.ts")
     portable, fast = jit_load(path), optimize_loaded(jit_load(path))

@@ -141,8 +141,8 @@ class _Steps(pl.Callback):
 @pytest.mark.slow
 def test_resume_after_kill_continues_exactly_where_the_run_stopped(logs: Path, tmp_path: Path) -> None:
     """Killed mid-epoch in the second epoch and resumed from last.ckpt, the run ends with the
-    weights of the run that was never interrupted: same step, LR schedule, batches and augmentation
-    (2 persistent workers), and Lightning sees a resumable loader."""
+    weights of the run that was never interrupted, on the same machine: same step, LR schedule,
+    batches and augmentation (2 persistent workers), and Lightning sees a resumable loader."""
 
     def dm() -> DriveDataModule:
         return _datamodule(

@@ -1,6 +1,8 @@
-"""`drive fit ... --ckpt_path last` after a real SIGKILL ends bitwise equal to a run never killed:
-the same batches, augmentation, weight constraints, optimizer and LR state (0 and 2 workers,
-killed mid-epoch in the first epoch and in a later one). Subprocesses, as a user runs it."""
+"""`drive fit ... --ckpt_path last` after a real SIGKILL ends bitwise equal to a run never killed
+on the same machine: the same batches, augmentation, weight constraints, optimizer and LR state (0
+and 2 workers, killed mid-epoch in the first epoch and in a later one). Subprocesses, as a user runs
+it. Bitwise holds because both runs use this machine's kernels; the shipped profiles' resume is
+tests/test_train_resume_profiles.py."""
 
 from __future__ import annotations
 

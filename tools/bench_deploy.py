@@ -8,7 +8,7 @@
     python tools/bench_deploy.py --soak               # 108,000 steps (an hour at 30 Hz)
     python tools/bench_deploy.py --runtime build/deploy/drive_runtime   # also the C++ vehicle runtime
 
-With ``--runtime`` (a ``drive_runtime`` built from deploy/, see deploy/README.md) the C++ runtime
+With ``--runtime`` (a ``drive_runtime`` built from drive/deploy/, see its README.md) the C++ runtime
 steps the same TorchScript and AOTInductor files in each round (a fresh process per round, warmed
 up first; its own per-step latency column, which times the same work: validated step, command on
 the host). A subprocess has no thread-CPU time to report, so its rows are by wall time only.
@@ -392,13 +392,13 @@ def main(argv=None) -> int:
         "--rounds", type=int, default=10, help="interleaved rounds (CPU); --steps are split among them"
     )
     ap.add_argument("--skip", nargs="*", default=[], choices=("torchscript", "aoti", "onnxruntime"))
-    ap.add_argument("--runtime", type=Path, help="a built drive_runtime (deploy/): also time the C++ runtime")
+    ap.add_argument("--runtime", type=Path, help="a built drive_runtime (drive/deploy/): also time it")
     ap.add_argument("--soak", action="store_true", help="run the soak instead of the latency table")
     ap.add_argument("--soak-steps", type=int, default=108_000)
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args(argv)
     if args.runtime and not (args.runtime.is_file() and os.access(args.runtime, os.X_OK)):
-        ap.error(f"--runtime {args.runtime}: not an executable file (build it as deploy/README.md shows)")
+        ap.error(f"--runtime {args.runtime}: not an executable file (drive/deploy/README.md builds it)")
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         ckpt = make_checkpoint(args, work)

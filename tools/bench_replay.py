@@ -84,7 +84,7 @@ def _train(out: Path, demo: Path, name: str, steps: int, extra: List[str]) -> st
     if last.exists():
         return str(last)
     data = json.loads((demo / "stages" / "simulate.json").read_text())["result"]
-    argv = ["fit", "--config", str(ROOT / "configs" / "demo.yaml"), "--seed_everything", "0"]
+    argv = ["fit", "--config", "demo", "--seed_everything", "0"]
     argv += ["--data.train", json.dumps(data["train"]), "--data.val", json.dumps(data["val"])]
     argv += ["--data.cache_dir", str(demo / "cache"), "--trainer.default_root_dir", str(root)]
     argv += ["--trainer.max_steps", str(steps), "--trainer.val_check_interval", str(steps), *extra]

@@ -14,6 +14,9 @@ Rules (docs/architecture.md):
   5. an import inside a function carries a comment on its line or the line above saying why
      (an optional dependency, start-up time).
 
+Files in a folder without ``__init__.py`` (``drive/deploy/``, ``drive/configs/``) are package data,
+not modules, and are not checked.
+
 Rules 1 and 2 count every import of a drive module, at module level or inside a function (an
 import moved into a function is still a dependency); imports under ``if TYPE_CHECKING:`` are type
 hints and are skipped. The check reads source with ``ast``; it imports nothing.
@@ -133,9 +136,21 @@ def _bodies(node: ast.stmt) -> list[list[ast.stmt]]:
     return out
 
 
+def _is_package_data(path: Path, package: Path) -> bool:
+    """A file in a folder without ``__init__.py`` ships as data, not as a module of the package
+    (``drive/deploy/run_policy.py``: a script for the car that must not import drive)."""
+    return any(
+        not (d / "__init__.py").is_file()
+        for d in [path.parent, *path.parent.parents]
+        if d.is_relative_to(package)
+    )
+
+
 def load(package: Path = ROOT / "drive") -> dict[str, Module]:
     modules = {}
     for path in sorted(package.rglob("*.py")):
+        if _is_package_data(path, package):
+            continue
         mod = scan(path, package.parent)
         modules[mod.name] = mod
     for mod in modules.values():

@@ -24,7 +24,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDON
 bench() {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, importlib.util as u; print('torch', torch.__version__, torch.cuda.get_device_name(), 'triton', bool(u.find_spec('triton')))"
-  # with a built C++ runtime (cmake -S deploy -B build/deploy ...; carried or built beforehand) the
+  # with a built C++ runtime (cmake -S drive/deploy -B build/deploy ...; carried or built beforehand) the
   # deploy benchmark also times it on CUDA with and without its CUDA graph
   runtime=""
   [ -x build/deploy/drive_runtime ] && runtime="--runtime build/deploy/drive_runtime"

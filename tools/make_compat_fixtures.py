@@ -27,10 +27,21 @@ a TorchScript file carries its code (0.5 MB).
 - ``reference.npz`` / ``reference.json``: per file, the outputs of the public loaders on those
   frames (``load_policy`` -> ``Policy.forward`` and a ``Policy.step`` loop; ``load_exported`` ->
   ``step`` loop), with the torch version and CPU capability they were computed with.
+- ``machine.json``: the fingerprint of the machine that computed them
+  (``tools/machine_fingerprint.py``); ``DRIVE_COMPAT_BITWISE=1`` compares bitwise only there.
 
 Run from the repository root (about two minutes on one core)::
 
     OMP_NUM_THREADS=1 PYTHONPATH=$PWD python tools/make_compat_fixtures.py [--out tests/fixtures/compat]
+
+Two narrower modes change no reference:
+
+- ``--fingerprint``: write ``machine.json`` for this machine, after checking that every file gives
+  the stored references bitwise here (refused otherwise).
+- ``--reexport``: re-export the ``.ts`` files from the fixture checkpoints with today's exporter,
+  refused unless the new files give the stored references bitwise here; ``reference.json`` says
+  when and why. Done once, on 2026-11-27: the exporter of 2026-11-25 wrote
+  ``aten::_upsample_lanczos2d_aa`` into every file, and torch 2.11 lacks it.
 """
 
 from __future__ import annotations
@@ -48,18 +59,19 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (str(ROOT), str(ROOT / "tools")):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
 
 SIZE = (53, 53)  # smallest square PilotNet accepts (VALID convolutions); NCP head maps 7x7
 STEPS = 3
 FRAMES = 8  # frames per reference sequence
 # name -> (config file, extra --model.* options)
 CHECKPOINTS: Dict[str, List[str]] = {
-    "ncp_ltc": ["configs/ncp_ltc.yaml"],
-    "cfc_default": ["configs/cfc.yaml", "--model.cfc.units", "8"],
+    "ncp_ltc": ["ncp_ltc"],
+    "cfc_default": ["cfc", "--model.cfc.units", "8"],
     "cfc_no_gate_mixed": [
-        "configs/cfc.yaml",
+        "cfc",
         "--model.cfc.units",
         "8",
         "--model.cfc.mode",
@@ -67,12 +79,12 @@ CHECKPOINTS: Dict[str, List[str]] = {
         "--model.cfc.mixed_memory",
         "true",
     ],
-    "cfc_pure": ["configs/cfc.yaml", "--model.cfc.units", "8", "--model.cfc.mode", "pure"],
-    "cfc_wired_mixed": ["configs/cfc.yaml", "--model.cfc.wired", "true", "--model.cfc.mixed_memory", "true"],
-    "cfc_wired_pure": ["configs/cfc.yaml", "--model.cfc.wired", "true", "--model.cfc.mode", "pure"],
-    "lstm": ["configs/lstm.yaml", "--model.lstm.units", "8"],
-    "ctrnn": ["configs/ctrnn.yaml", "--model.ctrnn.units", "8"],
-    "cnn": ["configs/cnn.yaml", "--data.batch_size", "16"],
+    "cfc_pure": ["cfc", "--model.cfc.units", "8", "--model.cfc.mode", "pure"],
+    "cfc_wired_mixed": ["cfc", "--model.cfc.wired", "true", "--model.cfc.mixed_memory", "true"],
+    "cfc_wired_pure": ["cfc", "--model.cfc.wired", "true", "--model.cfc.mode", "pure"],
+    "lstm": ["lstm", "--model.lstm.units", "8"],
+    "ctrnn": ["ctrnn", "--model.ctrnn.units", "8"],
+    "cnn": ["cnn", "--data.batch_size", "16"],
 }
 CLOSED_FORM = "ncp_ltc_closed_form.pt"
 EXPORTS = {"ncp_ltc.ts": "ncp_ltc.ckpt", "cfc_wired_mixed.ts": "cfc_wired_mixed.ckpt"}
@@ -91,7 +103,7 @@ def _fit(name: str, logs: Path, work: Path, out: Path) -> Path:
         "--config",
         config,
         "--config",
-        "configs/trainer/cpu.yaml",
+        "trainer/cpu",
         "--seed_everything",
         "7",
         "--model.input_hw",
@@ -208,18 +220,85 @@ def make_inputs(seed: int = 0) -> Dict[str, np.ndarray]:
     return {"frames": frames.astype(np.uint8), "views": views.astype(np.uint8), "dt_s": dt_s}
 
 
+REEXPORT_NOTE = (
+    "2026-11-27 (issue 32): the .ts files were re-exported from the fixture checkpoints with that day's "
+    "exporter (tools/make_compat_fixtures.py --reexport). The exporter of 2026-11-25 wrote every resize "
+    "mode of F.interpolate into a file, among them aten::_upsample_lanczos2d_aa, which torch 2.11 lacks, "
+    "so they did not load there. The re-exported files gave the kept references bitwise on the machine "
+    "in machine.json; the references were not recomputed."
+)
+
+
+def _bitwise_check(
+    files: Dict[str, Path], inputs: Dict[str, np.ndarray], refs: Dict[str, np.ndarray]
+) -> None:
+    """Refuse (SystemExit) unless the files give the stored references bitwise on this machine."""
+    now = reference_outputs(files, inputs)
+    wrong = [k for k in now if k in refs and not np.array_equal(now[k], refs[k])]
+    if wrong:
+        raise SystemExit(
+            f"the files do not give the stored references bitwise on this machine: {wrong}; "
+            "nothing written (record the fingerprint on the machine that reproduces them)"
+        )
+
+
+def write_fingerprint(out: Path) -> Path:
+    """``machine.json``: this machine's fingerprint (``tools/machine_fingerprint.py``), the machine on
+    which ``DRIVE_COMPAT_BITWISE=1`` compares the references bitwise."""
+    from machine_fingerprint import machine_fingerprint  # tools/ is on sys.path when run as a script
+
+    path = out / "machine.json"
+    path.write_text(json.dumps(machine_fingerprint(threads=1), indent=2) + "\n")
+    return path
+
+
 def main(argv: List[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "tests" / "fixtures" / "compat")
-    parser.add_argument(
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
         "--only-references",
         action="store_true",
         help="recompute reference.npz from the files already there (never after a layout change)",
+    )
+    mode.add_argument(
+        "--fingerprint",
+        action="store_true",
+        help="write machine.json for this machine, after checking the files give the stored references "
+        "bitwise here (nothing else is written)",
+    )
+    mode.add_argument(
+        "--reexport",
+        action="store_true",
+        help="re-export the .ts files from the fixture checkpoints with today's exporter, keeping the "
+        "references: refused unless the new files give them bitwise here",
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
+    if args.fingerprint or args.reexport:
+        inputs = dict(np.load(out / "inputs.npz"))
+        refs = dict(np.load(out / "reference.npz"))
+        if args.reexport:
+            from drive.export import export_policy  # the tool's --help needs no drive import
+
+            with tempfile.TemporaryDirectory() as tmp:
+                fresh = {
+                    ts: export_policy(out / src, Path(tmp) / ts, format="torchscript")
+                    for ts, src in EXPORTS.items()
+                }
+                _bitwise_check(fresh, inputs, refs)
+                for ts, path in fresh.items():
+                    (out / ts).write_bytes(path.read_bytes())
+            info = json.loads((out / "reference.json").read_text())
+            info["exports"] = REEXPORT_NOTE
+            (out / "reference.json").write_text(json.dumps(info, indent=2) + "\n")
+            print(f"re-exported {', '.join(EXPORTS)}; references kept")
+        files = {p.name: p for p in sorted(out.iterdir()) if p.suffix in (".ckpt", ".pt", ".ts")}
+        _bitwise_check(files, inputs, refs)
+        print(f"wrote {write_fingerprint(out)}")
+        return 0
     if not args.only_references:
         from drive.evaluate.closed_form_fidelity import convert_checkpoint
         from drive.export import export_policy
@@ -257,6 +336,7 @@ def main(argv: List[str] = None) -> int:
         "note": "written by tools/make_compat_fixtures.py; do not regenerate after a layout change",
     }
     (out / "reference.json").write_text(json.dumps(info, indent=2) + "\n")
+    write_fingerprint(out)
     total = sum(p.stat().st_size for p in out.iterdir())
     print(f"wrote {len(files)} policy files and references to {out} ({total / 1e6:.2f} MB)")
     return 0

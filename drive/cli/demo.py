@@ -23,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = DemoSettings()
     parser.add_argument("--out", default=d.out, help="output folder (default: %(default)s)")
     parser.add_argument(
-        "--config", default=d.config, help="drive fit config of the policy (default: configs/demo.yaml)"
+        "--config",
+        default=d.config,
+        help="drive fit config of the policy: a shipped profile's name or a YAML file (default: %(default)s)",
     )
     parser.add_argument(
         "--seed", type=int, default=d.seed, help="world seed of the training roads and of training"

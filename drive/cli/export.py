@@ -4,10 +4,13 @@
     drive export --ckpt last.ckpt --out policy.ts --device cuda --half
     drive export --ckpt last.ckpt --out policy.pt2            # format from the suffix
     drive export --ckpt last.ckpt --out policy.onnx --curvature-limit 0.15
+    drive export --print-runtime-dir                          # where the C++ runtime's sources are
 
 After writing, the file is loaded back with its own runtime and stepped over a few synthetic
 frames beside the eager policy (:func:`drive.export.verify.verify_export`); the largest difference is
-printed (``--no-verify`` skips it).
+printed (``--no-verify`` skips it). The last line names the folder of the vehicle runtime that
+runs the file (``drive/deploy/`` in the installed package: C++ sources, CMake file, Python runner,
+README; :func:`drive.export.vehicle.runtime_dir`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Tuple
 
 from drive.export import export_policy, read_metadata
+from drive.export.vehicle import runtime_dir
 from drive.export.verify import verify_export
 
 __all__ = ["add_arguments", "run"]
@@ -36,11 +40,20 @@ def _frame_size(text: str) -> Tuple[int, int]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--ckpt", required=True, type=Path, help="training checkpoint (.ckpt) or converted policy (.pt)"
+    parser.epilog = (
+        f"The vehicle runtime (C++ sources, CMake file, torch-only Python runner, README.md) ships "
+        f"with drive in {runtime_dir()}; --print-runtime-dir prints that folder."
     )
     parser.add_argument(
-        "--out", required=True, type=Path, help="output file: policy.ts | policy.pt2 | policy.onnx"
+        "--ckpt", type=Path, help="training checkpoint (.ckpt) or converted policy (.pt); required"
+    )
+    parser.add_argument(
+        "--out", type=Path, help="output file: policy.ts | policy.pt2 | policy.onnx; required"
+    )
+    parser.add_argument(
+        "--print-runtime-dir",
+        action="store_true",
+        help="print the folder of the vehicle runtime's sources (C++, CMake, Python runner) and exit",
     )
     parser.add_argument(
         "--format",
@@ -90,6 +103,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.print_runtime_dir:
+        print(runtime_dir())
+        return 0
+    missing = [name for name in ("--ckpt", "--out") if getattr(args, name[2:]) is None]
+    if missing:
+        raise SystemExit(f"the following arguments are required: {', '.join(missing)}")
     fmt = args.format or _SUFFIX_FORMAT.get(args.out.suffix.lower())
     if fmt is None:
         raise ValueError(
@@ -115,6 +134,7 @@ def run(args: argparse.Namespace) -> int:
         f"conv head {'fp16' if meta['half'] else 'fp32'}, "
         f"device {meta['device']}"
     )
+    print(f"runtime: the C++ runtime and the Python runner for it are in {runtime_dir()} (README.md there)")
     if not args.no_verify:
         worst = verify_export(args.ckpt, path, half=args.half, **build)
         tol = 1e-3 if args.half else 1e-4

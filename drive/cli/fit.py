@@ -1,12 +1,18 @@
 """``drive fit | validate | test | predict``: LightningCLI over :class:`PolicyModule` and the datamodule.
 
 Every hyperparameter comes from type hints, so ``drive fit --help`` lists them all and any of them
-can be set in YAML (``--config configs/ncp_ltc.yaml``, several ``--config`` files stack) or on the
-command line (``--model.lr 1e-3``, ``--data.batch_size 8``, ``--trainer.max_epochs 5``)::
+can be set in YAML (``--config ncp_ltc`` names a profile shipped with drive, ``--config my.yaml`` a
+file; several ``--config`` stack) or on the command line (``--model.lr 1e-3``, ``--data.batch_size
+8``, ``--trainer.max_epochs 5``)::
 
-    drive fit --config configs/ncp_ltc.yaml --config configs/trainer/cpu.yaml --data.root data/
-    drive fit --config configs/ncp_ltc.yaml --ckpt_path last       # resume a killed run
-    drive test --config configs/ncp_ltc.yaml --ckpt_path runs/ncp_ltc/checkpoints/last.ckpt
+    drive fit --config ncp_ltc --config trainer/cpu --data.train '[logs/]'
+    drive fit --config ncp_ltc --ckpt_path last       # resume a killed run
+    drive test --config ncp_ltc --ckpt_path runs/ncp_ltc/checkpoints/last.ckpt
+
+Shipped profiles (``drive/configs/``, :mod:`drive.train.profiles`): ``cfc``, ``cnn``, ``ctrnn``,
+``lstm``, ``ncp_ltc`` (families), ``demo``, ``data``, ``data_ncp``, ``data_udacity``,
+``trainer/cpu``, ``trainer/gpu``, ``trainer/ddp``. A checkout's path (``configs/ncp_ltc.yaml``) still
+names the same profile.
 
 The LightningCLI itself, with drive's defaults (seed 1234, TensorBoard and CSV loggers under
 ``trainer.default_root_dir``, the best-by-``val/loss`` and ``last.ckpt`` checkpoint groups,

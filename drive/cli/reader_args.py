@@ -11,6 +11,7 @@ from typing import Any, Dict
 import yaml
 
 from drive.data.readers import FORMATS
+from drive.train.profiles import resolve_config
 
 __all__ = ["add_reader_arguments", "reader_options"]
 
@@ -19,7 +20,10 @@ def add_reader_arguments(p: argparse.ArgumentParser) -> None:
     """``--format``, ``--reader`` and ``--set``: how a command is told to read foreign logs."""
     p.add_argument("--format", choices=list(FORMATS), help="reader format (default: detect per log)")
     p.add_argument(
-        "--reader", metavar="YAML", help="reader options file (or a data config with a reader: section)"
+        "--reader",
+        metavar="YAML",
+        help="reader options file, or a data config with a reader: section (a file, or a shipped "
+        "profile by name: data_udacity, data_ncp)",
     )
     p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="one reader option (YAML value)"
@@ -30,7 +34,7 @@ def reader_options(args: argparse.Namespace) -> Dict[str, Any]:
     """Reader options from ``--reader`` (a file) and ``--set KEY=VALUE`` (YAML values, which win)."""
     options: Dict[str, Any] = {}
     if args.reader:
-        with open(args.reader) as f:
+        with open(resolve_config(args.reader, "--reader")) as f:
             loaded = yaml.safe_load(f) or {}
         if "data" in loaded and isinstance(loaded["data"], dict):
             loaded = loaded["data"].get("init_args", loaded["data"])

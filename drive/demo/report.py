@@ -16,6 +16,7 @@ from typing import Any, Dict, List
 
 from drive.io.atomic import save_figure, write_text
 from drive.sim.poisson import format_rate, rates_differ_p
+from drive.train.profiles import configs_dir
 
 __all__ = ["write_report", "training_curve", "ACCEPT_KM", "ACCEPT_INTERVENTIONS_PER_KM", "ACCEPT_MINUTES"]
 
@@ -60,9 +61,12 @@ def training_curve(metrics_csv: Path, out_png: Path) -> Dict[str, Any]:
 
 
 def _config_name(path: str) -> str:
-    """``configs/demo.yaml`` for a config inside a repository's configs/, else the path as given."""
-    p = Path(path)
-    return f"configs/{p.name}" if p.parent.name == "configs" else path
+    """``--config demo`` for a shipped profile, else ``--config <the path as given>``."""
+    try:
+        name = Path(path).resolve().relative_to(configs_dir().resolve()).with_suffix("").as_posix()
+    except ValueError:
+        name = path
+    return f"--config {name}"
 
 
 def _rel(path: Any, out: Path) -> str:

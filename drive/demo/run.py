@@ -9,7 +9,7 @@ outputs still exist; changing a setting re-runs that stage and everything downst
 1. **simulate** -- the expert drives training and validation logs on TRAIN-split roads of the
    built-in world with DART steering noise (recoveries in the data), plus one short test-split
    recording for the open-loop analyses.
-2. **train** -- ``drive fit`` (:func:`drive.train.launch.launch`) with ``configs/demo.yaml``
+2. **train** -- ``drive fit`` (:func:`drive.train.launch.launch`) with the shipped profile ``demo``
    (NCP conv head + 19-neuron NCP LTC).
    **baselines** -- the same data and profile for the LSTM and the feed-forward PilotNet CNN (at
    78x200, single frames), each capped at ``--baseline-minutes``, for the robustness comparison.
@@ -31,7 +31,7 @@ import hashlib
 import json
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List
 
@@ -53,6 +53,7 @@ from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver, Observation
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.record import simulate
+from drive.train.profiles import resolve_config
 
 __all__ = ["DemoSettings", "run_demo", "DEFAULT_CONFIG", "BASELINE_OVERRIDES"]
 
@@ -264,6 +265,7 @@ def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Dict[str,
 
 def run_demo(s: DemoSettings) -> Dict[str, Any]:
     """Run every stage (skipping finished ones) and write ``<out>/REPORT.md``; returns the summary."""
+    s = replace(s, config=resolve_config(s.config))  # a shipped profile's name -> its file
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -1,5 +1,6 @@
 """``drive demo``'s settings: every field of :class:`DemoSettings` is a ``drive demo`` option
-(:mod:`drive.cli.demo`); :data:`DEFAULT_CONFIG` is the training profile it starts from."""
+(:mod:`drive.cli.demo`); :data:`DEFAULT_CONFIG` is the training profile it starts from (the shipped
+profile ``demo``, package data: ``drive demo`` runs from any folder, from a checkout or a wheel)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List
 
+from drive.train.profiles import profile_path
+
 __all__ = ["DemoSettings", "DEFAULT_CONFIG"]
 
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+DEFAULT_CONFIG: Path = profile_path("demo")
 
 
 @dataclass
@@ -17,7 +20,7 @@ class DemoSettings:
     """What the demo does; every field is a ``drive demo`` option."""
 
     out: str = "runs/demo"
-    config: str = str(DEFAULT_CONFIG)
+    config: str = "demo"  # a shipped profile's name or a YAML file
     seed: int = 0
     train_minutes: float = 30.0
     val_minutes: float = 2.0

@@ -21,7 +21,7 @@ from drive.train.launch import launch
 __all__ = ["BASELINE_OVERRIDES", "train_policy", "train_baselines"]
 
 
-# What a baseline changes in the demo profile (configs/demo.yaml): PilotNet's VALID convolutions need
+# What a baseline changes in the demo profile (the shipped profile `demo`): PilotNet's VALID convolutions need
 # the paper's 78x200 input and see single shuffled frames. Each baseline trains --baseline-steps steps
 # and is validated once, at the end.
 BASELINE_OVERRIDES: Dict[str, List[str]] = {

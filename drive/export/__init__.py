@@ -7,7 +7,8 @@
 * :func:`load_exported`, :class:`ExportedDriver` -- run an exported file from Python, or drive the
   built-in world with it (``drive evaluate --policy policy.ts``).
 
-See docs/deploy.md and deploy/README.md.
+See docs/deploy.md and drive/deploy/README.md; :func:`drive.export.vehicle.runtime_dir` is where the
+vehicle runtime's sources are in the installed package (``drive export --print-runtime-dir``).
 """
 
 from drive.export.formats import (

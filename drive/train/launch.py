@@ -4,7 +4,8 @@ with drive's checkpointing and logging defaults.
 
 :func:`launch` is what ``drive fit | validate | test | predict`` runs (:mod:`drive.cli.fit` adds
 the one-line error report) and what ``drive demo`` trains with, so both train identically from
-the same YAML configs and ``--group.key value`` overrides.
+the same YAML configs (shipped profiles by name: :mod:`drive.train.profiles`) and ``--group.key
+value`` overrides.
 
 Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV loggers under
 ``trainer.default_root_dir``, and two of Lightning's ``ModelCheckpoint`` groups writing to
@@ -34,6 +35,7 @@ from drive.train.hparams import checkpoint_hparams
 from drive.train.module import PolicyModule
 from drive.train.onpolicy import OnPolicyData
 from drive.train.predictions import PredictionCSV
+from drive.train.profiles import resolve_config_args
 
 __all__ = ["DriveCLI", "launch", "check_ckpt_path", "CheckpointNotFound", "DEFAULT_ROOT"]
 
@@ -170,7 +172,10 @@ def launch(argv: Optional[List[str]] = None) -> None:
     Errors of input (a missing ``--ckpt_path``, a damaged checkpoint, bad logs, an unwritable or
     full output location) propagate as the ``ValueError`` / ``OSError`` that names them; a bad
     option exits through jsonargparse's ``SystemExit`` with its usage message, as LightningCLI does.
+    ``--config`` takes shipped profiles by name (``ncp_ltc``, ``trainer/cpu``; :mod:`drive.train.profiles`);
+    one that is neither a file nor a profile raises :class:`~drive.train.profiles.UnknownProfile`.
     """
+    argv = resolve_config_args(list(sys.argv[1:] if argv is None else argv))
     _notes_to_stdout()
 
     with warnings.catch_warnings():
@@ -185,7 +190,7 @@ def launch(argv: Optional[List[str]] = None) -> None:
             message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
             module=r"lightning\.pytorch\.utilities\._pytree",
         )
-        command = next(iter(sys.argv[1:] if argv is None else argv), "")
+        command = next(iter(argv), "")
         if command in ("validate", "test", "predict"):
             # Evaluating a checkpoint does not train, so the checkpoint callbacks restored from it
             # have nothing to do: Lightning's notes that they differ or moved are noise there.

@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Minimal Python runner for an exported drive policy: torch only, no `drive` package needed.
 
-    python deploy/run_policy.py policy.ts FRAMES [--device auto|cpu|cuda] [--no-pace]
-                                [--warmup 20] [--threads 1] [--out commands.csv] [--quiet]
-    python deploy/run_policy.py policy.ts drive.mp4 --dump-ppm frames/   # frames for drive_runtime
+    python run_policy.py policy.ts FRAMES [--device auto|cpu|cuda] [--no-pace]
+                         [--warmup 20] [--threads 1] [--out commands.csv] [--quiet]
+    python run_policy.py policy.ts drive.mp4 --dump-ppm frames/   # frames for drive_runtime
+
+This file ships inside the drive package (``drive export --print-runtime-dir`` prints its folder);
+copy it to the vehicle, where only torch is needed.
 
 MODEL is policy.ts (TorchScript) or policy.pt2 (AOTInductor). FRAMES is a video file (needs
 opencv-python), a folder of images (.ppm read here; .png/.jpg need opencv-python), or a raw file

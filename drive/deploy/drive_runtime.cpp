@@ -17,7 +17,7 @@
 // The model is stateless: its hidden tensor [1, S] carries the recurrent state, the last command,
 // the status flags of the last step and the time since the last usable frame; we hold it between
 // steps. Each step prints `frame,curvature_per_m,status,latency_ms` (status bit flags: see
-// deploy/README.md) and the run ends with latency p50/p99. Frames are paced at the camera rate
+// README.md beside this file) and the run ends with latency p50/p99. Frames are paced at the camera rate
 // (fps from the model's metadata) unless --no-pace. Latency covers host->device copy, the model
 // and reading the command back to the host, i.e. what the vehicle waits for.
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
@@ -25,7 +25,7 @@
 #include <ATen/Parallel.h>
 #include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
-#ifdef DRIVE_CUDA_GRAPH  // set by CMake when CUDA's runtime headers were found (deploy/CMakeLists.txt)
+#ifdef DRIVE_CUDA_GRAPH  // set by CMake when CUDA's runtime headers were found (CMakeLists.txt beside this file)
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -595,7 +595,7 @@ static int run(const Options& o) {
                latency_ms.size(), percentile(latency_ms, 0.5), percentile(latency_ms, 0.99),
                *std::max_element(latency_ms.begin(), latency_ms.end()), overruns, 1000.0 / fps);
   for (const auto& [status, n] : status_counts)
-    if (status != 0) std::fprintf(stderr, "# status %lld on %zu steps (see deploy/README.md)\n", static_cast<long long>(status), n);
+    if (status != 0) std::fprintf(stderr, "# status %lld on %zu steps (see the runtime's README.md)\n", static_cast<long long>(status), n);
   return 0;
 }
 
