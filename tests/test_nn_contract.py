@@ -194,7 +194,7 @@ def test_torchscripts_deprecation_notice_is_silenced_under_either_category(categ
     the CLI's one-line errors became five lines). Other warnings still pass."""
     import warnings
 
-    from drive.nn.script import quiet_torchscript
+    from drive.nn.torchscript import quiet_torchscript
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

@@ -20,7 +20,7 @@ from typing import Any, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from drive.nn.script import script
+from drive.nn.torchscript import script
 
 __all__ = ["fused_solver", "fused_solver_backward"]
 

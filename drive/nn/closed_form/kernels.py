@@ -18,7 +18,7 @@ from typing import List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from drive.nn.script import script
+from drive.nn.torchscript import script
 
 __all__ = [
     "Constants",
