@@ -149,7 +149,7 @@ def gpu_ltc(args: argparse.Namespace, device: torch.device) -> List[Dict[str, ob
     against ``torch.nn.LSTM(F, 64)`` (cuDNN), at the given batch and at 256, in the same run."""
     import os
 
-    from drive.nn.kernels import triton_available
+    from drive.nn.ltc.kernels import triton_available
 
     ncp = NcpsLTC(args.features, wirings.NCP(12, 6, 1, 6, 4, 6, 6))
     ours = from_ncps(ncp).to(device)

@@ -1,12 +1,7 @@
 """Closed-form LTC: a trained LTC run without an ODE solver (docs/closed_form.md).
 
-The LTC in conductance form (LTC paper Eq. 1, as ncps's LTCCell writes it) for post-synaptic neuron j:
-
-    cm_j dv_j/dt = gleak_j (vleak_j - v_j) + sum_i w_ij s_ij (erev_ij - v_j)
-                                           + sum_f sensory_w_fj s_fj (sensory_erev_fj - v_j),
-    s_ij = sigmoid(sigma_ij (v_i - mu_ij)),  s_fj = sigmoid(sensory_sigma_fj (u_f - mu_fj)),
-    u = input_w x + input_b,                 y = output_w v[:M] + output_b.
-
+Start from the LTC in conductance form (LTC paper Eq. 1; written out in :mod:`drive.nn.ltc`, whose
+symbols are used here: s_ij the recurrent and s_fj the sensory synapses' sigmoid activations).
 Write it as a sum over "channels" k of one neuron (the leak and every synapse):
 ``cm dv/dt = sum_k G_k (E_k - v)`` with conductance G_k (gleak, or w s) and reversal E_k (vleak,
 or erev). With the presynaptic activations s held constant the ODE is linear,
@@ -62,7 +57,6 @@ from typing import Any, Dict, List, Tuple
 import torch
 from torch import Tensor, nn
 
-from drive.nn import kernels  # the fused Triton kernel of the exact method where it applies (CUDA)
 from drive.nn.checks import check_hidden, check_step
 from drive.nn.closed_form.kernels import (
     Constants,
@@ -72,7 +66,7 @@ from drive.nn.closed_form.kernels import (
     input_error,
 )
 from drive.nn.contract import RecurrentModule
-from drive.nn.ltc import CELL_PARAMETERS, INIT_RANGES, MAPPING_PARAMETERS, register_synapses
+from drive.nn.ltc import CELL_PARAMETERS, INIT_RANGES, MAPPING_PARAMETERS, kernels, register_synapses
 from drive.nn.registry import register
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
@@ -311,7 +305,7 @@ class ClosedFormLTC(RecurrentModule):
 
     @torch.jit.unused
     def _sequence_fused(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
-        """The exact method in one Triton kernel (:func:`drive.nn.kernels.closed_form_solve`; CUDA,
+        """The exact method in one Triton kernel (:func:`drive.nn.ltc.kernels.closed_form_solve`; CUDA,
         inference): the input terms for all steps at once, then the recurrence with the state and
         the synapse tables in registers, instead of ~6 launches per step and substep."""
         timespans = ts[:, :, 0]
