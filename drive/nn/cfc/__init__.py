@@ -4,12 +4,12 @@ One package, read top-down:
 
 - ``cell``: the math, once -- the update equation (Eq. 9/10) and its derivative, the backbone
   activations, the mixed-memory LSTM cell; modes and activations by name;
-- ``parts``: what both modules share -- config checks, Cf-S parameters, the LSTM's parameters,
-  the weight cache;
+- ``base``: ``CfCModule``, the base both modules derive from (the recurrence's dispatch), and
+  what they share -- config checks, Cf-S parameters, the LSTM's parameters, the weight cache;
 - ``dense``: ``CfC``, a backbone over ``cat(I, x)`` then the fused heads;
 - ``wired``: ``WiredCfC``, the neurons and synapses of a wiring (NCP, ...);
 - ``loops``: the BPTT's per-step loops as TorchScript functions;
-- ``run``: the loops' entry points (specs, weights in loop layout, one forward run);
+- ``forward_loop``: running a forward loop (specs, weights in loop layout, one forward run);
 - ``sigmoid_form``: the default-mode rewrite onto sigmoids (fast path);
 - ``bptt``: the hand-written backward (``DenseBPTT``, ``WiredBPTT``);
 - ``ncps``: ``cfc_from_ncps``, an ``ncps.torch.CfC`` as the drive module.

@@ -11,7 +11,7 @@ step at a time; at CfC's sizes that is all dispatch overhead. These ``autograd.F
 4. form all weight gradients after the loop as a few large matmuls over the [L*B, ...] rows.
 
 The loops themselves (``drive.nn.cfc.loops``) run as TorchScript functions, entered through
-``drive.nn.cfc.run`` (the specs, the weights' loop layout and the forward run; re-exported here);
+``drive.nn.cfc.forward_loop`` (the specs, the weights' loop layout and the forward run);
 the math (update, activations, LSTM and their derivatives) is that of ``drive.nn.cfc.cell``. Tests
 compare both paths' gradients and run ``gradcheck`` in float64. Elapsed times get no gradient
 (callers fall back to autograd when one is needed); double backward is not supported.
@@ -30,8 +30,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from drive.nn.cfc.cell import SIGMOID_FORM, activation_derivative, lstm_jacobian, saves_input, update_jacobian
-from drive.nn.cfc.loops import compiled, dense_backward, wired_backward
-from drive.nn.cfc.run import (
+from drive.nn.cfc.forward_loop import (
     DenseSpec,
     WiredSpec,
     dense_loop_weights,
@@ -39,17 +38,9 @@ from drive.nn.cfc.run import (
     wired_loop_weights,
     wired_run,
 )
+from drive.nn.cfc.loops import compiled, dense_backward, wired_backward
 
-__all__ = [
-    "DenseSpec",
-    "WiredSpec",
-    "DenseBPTT",
-    "WiredBPTT",
-    "dense_loop_weights",
-    "dense_run",
-    "wired_loop_weights",
-    "wired_run",
-]
+__all__ = ["DenseBPTT", "WiredBPTT"]
 
 SHARED_INPUTS = ("spec", "x", "h", "c", "ts", "w_tau", "a", "wi", "bi", "wr")
 DENSE_INPUTS = SHARED_INPUTS  # then w0, b0, w1, b1, ... (backbone layers, then the fused heads)

@@ -25,10 +25,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from drive.nn.cfc.base import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
 from drive.nn.cfc.bptt import DenseBPTT
 from drive.nn.cfc.cell import ACTIVATIONS, SIGMOID, SIGMOID_FORM, activate, dropout_mask, lstm_update, update
-from drive.nn.cfc.parts import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
-from drive.nn.cfc.run import DenseSpec, dense_loop_weights, dense_run
+from drive.nn.cfc.forward_loop import DenseSpec, dense_loop_weights, dense_run
 from drive.nn.cfc.sigmoid_form import SigmoidForm, sigmoid_form_applies, uniform_time
 from drive.nn.registry import register
 

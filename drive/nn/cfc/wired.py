@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from drive.nn.cfc.base import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
 from drive.nn.cfc.bptt import WiredBPTT
 from drive.nn.cfc.cell import lstm_update, update
-from drive.nn.cfc.parts import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
-from drive.nn.cfc.run import WiredSpec, wired_loop_weights, wired_run
+from drive.nn.cfc.forward_loop import WiredSpec, wired_loop_weights, wired_run
 from drive.nn.registry import register
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
