@@ -14,9 +14,10 @@ Rules (docs/architecture.md):
   5. an import inside a function carries a comment on its line or the line above saying why
      (an optional dependency, start-up time).
 
-Rules 1 and 2 count every import of a drive module, at module level or inside a function (an
-import moved into a function is still a dependency); imports under ``if TYPE_CHECKING:`` are type
-hints and are skipped. The check reads source with ``ast``; it imports nothing.
+Rules 1 and 2 count every import of a drive module, at module level, inside a function (an
+import moved into a function is still a dependency) or under ``if TYPE_CHECKING:`` (a type hint
+names what the module works with: a circle through one is a circle the reader has to follow). The
+check reads source with ``ast``; it imports nothing.
 """
 
 from __future__ import annotations
@@ -70,12 +71,6 @@ def _resolve(node: ast.ImportFrom, current: str, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _targets(node: ast.Import | ast.ImportFrom, current: str, is_package: bool) -> list[str]:
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
@@ -94,8 +89,6 @@ def scan(path: Path, root: Path = ROOT) -> Module:
 
     def visit(body: list[ast.stmt], in_function: bool) -> None:
         for node in body:
-            if isinstance(node, ast.If) and _is_type_checking(node.test):
-                continue
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 targets = _targets(node, name, is_package)
                 if any(t == "argparse" or t.startswith("argparse.") for t in targets):
