@@ -6,7 +6,8 @@ One package, read top-down:
   activations, the mixed-memory LSTM cell; modes and activations by name;
 - ``base``: ``CfCModule``, the base both modules derive from (the recurrence's dispatch), and
   what they share -- config checks, Cf-S parameters, the LSTM's parameters, the weight cache;
-- ``dense``: ``CfC``, a backbone over ``cat(I, x)`` then the fused heads;
+- ``dense``: ``CfC``, a backbone over ``cat(I, x)`` then the fused heads, and the ``cfc`` family's
+  options (``CfCOptions``; dense or wired);
 - ``wired``: ``WiredCfC``, the neurons and synapses of a wiring (NCP, ...);
 - ``loops``: the BPTT's per-step loops as TorchScript functions;
 - ``forward_loop``: running a forward loop (specs, weights in loop layout, one forward run);
@@ -19,8 +20,8 @@ paths earlier files hold are aliases there).
 """
 
 from drive.nn.cfc.cell import ACTIVATIONS, MODES
-from drive.nn.cfc.dense import CfC
+from drive.nn.cfc.dense import CfC, CfCOptions
 from drive.nn.cfc.ncps import cfc_from_ncps
 from drive.nn.cfc.wired import WiredCfC
 
-__all__ = ["CfC", "WiredCfC", "cfc_from_ncps", "MODES", "ACTIVATIONS"]
+__all__ = ["CfC", "WiredCfC", "CfCOptions", "cfc_from_ncps", "MODES", "ACTIVATIONS"]

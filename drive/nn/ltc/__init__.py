@@ -27,9 +27,24 @@ The package:
 - ``kernels/``: the same sequence in fused Triton kernels on CUDA (``use_kernels`` decides), also
   running the closed-form LTC's exact method (:mod:`drive.nn.closed_form`).
 
-Checkpoints name the module ``"ltc"`` (:mod:`drive.nn.registry`).
+Checkpoints name the module ``"ltc"``; it is the cell of the ``ncp_ltc`` family
+(:class:`NCPLTCOptions`; :mod:`drive.nn.registry`).
 """
 
-from drive.nn.ltc.module import CELL_PARAMETERS, INIT_RANGES, LTC, MAPPING_PARAMETERS, register_synapses
+from drive.nn.ltc.module import (
+    CELL_PARAMETERS,
+    INIT_RANGES,
+    LTC,
+    MAPPING_PARAMETERS,
+    NCPLTCOptions,
+    register_synapses,
+)
 
-__all__ = ["LTC", "INIT_RANGES", "CELL_PARAMETERS", "MAPPING_PARAMETERS", "register_synapses"]
+__all__ = [
+    "LTC",
+    "NCPLTCOptions",
+    "INIT_RANGES",
+    "CELL_PARAMETERS",
+    "MAPPING_PARAMETERS",
+    "register_synapses",
+]

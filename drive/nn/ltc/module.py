@@ -10,6 +10,7 @@ modules differentiate the same solver with autograd. CUDA runs the Triton kernel
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
@@ -19,10 +20,18 @@ from torch import Tensor, nn
 from drive.nn.contract import RecurrentModule
 from drive.nn.ltc import kernels  # fused Triton kernels where they apply (CUDA)
 from drive.nn.ltc.solver import _FusedSolver, fused_solver
-from drive.nn.registry import register
-from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
+from drive.nn.registry import Family, register
+from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers, lane_keeping_ncp
 
-__all__ = ["LTC", "INIT_RANGES", "POSITIVE", "CELL_PARAMETERS", "MAPPING_PARAMETERS", "register_synapses"]
+__all__ = [
+    "LTC",
+    "NCPLTCOptions",
+    "INIT_RANGES",
+    "POSITIVE",
+    "CELL_PARAMETERS",
+    "MAPPING_PARAMETERS",
+    "register_synapses",
+]
 
 # The cell's parameters (LTC Eq. 1, ncps's names) and the affine input / output maps around it.
 CELL_PARAMETERS = ("gleak", "vleak", "cm", "w", "sigma", "mu", "erev")
@@ -63,7 +72,22 @@ def register_synapses(module: nn.Module, prefix: str, mask: Tensor) -> None:
     module.register_buffer(prefix + "_post_onehot", F.one_hot(post, cols).float(), persistent=False)
 
 
-@register("ltc", aliases=("drive.nn.ltc.LTC",))
+@dataclass(frozen=True)
+class NCPLTCOptions:
+    """``ncp_ltc``: an LTC on the 19-neuron lane-keeping NCP wiring.
+
+    Args:
+        ode_unfolds: fused-solver unfolds per step (paper: 6).
+        positivity: LTC positivity of w, cm, gleak: ``clip`` (after each optimizer step) or ``softplus``.
+        wiring_seed: seed of the NCP wiring's random synapses.
+    """
+
+    ode_unfolds: int = 6
+    positivity: str = "clip"
+    wiring_seed: int = 22222
+
+
+@register("ltc", aliases=("drive.nn.ltc.LTC",), family=Family("ncp_ltc", NCPLTCOptions))
 class LTC(RecurrentModule):
     """LTC sequence module on a wiring (equations: :mod:`drive.nn.ltc`).
 
@@ -130,6 +154,16 @@ class LTC(RecurrentModule):
         self.register_buffer("sensory_mask", torch.tensor(wiring.sensory_mask()))
         register_synapses(self, "syn", self.mask)
         register_synapses(self, "sens", self.sensory_mask)
+
+    @classmethod
+    def from_options(cls, features: int, options: NCPLTCOptions) -> "LTC":
+        """The ``ncp_ltc`` family's cell for ``features`` inputs: the lane-keeping NCP."""
+        return cls(
+            lane_keeping_ncp(seed=options.wiring_seed, input_dim=features),
+            input_size=features,
+            ode_unfolds=options.ode_unfolds,
+            positivity=options.positivity,
+        )
 
     def config(self) -> Dict[str, Any]:
         """JSON-able constructor kwargs: ``LTC(**m.config())`` rebuilds the architecture."""
