@@ -33,7 +33,7 @@ MAX_LINES = 400
 
 # Upstream first. A module may import from its own layer and any layer above it.
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("drive", "drive.io", "drive.bench"),
+    ("drive", "drive.io", "drive.bench", "drive.plugins"),
     ("drive.sim", "drive.data", "drive.nn", "drive.gym"),
     ("drive.checkpoint", "drive.replay"),
     ("drive.train", "drive.export"),
