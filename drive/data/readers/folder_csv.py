@@ -23,6 +23,7 @@ from drive.data.readers.base import (
     resolve_images,
     rows_as_float,
 )
+from drive.data.readers.registry import FALLBACK, register_reader
 from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "find_csv"]
@@ -137,3 +138,8 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         path=csv_path,
     )
     return [rec] if rec is not None else []
+
+
+register_reader(
+    "folder", detect=detect, read=read, layout="an image folder with one CSV, or the CSV", priority=FALLBACK
+)

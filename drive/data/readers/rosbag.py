@@ -61,6 +61,7 @@ import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.readers.base import NoFrames, ReaderOptions, build_recording
+from drive.data.readers.registry import register_reader
 from drive.data.readers.ros_messages import (
     ACKERMANN_MSGS,
     IMAGE_TYPES,
@@ -320,3 +321,12 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         path=path,
     )
     return [rec] if rec is not None else []
+
+
+register_reader(
+    "rosbag",
+    detect=detect,
+    read=read,
+    layout="a ROS 1 .bag, a rosbag2 folder (metadata.yaml) or an .mcap/.db3 file",
+    suffixes=BAG_SUFFIXES,
+)

@@ -19,6 +19,7 @@ from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
 from drive.data.readers.base import NoFrames, ReaderOptions, build_recording, read_csv_table, rows_as_float
 from drive.data.readers.folder_csv import _SPEED_NAMES, _STEER_NAMES, _TIME_NAMES, _pick
+from drive.data.readers.registry import FALLBACK, register_reader
 from drive.io.recording import Recording, VideoFrames
 
 __all__ = ["read", "detect", "VIDEO_EXTENSIONS"]
@@ -129,3 +130,13 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         path=path,
     )
     return [rec] if rec is not None else []
+
+
+register_reader(
+    "video",
+    detect=detect,
+    read=read,
+    layout="an .mp4/.avi with a CSV beside it",
+    suffixes=VIDEO_EXTENSIONS,
+    priority=FALLBACK,
+)
