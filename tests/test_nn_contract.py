@@ -10,7 +10,7 @@ import torch
 
 from drive.nn.baselines import CTRNN, LSTM, Stateless
 from drive.nn.cfc import CfC, WiredCfC
-from drive.nn.closed_form.ltc import ClosedFormLTC, convert
+from drive.nn.closed_form import ClosedFormLTC, convert
 from drive.nn.contract import RecurrentModule
 from drive.nn.ltc import LTC
 from drive.nn.policy import build_rnn, rnn_spec

@@ -258,7 +258,7 @@ def test_the_kernel_path_launches_a_fixed_number_of_ops_whatever_the_sequence_le
 def test_closed_form_kernel_matches_the_scripted_kernels(kernels_on, monkeypatch, substeps, times):
     """The closed-form LTC's exact method in the fused forward kernel (inference) against its
     scripted kernels (shared dt: exact_shared; per-row dt and substeps: exact_sequence)."""
-    from drive.nn.closed_form.ltc import convert
+    from drive.nn.closed_form import convert
 
     torch.manual_seed(4)
     ltc = LTC(lane_keeping_ncp()).to(DEVICE)
@@ -283,7 +283,7 @@ def test_closed_form_kernel_matches_the_scripted_kernels(kernels_on, monkeypatch
 
 
 def test_closed_form_kernel_only_without_gradients_and_for_the_exact_method(kernels_on, monkeypatch):
-    from drive.nn.closed_form.ltc import convert
+    from drive.nn.closed_form import convert
 
     seen = calls_to("closed_form_solve", monkeypatch)
     torch.manual_seed(5)

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from drive.bench import interleaved_medians
-from drive.nn.closed_form.ltc import convert
+from drive.nn.closed_form import convert
 from drive.nn.ltc import LTC
 from drive.nn.wiring import lane_keeping_ncp
 

@@ -58,19 +58,13 @@ import torch
 from torch import Tensor, nn
 
 from drive.nn.checks import check_hidden, check_step
-from drive.nn.closed_form.kernels import (
-    Constants,
-    closed_form_sequence,
-    closed_form_step,
-    eq8_state,
-    input_error,
-)
+from drive.nn.closed_form.kernels import Constants, closed_form_sequence, closed_form_step, input_error
 from drive.nn.contract import RecurrentModule
 from drive.nn.ltc import CELL_PARAMETERS, INIT_RANGES, MAPPING_PARAMETERS, kernels, register_synapses
 from drive.nn.registry import register
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
-__all__ = ["ClosedFormLTC", "convert", "eq8_state", "METHODS", "PARAMETER_NAMES"]
+__all__ = ["ClosedFormLTC", "METHODS", "PARAMETER_NAMES"]
 
 METHODS = ("exact", "approx")
 PARAMETER_NAMES = CELL_PARAMETERS + MAPPING_PARAMETERS  # the LTC's, under the same names
@@ -354,28 +348,3 @@ class ClosedFormLTC(RecurrentModule):
                 "hidden state contains NaN or infinite values (start from initial_state, "
                 "or reset the rows that diverged)"
             )
-
-
-def convert(ltc: nn.Module, method: str = "exact", substeps: int = 1) -> ClosedFormLTC:
-    """Closed-form copy of a trained LTC (``drive.nn.ltc.LTC``): same wiring, its effective parameter
-    values (``ltc.effective_parameters()``), same device and dtype; the LTC is left unchanged."""
-    wiring = getattr(ltc, "wiring", None)
-    out = ClosedFormLTC(
-        wiring if wiring is not None else ltc.config()["wiring"], method=method, substeps=substeps
-    )
-    values = ltc.effective_parameters()
-    missing = [name for name in PARAMETER_NAMES if name not in values]
-    if missing:
-        raise ValueError(f"convert: the LTC's effective_parameters() lacks {missing}")
-    ref = values["gleak"]
-    out = out.to(device=ref.device, dtype=ref.dtype)
-    with torch.no_grad():
-        for name in PARAMETER_NAMES:
-            dst = getattr(out, name)
-            if values[name].shape != dst.shape:
-                raise ValueError(
-                    f"convert: {name} has shape {tuple(values[name].shape)}, the wiring expects "
-                    f"{tuple(dst.shape)}"
-                )
-            dst.copy_(values[name].detach())
-    return out
