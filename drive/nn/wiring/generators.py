@@ -62,8 +62,8 @@ class _Draw:
         m[pre, post] = _polarity(self.rng, self.excitatory_fraction)
 
     def project(self, m: np.ndarray, src: np.ndarray, dst: np.ndarray, fanout: int, fill_fanin: int) -> None:
-        """Each source onto ``fanout`` distinct targets; every target left unreached then gets
-        ``fill_fanin`` synapses from distinct random sources (rules 1 and 2)."""
+        """Each source onto ``fanout`` distinct targets of ``m[source, target]``; every target left
+        unreached then gets ``fill_fanin`` synapses from distinct random sources (rules 1, 2, 4)."""
         reached = set()
         for s in src:
             for d in self.rng.choice(dst, size=fanout, replace=False):
@@ -79,21 +79,6 @@ class _Draw:
         n = len(command)
         for p in self.rng.choice(n * n, size=count, replace=False):
             self._synapse(adj, command[p // n], command[p % n])
-
-    def fan_in(
-        self, adj: np.ndarray, command: np.ndarray, motor: np.ndarray, fanin: int, fill_fanout: int
-    ) -> None:
-        """Each motor neuron from ``fanin`` distinct command neurons; a command neuron left without
-        a motor target gets ``fill_fanout`` of them (rule 4)."""
-        used = set()
-        for d in motor:
-            for s in self.rng.choice(command, size=fanin, replace=False):
-                self._synapse(adj, s, d)
-                used.add(int(s))
-        for s in command:
-            if int(s) not in used:
-                for d in self.rng.choice(motor, size=fill_fanout, replace=False):
-                    self._synapse(adj, s, d)
 
 
 class NCP(Wiring):
@@ -139,13 +124,13 @@ class NCP(Wiring):
         # rules 1-4 of the class docstring, in this order (the seed's draws depend on it)
         fill = int(np.clip(input_dim * sensory_fanout // inter, 1, input_dim))
         draw.project(sens, np.arange(input_dim), inter_ids, sensory_fanout, fill)
-        draw.project(
-            adj, inter_ids, command_ids, inter_fanout, int(np.clip(inter * inter_fanout // command, 1, inter))
-        )
+        fill = int(np.clip(inter * inter_fanout // command, 1, inter))
+        draw.project(adj, inter_ids, command_ids, inter_fanout, fill)
         draw.recurrent(adj, command_ids, recurrent_command_synapses)
-        draw.fan_in(
-            adj, command_ids, motor_ids, motor_fanin, int(np.clip(motor * motor_fanin // command, 1, motor))
-        )
+        # rule 4 is rule 2 read backwards: each motor neuron draws its command neurons, and a command
+        # neuron left out draws motor targets (the transposed view writes command -> motor synapses)
+        fill = int(np.clip(motor * motor_fanin // command, 1, motor))
+        draw.project(adj.T, motor_ids, command_ids, motor_fanin, fill)
         super().__init__(
             adj,
             sens,
