@@ -221,24 +221,9 @@ class ClosedFormLTC(RecurrentModule):
         if self.exact:
             leak_s, sens_q_s, rec_q_s = leak * neg_inv_cm2, sens[2] * neg_inv_cm2, rec[2] * neg_inv_cm2
             if sequence:
-                slots = self.fanout * self.input_size
-                a = sens_pre.sum(
-                    0
-                )  # one non-zero per column of the [F, Es] one-hot map: its input's sigma input_w
-                grid = [
-                    torch.zeros(slots, dtype=a.dtype, device=a.device).index_copy(0, self.sens_slot, t)
-                    for t in (a, sens_bias)
-                ]
-                grid_w, grid_b = (v.view(self.fanout, self.input_size) for v in grid)
-                grid_q = torch.zeros(slots, 2 * n + 2, dtype=a.dtype, device=a.device).index_copy(
-                    0, self.sens_slot, _with_constant_neuron(sens_q_s)
+                grid_w, grid_b, grid_q, shared_leak, shared_rec_pre, shared_rec_q = self._shared_dt(
+                    sens_pre, sens_bias, leak_s, sens_q_s, rec[0], rec[1], rec_q_s
                 )
-                minus_one = -torch.ones(
-                    1, dtype=gleak.dtype, device=gleak.device
-                )  # constant neuron's G and I
-                shared_leak = torch.cat([leak_s[:n], minus_one, leak_s[n:], minus_one])
-                shared_rec_pre = torch.cat([rec[0], rec[1].unsqueeze(0)])
-                shared_rec_q = _with_constant_neuron(rec_q_s)
         return Constants(
             sens_pre,
             sens_bias,
@@ -261,6 +246,38 @@ class ClosedFormLTC(RecurrentModule):
             shared_rec_pre,
             shared_rec_q,
         )
+
+    def _shared_dt(
+        self,
+        sens_pre: Tensor,
+        sens_bias: Tensor,
+        leak_s: Tensor,
+        sens_q_s: Tensor,
+        rec_pre: Tensor,
+        rec_neg_sm: Tensor,
+        rec_q_s: Tensor,
+    ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The exact kernel's constants at one shared dt (:meth:`_derive`): the sensory map on the
+        fan-out grid (``grid_w``, ``grid_b``, ``grid_q``) and the tables of N+1 neurons, the last a
+        constant 1 (``shared_leak``, ``shared_rec_pre``, ``shared_rec_q``)."""
+        n = self.units
+        slots = self.fanout * self.input_size
+        a = sens_pre.sum(0)  # one non-zero per column of the [F, Es] one-hot map: its input's sigma input_w
+        grid = [
+            torch.zeros(slots, dtype=a.dtype, device=a.device).index_copy(0, self.sens_slot, t)
+            for t in (a, sens_bias)
+        ]
+        grid_w, grid_b = (
+            grid[0].view(self.fanout, self.input_size),
+            grid[1].view(self.fanout, self.input_size),
+        )
+        grid_q = torch.zeros(slots, 2 * n + 2, dtype=a.dtype, device=a.device).index_copy(
+            0, self.sens_slot, _with_constant_neuron(sens_q_s)
+        )
+        minus_one = -torch.ones(1, dtype=leak_s.dtype, device=leak_s.device)  # constant neuron's G and I
+        shared_leak = torch.cat([leak_s[:n], minus_one, leak_s[n:], minus_one])
+        shared_rec_pre = torch.cat([rec_pre, rec_neg_sm.unsqueeze(0)])
+        return grid_w, grid_b, grid_q, shared_leak, shared_rec_pre, _with_constant_neuron(rec_q_s)
 
     def _constants(self, sequence: bool = True) -> Constants:
         if torch.jit.is_scripting():
