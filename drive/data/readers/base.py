@@ -38,7 +38,6 @@ __all__ = [
     "read_csv_table",
     "reroot",
     "build_recording",
-    "SubsetFrames",
     "IMAGE_EXTENSIONS",
     "estimate_fps",
     "rows_as_float",
