@@ -5,7 +5,7 @@ import os
 import pytest
 import torch
 
-# Without a GPU, Triton kernels (drive/nn/kernels/) are tested through Triton's interpreter on CPU
+# Without a GPU, Triton kernels (drive/nn/ltc/kernels/) are tested through Triton's interpreter on CPU
 # tensors. Triton reads TRITON_INTERPRET when its language module and each kernel are defined,
 # i.e. before anything imports triton (lightning does): so here, first. Nothing else in the
 # suite runs Triton on CPU.

@@ -46,6 +46,9 @@ CLEAN = {
 }
 
 
+HINTS = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"  # then an indented import
+
+
 def test_a_clean_package_passes(tmp_path: Path) -> None:
     found = arch.problems(_package(tmp_path, CLEAN))
     assert all(items == [] for items in found.values()), found
@@ -81,8 +84,32 @@ def test_a_clean_package_passes(tmp_path: Path) -> None:
             "imports inside functions without a reason",
             "lazy.py:2",
         ),
+        # a type hint's import is an edge too: a circle through TYPE_CHECKING is still a circle
+        (
+            {
+                "nn/a.py": "def f():\n    # lazy\n    from drive.nn import b\n",
+                "nn/b.py": HINTS + "    from drive.nn.a import A\n",
+            },
+            "import cycles",
+            "drive.nn.a",
+        ),
+        (
+            {"nn/hint.py": "import typing\nif typing.TYPE_CHECKING:\n    from drive.cli import main\n"},
+            "upward imports",
+            "drive.nn.hint imports drive.cli",
+        ),
     ],
-    ids=["cycle", "hidden-cycle", "upward", "imports-cli", "size", "argparse", "unexplained-local"],
+    ids=[
+        "cycle",
+        "hidden-cycle",
+        "upward",
+        "imports-cli",
+        "size",
+        "argparse",
+        "unexplained-local",
+        "type-checking-cycle",
+        "type-checking-upward",
+    ],
 )
 def test_each_breach_is_reported(tmp_path: Path, files: dict[str, str], rule: str, needle: str) -> None:
     found = arch.problems(_package(tmp_path, {**CLEAN, **files}))
@@ -93,7 +120,7 @@ def test_each_breach_is_reported(tmp_path: Path, files: dict[str, str], rule: st
 def test_explained_local_and_type_checking_imports_are_accepted(tmp_path: Path) -> None:
     files = {
         "nn/plot.py": "def f():\n    import matplotlib  # start-up time: only when drawing\n",
-        "nn/hint.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from drive.cli import main\n",
+        "nn/hint.py": HINTS + "    from drive.io import atomic\n",
     }
     found = arch.problems(_package(tmp_path, {**CLEAN, **files}))
     assert all(items == [] for items in found.values()), found

@@ -9,7 +9,7 @@ import pytest
 import torch
 from scipy.integrate import solve_ivp
 
-from drive.nn.closed_form.ltc import ClosedFormLTC
+from drive.nn.closed_form import ClosedFormLTC
 from drive.nn.wiring import FullyConnected, Random, Wiring, lane_keeping_ncp
 
 RTOL, ATOL = 1e-10, 1e-12
@@ -211,7 +211,7 @@ def test_config_rebuilds_the_architecture() -> None:
 
 
 def test_convert_copies_the_ltc_effective_parameters_and_agrees_with_its_ode() -> None:
-    from drive.nn.closed_form.ltc import convert
+    from drive.nn.closed_form import convert
     from drive.nn.ltc import LTC
     from drive.nn.wiring import lane_keeping_ncp
 

@@ -12,8 +12,7 @@ from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
 from drive.drivers import load_driver
 from drive.evaluate.closed_form_fidelity import convert_checkpoint
-from drive.export.closed_form import convert_policy
-from drive.nn.closed_form.ltc import ClosedFormLTC, convert
+from drive.nn.closed_form import ClosedFormLTC, convert
 from drive.nn.families import build_policy
 
 
@@ -38,7 +37,7 @@ def test_converted_checkpoint_loads_and_equals_a_direct_conversion(converted) ->
     policy, meta = load_policy(out)
     assert isinstance(policy.rnn, ClosedFormLTC) and policy.rnn.method == "exact"
     assert meta["family"] == "ncp_ltc+closed_form_exact" and meta["closed_form"]["source_family"] == "ncp_ltc"
-    expected = convert_policy(source, "exact")
+    expected = convert(source, "exact")
     frames = torch.rand(2, 6, 3, 78, 200)
     timespans = torch.full((2, 6), 1.0 / 30.0)
     with torch.no_grad():
@@ -118,6 +117,6 @@ def test_cli_writes_an_approx_conversion(converted, capsys: pytest.CaptureFixtur
 
 def test_only_ltc_policies_convert() -> None:
     with pytest.raises(ValueError, match="only an LTC converts"):
-        convert_policy(build_policy("lstm"), "exact")
+        convert(build_policy("lstm"), "exact")
     with pytest.raises(AttributeError):
         convert(torch.nn.LSTM(3, 4), "exact")

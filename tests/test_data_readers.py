@@ -7,7 +7,8 @@ import h5py
 import numpy as np
 import pytest
 
-from drive.data.readers import detect_format, read_logs
+from drive.data.readers import FORMATS, detect_format, read_logs
+from drive.data.readers.registry import register_reader, walked_suffixes
 from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 
 
@@ -18,6 +19,27 @@ def _img(i, h=48, w=64):
 
 def _index_of(frame):
     return int(round(frame.mean() / 7))
+
+
+def test_the_formats_are_the_registered_readers_in_detection_order():
+    """Each reader module registers itself; FORMATS and the walked suffixes derive from that."""
+    names = list(FORMATS)
+    assert names[0] == "canonical" and set(names[-2:]) == {"video", "folder"}  # specific layouts between
+    assert set(names) == {
+        "canonical",
+        "udacity_sim",
+        "udacity_real",
+        "comma2k19",
+        "donkeycar",
+        "dave2",
+        "hdf5",
+        "rosbag",
+        "video",
+        "folder",
+    }
+    assert {".bag", ".mcap", ".h5", ".mp4"} <= set(walked_suffixes()) and ".csv" not in walked_suffixes()
+    with pytest.raises(ValueError, match="log format 'dave2' is already registered"):
+        register_reader("dave2", detect=lambda p: False, read=lambda *a: [], layout="x")
 
 
 def test_canonical_roundtrip_keeps_labels_and_camera(tmp_path):

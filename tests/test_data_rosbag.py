@@ -16,7 +16,7 @@ from rosbag_util import KINDS, bag_path, curvature_at, drive_frames, steering_sa
 from drive.cli import main
 from drive.data.errors import DataError, Problems
 from drive.data.readers import detect_format, read_logs
-from drive.data.readers.rosbag import BagFrames
+from drive.data.readers.rosbag_io import BagFrames
 from drive.io.recording import Recording
 
 ACK = "ackermann_msgs/msg/AckermannDriveStamped"
@@ -444,7 +444,7 @@ class _nothing:
     ["rgba8", "bgra8", "yuv422", "yuv422_yuy2", "bayer_rggb8", "bayer_bggr8", "bayer_gbrg8", "bayer_grbg8"],
 )
 def test_every_supported_raw_encoding_decodes_to_the_right_colours(encoding):
-    from drive.data.readers.rosbag import decode_image
+    from drive.data.readers.ros_messages import decode_image
 
     ts = store("mcap")
     h, w = 8, 12

@@ -26,7 +26,7 @@ from drive.export import (
     read_metadata,
 )
 from drive.export.formats import _export_program
-from drive.nn.closed_form.ltc import convert
+from drive.nn.closed_form import convert
 from drive.nn.families import build_policy
 from drive.nn.policy import Policy
 

@@ -11,7 +11,8 @@ import pytest
 
 from drive.data.datamodule import DriveDataModule
 from drive.sim.synthetic import LaneScene, write_synthetic_lanes
-from drive.train.module import NotLearningWarning, PolicyModule
+from drive.train.module import PolicyModule
+from drive.train.monitor import NotLearningWarning
 
 SCENE = LaneScene(width=100, height=40)
 

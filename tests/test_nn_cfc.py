@@ -6,10 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from drive.nn.cfc import CfC, WiredCfC
+from drive.nn.cfc import MODES, CfC, WiredCfC
 from drive.nn.wiring import NCP, Wiring, lane_keeping_ncp
-
-MODES = ["default", "no_gate", "pure"]
 
 
 def lecun(x):

@@ -3,10 +3,8 @@
 import pytest
 import torch
 
-from drive.nn.cfc import CfC, WiredCfC
+from drive.nn.cfc import MODES, CfC, WiredCfC
 from drive.nn.wiring import NCP
-
-MODES = ["default", "no_gate", "pure"]
 
 
 def small_wiring():

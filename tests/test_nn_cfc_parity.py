@@ -6,9 +6,7 @@ import torch
 ncps_torch = pytest.importorskip("ncps.torch")
 from ncps import wirings  # noqa: E402
 
-from drive.nn.cfc import CfC, WiredCfC, cfc_from_ncps  # noqa: E402
-
-MODES = ["default", "no_gate", "pure"]
+from drive.nn.cfc import MODES, CfC, WiredCfC, cfc_from_ncps  # noqa: E402
 
 
 def ncps_forward(m, x, ts):

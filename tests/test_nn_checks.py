@@ -78,7 +78,7 @@ def test_validating_inputs_that_require_grad_warns_nothing(name):
 
 def _with_closed_form():
     out = modules()
-    from drive.nn.closed_form.ltc import convert
+    from drive.nn.closed_form import convert
 
     out["ClosedForm-exact"] = convert(out["LTC"], "exact")
     out["ClosedForm-approx"] = convert(out["LTC"], "approx")

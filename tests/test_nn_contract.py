@@ -1,4 +1,5 @@
-"""The recurrent-module contract (drive.nn.contract), checked on all seven classes the same way."""
+"""The recurrent-module contract (drive.nn.contract), checked the same way on every registered class:
+the configurations below and each model family's cell with its default options."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import torch
 
 from drive.nn.baselines import CTRNN, LSTM, Stateless
 from drive.nn.cfc import CfC, WiredCfC
-from drive.nn.closed_form.ltc import ClosedFormLTC, convert
+from drive.nn.closed_form import ClosedFormLTC, convert
 from drive.nn.contract import RecurrentModule
 from drive.nn.ltc import LTC
-from drive.nn.policy import RECURRENT, build_rnn, rnn_spec
-from drive.nn.registry import name_of
+from drive.nn.policy import build_rnn, rnn_spec
+from drive.nn.registry import classes, families, name_of
 from drive.nn.wiring import NCP
 
 F = 4
@@ -42,6 +43,13 @@ MAKERS: Dict[str, Callable[[], RecurrentModule]] = {
     "closed_form_ltc": lambda: convert(LTC(_wiring()), "approx"),
     "stateless": lambda: Stateless(F),
 }
+# every family's cell as drive fit builds it (a new family is checked without an edit here)
+MAKERS.update(
+    {
+        f"family:{name}": (lambda fam=fam: fam.cell.from_options(F, fam.options()))
+        for name, fam in families().items()
+    }
+)
 
 
 def make(name: str) -> RecurrentModule:
@@ -54,11 +62,12 @@ def _inputs(b: int = 3, length: int = 5):
     return torch.randn(b, length, F, generator=g), torch.rand(b, length, generator=g) + 0.2
 
 
-def test_the_seven_classes_are_the_registered_ones() -> None:
-    assert {type(make(n)) for n in MAKERS} == set(RECURRENT)
+def test_every_registered_class_is_checked() -> None:
+    assert {type(make(n)) for n in MAKERS} == set(classes().values())
     for name in MAKERS:
         m = make(name)
-        assert isinstance(m, RecurrentModule) and name_of(type(m)) == name
+        assert isinstance(m, RecurrentModule)
+        assert name.startswith("family:") or name_of(type(m)) == name
 
 
 @pytest.mark.parametrize("name", list(MAKERS))
@@ -160,7 +169,7 @@ def test_step_is_one_step_of_forward_and_the_scripted_module_agrees(name: str) -
 def test_config_and_registered_name_rebuild_a_module_with_the_same_outputs(name: str) -> None:
     m = make(name)
     spec = rnn_spec(m)
-    assert spec["class"] == name
+    assert spec["class"] == name_of(type(m))
     torch.manual_seed(123)  # another init: the outputs below come from the copied weights
     rebuilt = build_rnn(spec).eval()
     assert type(rebuilt) is type(m) and rebuilt.config() == m.config()
@@ -194,7 +203,7 @@ def test_torchscripts_deprecation_notice_is_silenced_under_either_category(categ
     the CLI's one-line errors became five lines). Other warnings still pass."""
     import warnings
 
-    from drive.nn.script import quiet_torchscript
+    from drive.nn.torchscript import quiet_torchscript
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 from scipy.integrate import solve_ivp
 
-from drive.nn.ltc import INIT_RANGES, LTC, _FusedSolver
+from drive.nn.ltc import INIT_RANGES, LTC
+from drive.nn.ltc.solver import _FusedSolver
 from drive.nn.wiring import NCP, FullyConnected, Random, lane_keeping_ncp
 
 

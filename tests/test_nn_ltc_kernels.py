@@ -1,4 +1,4 @@
-"""The LTC's fused Triton kernels (drive/nn/kernels/) against the TorchScript solver.
+"""The LTC's fused Triton kernels (drive/nn/ltc/kernels/) against the TorchScript solver.
 
 On a machine without CUDA the kernels run on CPU tensors through Triton's interpreter
 (``TRITON_INTERPRET=1`` before the kernels are defined, ``DRIVE_TRITON=interpret`` to let the LTC
@@ -26,7 +26,7 @@ def kernels():
     triton was first imported (Triton reads it when it defines its language and each kernel)."""
     if not CUDA and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("no GPU and TRITON_INTERPRET is not 1: the kernels cannot run here")
-    import drive.nn.kernels.ltc_triton as module
+    import drive.nn.ltc.kernels.recurrence as module
 
     return module
 
@@ -37,8 +37,8 @@ def kernels_on(monkeypatch):
 
 
 def calls_to(name: str, monkeypatch) -> list:
-    """A list that grows by one per call of ``drive.nn.kernels.<name>`` (the real function runs)."""
-    import drive.nn.kernels as kernel_api
+    """A list that grows by one per call of ``drive.nn.ltc.kernels.<name>`` (the real function runs)."""
+    import drive.nn.ltc.kernels as kernel_api
 
     original = getattr(kernel_api, name)
     seen: list = []
@@ -80,7 +80,7 @@ def test_kernels_match_the_torchscript_solver_forward_and_gradients(kernels_on, 
 
 
 def test_ltc_dispatches_to_the_kernels_only_where_they_apply(kernels_on, monkeypatch):
-    from drive.nn.kernels import use_kernels
+    from drive.nn.ltc.kernels import use_kernels
 
     torch.manual_seed(1)
     m = LTC(lane_keeping_ncp()).to(DEVICE)
@@ -89,7 +89,7 @@ def test_ltc_dispatches_to_the_kernels_only_where_they_apply(kernels_on, monkeyp
     seen = calls_to("ltc_sequence", monkeypatch)
     y, _ = m(x)
     assert seen == [1] and y.shape == (2, 3, 1)
-    import drive.nn.kernels.ltc_triton as triton_kernels
+    import drive.nn.ltc.kernels.recurrence as triton_kernels
 
     saves = []
     forward = triton_kernels.ltc_forward
@@ -115,7 +115,7 @@ def test_kernel_handles_batches_that_do_not_fill_a_block_and_long_unfolds(kernel
     torch.manual_seed(2)
     m = LTC(lane_keeping_ncp(), ode_unfolds=1).to(DEVICE)
     x = torch.randn(5, 7, m.input_size, device=DEVICE, requires_grad=True)
-    from drive.nn.kernels.ltc_inputs import BLOCK_R
+    from drive.nn.ltc.kernels.inputs import BLOCK_R
 
     assert 35 > BLOCK_R and 35 % BLOCK_R
     monkeypatch.setattr(kernels, "_launch_config", lambda batch, n: (32, 2, 2))
@@ -145,8 +145,8 @@ import json, pathlib, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-import drive.nn.kernels.ltc_inputs as I
-import drive.nn.kernels.ltc_triton as K
+import drive.nn.ltc.kernels.inputs as I
+import drive.nn.ltc.kernels.recurrence as K
 
 ptxas = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
 report = []
@@ -258,7 +258,7 @@ def test_the_kernel_path_launches_a_fixed_number_of_ops_whatever_the_sequence_le
 def test_closed_form_kernel_matches_the_scripted_kernels(kernels_on, monkeypatch, substeps, times):
     """The closed-form LTC's exact method in the fused forward kernel (inference) against its
     scripted kernels (shared dt: exact_shared; per-row dt and substeps: exact_sequence)."""
-    from drive.nn.closed_form.ltc import convert
+    from drive.nn.closed_form import convert
 
     torch.manual_seed(4)
     ltc = LTC(lane_keeping_ncp()).to(DEVICE)
@@ -283,7 +283,7 @@ def test_closed_form_kernel_matches_the_scripted_kernels(kernels_on, monkeypatch
 
 
 def test_closed_form_kernel_only_without_gradients_and_for_the_exact_method(kernels_on, monkeypatch):
-    from drive.nn.closed_form.ltc import convert
+    from drive.nn.closed_form import convert
 
     seen = calls_to("closed_form_solve", monkeypatch)
     torch.manual_seed(5)

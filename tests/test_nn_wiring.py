@@ -5,7 +5,16 @@ import json
 import numpy as np
 import pytest
 
-from drive.nn.wiring import NCP, AutoNCP, FullyConnected, Random, Wiring, as_wiring, lane_keeping_ncp
+from drive.nn.wiring import (
+    NCP,
+    AutoNCP,
+    FullyConnected,
+    Random,
+    Wiring,
+    as_wiring,
+    lane_keeping_ncp,
+    plot_wiring,
+)
 
 
 def test_lane_keeping_preset_has_252_synapses_and_1065_paper_parameters():
@@ -115,6 +124,6 @@ def test_invalid_wirings_are_rejected_with_clear_errors():
 
 def test_plot_writes_a_png(tmp_path):
     path = tmp_path / "ncp.png"
-    lane_keeping_ncp().plot(str(path))
+    plot_wiring(lane_keeping_ncp(), str(path))
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000

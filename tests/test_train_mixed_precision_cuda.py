@@ -73,7 +73,7 @@ class _Record(pl.Callback):
 def test_mixed_precision_head_fp32_cell_trains_a_policy_that_drives(
     logs, tmp_path, monkeypatch, head_precision, trainer_precision, dtype
 ):
-    import drive.nn.kernels as kernels
+    import drive.nn.ltc.kernels as kernels
 
     calls = []
     original = kernels.ltc_sequence

@@ -17,16 +17,13 @@ from drive.checkpoint import load_policy
 from drive.cli import main
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
-from drive.nn.families import (
-    FAMILIES,
-    CfCOptions,
-    NCPLTCOptions,
-    RNNOptions,
-    build_policy,
-    upgrade_flat_options,
-)
+from drive.nn.baselines import RNNOptions
+from drive.nn.cfc import CfCOptions
+from drive.nn.families import build_policy, upgrade_flat_options
+from drive.nn.ltc import NCPLTCOptions
+from drive.nn.registry import families
 from drive.sim.synthetic import LaneScene, write_synthetic_lanes
-from drive.train.hparams import upgrade_hparams
+from drive.train.hparams import option_groups, upgrade_hparams
 from drive.train.module import PolicyModule
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compat"
@@ -49,15 +46,48 @@ def _ckpt(name: str) -> dict:
 
 
 def test_each_default_is_stated_once_in_the_families() -> None:
-    """PolicyModule's signature holds the families' option types with their defaults, not copies of them."""
+    """PolicyModule's option groups are the registered families' option types with their defaults,
+    derived from the registry (drive.nn.registry), not copies of them."""
+    groups = inspect.signature(option_groups).parameters
+    assert list(groups) == ["cfc", "ctrnn", "lstm", "ncp_ltc"]  # cnn has no options
+    for family, spec in families().items():
+        if family != "cnn":
+            assert groups[family].default == spec.options() and groups[family].annotation is spec.options
     params = inspect.signature(PolicyModule.__init__).parameters
-    for family, spec in FAMILIES.items():
-        if family == "cnn":
-            continue
-        assert params[family].default == spec.options(), family
+    assert params["options"].kind is inspect.Parameter.VAR_KEYWORD and not set(groups) & set(params)
     flat = {"units", "cfc_mode", "cfc_mixed_memory", "cfc_wired", "ode_unfolds", "positivity", "wiring_seed"}
     assert not flat & set(params), "family options are grouped per family, not flat module arguments"
     assert NCPLTCOptions().ode_unfolds == 6 and CfCOptions().units == 64 and RNNOptions().units == 64
+
+
+def test_the_module_records_every_group_and_refuses_unknown_ones() -> None:
+    module = PolicyModule(family="lstm", input_hw=(32, 80), lstm={"units": 8})
+    assert set(module.hparams) >= {"family", "ncp_ltc", "cfc", "lstm", "ctrnn", "lr"}
+    assert module.hparams["lstm"] == {"units": 8} and module.hparams["cfc"] == CfCOptions()
+    flat = PolicyModule(family="lstm", input_hw=(32, 80), units=8)  # an earlier version's flat name
+    assert flat.policy.config()["rnn"]["kwargs"]["units"] == 8 and "units" not in flat.hparams
+    assert flat.hparams["lstm"] == {"units": 8} and flat.hparams["cfc"] == {"units": 8}
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gru'.*option groups: cfc, ctrnn"):
+        PolicyModule(family="lstm", input_hw=(32, 80), gru={"units": 8})
+
+
+def test_drive_fit_offers_every_group_and_reads_the_flat_config(tmp_path: Path, capsys) -> None:
+    """LightningCLI reads the groups through option_groups' signature: --model.cfc.mode, the YAML
+    configs, and the defaults of the groups not given."""
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    shown = capsys.readouterr().out
+    for option in (
+        "--model.cfc.mode",
+        "--model.ncp_ltc.ode_unfolds",
+        "--model.lstm.units",
+        "--model.ctrnn.units",
+    ):
+        assert option in shown
+    with pytest.raises(SystemExit):
+        main(["fit", "--config", "configs/cfc.yaml", "--model.cfc.mode", "no_gate", "--print_config"])
+    printed = capsys.readouterr().out
+    assert "mode: no_gate" in printed and "ode_unfolds: 6" in printed
 
 
 def test_build_policy_takes_the_familys_options_and_refuses_others() -> None:

@@ -27,8 +27,8 @@ from typing import Dict
 import torch
 from torch import Tensor, nn
 
-from drive.io.timing import interleaved_medians
-from drive.nn.closed_form.ltc import convert
+from drive.bench import interleaved_medians
+from drive.nn.closed_form import convert
 from drive.nn.ltc import LTC
 from drive.nn.wiring import lane_keeping_ncp
 

@@ -23,9 +23,10 @@ import sys
 import time
 from pathlib import Path
 
+from drive.nn.registry import families
 from drive.train.learnability import DATASETS, fit_and_score, make_dataset
 
-FAMILIES = ("ncp_ltc", "cfc", "ctrnn", "lstm", "cnn")
+FAMILIES = tuple(families())  # every registered family (drive.nn.registry)
 
 
 def main(argv=None) -> int:

@@ -26,7 +26,7 @@ from ncps.torch import LTC as NcpsLTC
 from ncps.torch import CfC as NcpsCfC
 from torch import nn
 
-from drive.io.timing import interleaved_medians
+from drive.bench import interleaved_medians
 from drive.nn import LSTM, WiredCfC, from_ncps
 
 warnings.filterwarnings("ignore", category=FutureWarning)
@@ -35,7 +35,7 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 def paired_median_ms(fns: Sequence[Callable[[], object]], rounds: int, device: torch.device) -> List[float]:
     """Median milliseconds per call of each function: every round times each in turn for about the
-    same wall time (a block of calls, :func:`drive.io.timing.interleaved_medians`), so load
+    same wall time (a block of calls, :func:`drive.bench.interleaved_medians`), so load
     on a shared machine hits all alike while each block measures the steady state of repeated calls,
     as in a training loop (alternating single calls would also charge the faster module for the
     caches the slower one evicts: dense CfC forward+backward ~10% slower that way)."""
@@ -149,7 +149,7 @@ def gpu_ltc(args: argparse.Namespace, device: torch.device) -> List[Dict[str, ob
     against ``torch.nn.LSTM(F, 64)`` (cuDNN), at the given batch and at 256, in the same run."""
     import os
 
-    from drive.nn.kernels import triton_available
+    from drive.nn.ltc.kernels import triton_available
 
     ncp = NcpsLTC(args.features, wirings.NCP(12, 6, 1, 6, 4, 6, 6))
     ours = from_ncps(ncp).to(device)

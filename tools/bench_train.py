@@ -25,7 +25,7 @@ from typing import Callable, Dict, List
 
 import torch
 
-from drive.nn.families import FAMILIES
+from drive.nn.registry import families
 from drive.train.module import PolicyModule, curve_weights, weighted_mse
 
 
@@ -110,7 +110,7 @@ def bench_data(logs: str, batch: int, seq: int, iters: int) -> float:
 
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--families", default=",".join(FAMILIES), help="comma-separated families")
+    parser.add_argument("--families", default=",".join(families()), help="comma-separated families")
     parser.add_argument("--batch", type=int, default=20, help="sequences per batch (paper: 20)")
     parser.add_argument("--seq", type=int, default=16, help="frames per sequence (paper: 16)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")

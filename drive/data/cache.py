@@ -33,9 +33,8 @@ import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.preprocess import Preprocessing
-from drive.data.readers.base import SubsetFrames
 from drive.io.atomic import commit
-from drive.io.recording import POSE_COLUMNS, ImageFiles, Recording, RecordingError
+from drive.io.recording import POSE_COLUMNS, ImageFiles, Recording, RecordingError, SubsetFrames
 
 __all__ = [
     "CachedRecording",

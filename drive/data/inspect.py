@@ -15,7 +15,7 @@ import numpy as np
 from drive.data.cache import display_name, iter_decoded
 from drive.data.errors import DataError, Problems
 from drive.data.readers import discover, no_log_message, read_logs
-from drive.data.readers.rosbag import list_topics
+from drive.data.readers.rosbag_io import list_topics
 from drive.io.atomic import save_figure
 from drive.io.recording import Recording, RecordingMeta, RecordingWriter
 

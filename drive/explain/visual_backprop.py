@@ -170,6 +170,44 @@ def _traced_chain(head: nn.Module, frames: Tensor) -> Tuple[List[ConvGeometry], 
             f"{name} has no Conv2d layer: VisualBackProp needs a conv head whose forward "
             "is a chain of Conv2d layers each followed by a ReLU"
         )
+    calls, result = _record_calls(head, frames)
+    # leaves whose output equals their input (Dropout in eval, Identity, a ReLU on a post-ReLU map)
+    # change nothing and are left out of the chain
+    chain = [c for c in calls if not (type(c.module) is not nn.Conv2d and _same(c.input, c.output))]
+    convs = [i for i, c in enumerate(chain) if isinstance(c.module, nn.Conv2d)]
+    if len({id(chain[i].module) for i in convs}) != len(convs):
+        raise VisualBackPropError(
+            f"{name}: a Conv2d is called more than once (shared weights or a loop); "
+            "VisualBackProp needs a plain chain"
+        )
+    geometry, maps = [], []
+    for k, i in enumerate(convs):
+        conv = chain[i]
+        where = f"{name} layer {conv.name!r}"
+        if type(conv.module) is not nn.Conv2d:
+            raise VisualBackPropError(f"{where} is {type(conv.module).__name__}, expected a plain Conv2d")
+        if k == 0 and conv.input is not None and tuple(conv.input.shape[-2:]) != tuple(frames.shape[-2:]):
+            raise VisualBackPropError(
+                f"{where}: the first Conv2d sees {tuple(conv.input.shape[-2:])}, not the "
+                f"frame's size {tuple(frames.shape[-2:])}; VisualBackProp maps back to the frame"
+            )
+        nxt = chain[convs[k + 1]] if k + 1 < len(convs) else None
+        after = _map_after(name, chain, i, nxt, convs[k + 1] if nxt is not None else None, result)
+        if nxt is not None and not _same(nxt.input, after):
+            raise VisualBackPropError(
+                f"{name}: Conv2d {nxt.name!r} does not take the output of {conv.name!r}+ReLU "
+                "(a branch, a skip connection or an unhooked operation between them); "
+                "VisualBackProp needs a chain"
+            )
+        geometry.append(_geometry(conv.module, where))
+        maps.append(after)
+    return geometry, chain[convs[0]].input, maps
+
+
+def _record_calls(head: nn.Module, frames: Tensor) -> Tuple[List[_Call], Optional[Tensor]]:
+    """Every leaf module's call in one forward pass of ``head`` (hooks, removed afterwards), and the
+    forward's (first tensor) result; a forward that fails is a one-line VisualBackPropError."""
+    name = type(head).__name__
     calls: List[_Call] = []
     handles = []
     for layer_name, module in head.named_modules():
@@ -186,7 +224,7 @@ def _traced_chain(head: nn.Module, frames: Tensor) -> Tuple[List[ConvGeometry], 
             handles.append(module.register_forward_pre_hook(pre))
             handles.append(module.register_forward_hook(post))
     try:
-        result = _first_tensor(head(frames))
+        return calls, _first_tensor(head(frames))
     except VisualBackPropError:
         raise
     # the head's own forward (any module a user passes) may fail with any error type on these frames:
@@ -199,71 +237,50 @@ def _traced_chain(head: nn.Module, frames: Tensor) -> Tuple[List[ConvGeometry], 
     finally:
         for h in handles:
             h.remove()
-    # leaves whose output equals their input (Dropout in eval, Identity, a ReLU on a post-ReLU map)
-    # change nothing and are left out of the chain
-    chain = [c for c in calls if not (type(c.module) is not nn.Conv2d and _same(c.input, c.output))]
-    convs = [i for i, c in enumerate(chain) if isinstance(c.module, nn.Conv2d)]
-    if len({id(chain[i].module) for i in convs}) != len(convs):
+
+
+def _map_after(
+    name: str,
+    chain: List[_Call],
+    i: int,
+    nxt: Optional[_Call],
+    nxt_index: Optional[int],
+    result: Optional[Tensor],
+) -> Tensor:
+    """The post-ReLU map of the Conv2d ``chain[i]``: an ``nn.ReLU`` right after it, or ``F.relu`` in
+    the forward feeding the next layer (or ending the forward); anything else between it and the
+    next Conv2d (``nxt``, at ``nxt_index``) is an error naming it."""
+    conv = chain[i]
+    where = f"{name} layer {conv.name!r}"
+    relu = torch.relu(conv.output)
+    following = chain[i + 1] if i + 1 < len(chain) else None
+    if following is not None and type(following.module) is nn.ReLU and _same(following.input, conv.output):
+        if nxt is not None and nxt_index != i + 2:
+            other = chain[i + 2]
+            raise VisualBackPropError(
+                f"{name} layer {other.name!r} ({type(other.module).__name__}) sits between "
+                f"{conv.name!r}+ReLU and the next Conv2d {nxt.name!r}: VisualBackProp "
+                "needs each Conv2d+ReLU to feed the next Conv2d directly"
+            )
+        return following.output  # nn.ReLU
+    if (
+        following is not None
+        and (_same(following.input, relu) if nxt is not None else _same_flat(following.input, relu))
+        and (nxt is None or nxt is following)
+    ):
+        return relu  # F.relu in the forward, then the next layer
+    if following is None and nxt is None and _same(result, relu):
+        return relu  # the forward ends with F.relu(last conv)
+    if following is None and nxt is None:
         raise VisualBackPropError(
-            f"{name}: a Conv2d is called more than once (shared weights or a loop); "
-            "VisualBackProp needs a plain chain"
+            f"{where} is the last layer and the forward does not return its ReLU; "
+            "VisualBackProp needs a ReLU after every Conv2d"
         )
-    geometry, maps = [], []
-    x = chain[convs[0]].input
-    for k, i in enumerate(convs):
-        conv = chain[i]
-        where = f"{name} layer {conv.name!r}"
-        if type(conv.module) is not nn.Conv2d:
-            raise VisualBackPropError(f"{where} is {type(conv.module).__name__}, expected a plain Conv2d")
-        if k == 0 and conv.input is not None and tuple(conv.input.shape[-2:]) != tuple(frames.shape[-2:]):
-            raise VisualBackPropError(
-                f"{where}: the first Conv2d sees {tuple(conv.input.shape[-2:])}, not the "
-                f"frame's size {tuple(frames.shape[-2:])}; VisualBackProp maps back to the frame"
-            )
-        relu = torch.relu(conv.output)
-        following = chain[i + 1] if i + 1 < len(chain) else None
-        nxt = chain[convs[k + 1]] if k + 1 < len(convs) else None
-        if (
-            following is not None
-            and type(following.module) is nn.ReLU
-            and _same(following.input, conv.output)
-        ):
-            after = following.output  # nn.ReLU
-            if nxt is not None and convs[k + 1] != i + 2:
-                other = chain[i + 2]
-                raise VisualBackPropError(
-                    f"{name} layer {other.name!r} ({type(other.module).__name__}) sits between "
-                    f"{conv.name!r}+ReLU and the next Conv2d {nxt.name!r}: VisualBackProp "
-                    "needs each Conv2d+ReLU to feed the next Conv2d directly"
-                )
-        elif (
-            following is not None
-            and (_same(following.input, relu) if nxt is not None else _same_flat(following.input, relu))
-            and (nxt is None or nxt is following)
-        ):
-            after = relu  # F.relu in the forward, then the next layer
-        elif following is None and nxt is None and _same(result, relu):
-            after = relu  # the forward ends with F.relu(last conv)
-        elif following is None and nxt is None:
-            raise VisualBackPropError(
-                f"{where} is the last layer and the forward does not return its ReLU; "
-                "VisualBackProp needs a ReLU after every Conv2d"
-            )
-        else:
-            got = type(following.module).__name__ if following is not None else "nothing"
-            raise VisualBackPropError(
-                f"{where} is followed by {got} ({following.name if following else ''!r}), not by "
-                "a ReLU: VisualBackProp needs a ReLU directly after every Conv2d (non-negative maps)"
-            )
-        if nxt is not None and not _same(nxt.input, after):
-            raise VisualBackPropError(
-                f"{name}: Conv2d {nxt.name!r} does not take the output of {conv.name!r}+ReLU "
-                "(a branch, a skip connection or an unhooked operation between them); "
-                "VisualBackProp needs a chain"
-            )
-        geometry.append(_geometry(conv.module, where))
-        maps.append(after)
-    return geometry, x, maps
+    got = type(following.module).__name__ if following is not None else "nothing"
+    raise VisualBackPropError(
+        f"{where} is followed by {got} ({following.name if following else ''!r}), not by "
+        "a ReLU: VisualBackProp needs a ReLU directly after every Conv2d (non-negative maps)"
+    )
 
 
 def _normalize(mask: Tensor) -> Tensor:

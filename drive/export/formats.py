@@ -39,7 +39,7 @@ from drive.export.aoti import USE_TORCHSCRIPT, probe_failure
 from drive.export.module import STATUS, DeployedPolicy
 from drive.io.atomic import write_bytes
 from drive.nn.policy import Policy
-from drive.nn.script import quiet_torchscript
+from drive.nn.torchscript import quiet_torchscript
 
 __all__ = ["export_policy", "build_deployed", "export_metadata", "FORMATS", "DEFAULT_CURVATURE_LIMIT_PER_M"]
 

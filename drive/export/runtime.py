@@ -29,7 +29,7 @@ import torch
 from drive.export.aoti import check_aoti_loadable, flat_runner, init_cuda, probe_aoti, read_aoti_strings
 from drive.export.cuda_graph import CapturedStep
 from drive.export.integrity import check_aoti_package, load_aoti_package, load_error
-from drive.nn.script import quiet_torchscript
+from drive.nn.torchscript import quiet_torchscript
 
 __all__ = [
     "ExportedPolicy",

@@ -1,9 +1,9 @@
-"""drive.nn: wirings (NCP), liquid recurrent modules (LTC, CfC), baselines (LSTM, CT-RNN).
+"""drive.nn: wirings (NCP), liquid recurrent modules (LTC, CfC), baselines (LSTM, CT-RNN), heads,
+policies and the model families ``drive fit`` trains. See docs/nn.md.
 
-Every recurrent module derives from :class:`~drive.nn.contract.RecurrentModule`: ``forward(x[B,L,F],
-hidden=None, timespans=None[B,L]) -> (y[B,L,M], hidden[B,H])``, ``step(x[B,F], hidden[B,H], dt[B])``,
-``initial_state(batch)``, ``config()``; all script with ``torch.jit.script``. Checkpoints name them
-by their registered names (:mod:`drive.nn.registry`). See docs/nn.md.
+Every recurrent module follows one contract, written in :mod:`drive.nn.contract`, and registers
+the name checkpoints store (and its model family) in :mod:`drive.nn.registry`. Importing the
+package imports every module in it and the plugins (:mod:`drive.plugins`), so each registers.
 """
 
 from drive.nn.baselines import CTRNN, LSTM, Stateless
@@ -12,6 +12,7 @@ from drive.nn.contract import RecurrentModule
 from drive.nn.ltc import LTC
 from drive.nn.ncps_compat import from_ncps, wiring_from_ncps
 from drive.nn.wiring import NCP, AutoNCP, FullyConnected, Random, Wiring, as_wiring, lane_keeping_ncp
+from drive.plugins import import_all, load_plugins
 
 __all__ = [
     "Wiring",
@@ -31,3 +32,6 @@ __all__ = [
     "from_ncps",
     "wiring_from_ncps",
 ]
+
+import_all(__name__, __path__)  # every cell in this package registers: a new one is one module
+load_plugins()  # and the cells (and readers) of DRIVE_PLUGINS and the drive.plugins entry points

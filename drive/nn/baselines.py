@@ -11,18 +11,35 @@ Parameter counts for the papers' 64 units, 32 inputs, 1 output (NCP slides' tabl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Tuple
 
 import torch
 from torch import Tensor, nn
 
 from drive.nn.contract import RecurrentModule
-from drive.nn.registry import register
+from drive.nn.registry import Family, register
 
-__all__ = ["LSTM", "CTRNN", "Stateless"]
+__all__ = ["LSTM", "CTRNN", "Stateless", "RNNOptions", "CNNOptions"]
 
 
-@register("lstm", aliases=("drive.nn.baselines.LSTM",))
+@dataclass(frozen=True)
+class RNNOptions:
+    """``lstm`` and ``ctrnn``: a dense recurrent baseline with a linear readout.
+
+    Args:
+        units: hidden units (paper: 64).
+    """
+
+    units: int = 64
+
+
+@dataclass(frozen=True)
+class CNNOptions:
+    """``cnn``: the feed-forward PilotNet CNN has no options."""
+
+
+@register("lstm", aliases=("drive.nn.baselines.LSTM",), family=Family("lstm", RNNOptions))
 class LSTM(RecurrentModule):
     """LSTM (Hochreiter & Schmidhuber 1997) of ``units`` cells and a linear readout to
     ``output_size``. The flat hidden is cat(h, c) [B, 2 units]. Discrete time: timespans are
@@ -39,6 +56,11 @@ class LSTM(RecurrentModule):
         self.lstm.bias_hh_l0.requires_grad_(False)
         self.readout = nn.Linear(units, output_size)
 
+    @classmethod
+    def from_options(cls, features: int, options: RNNOptions) -> "LSTM":
+        """The ``lstm`` family's cell: ``units`` cells, one output."""
+        return cls(features, options.units)
+
     def config(self) -> Dict[str, Any]:
         return {"input_size": self.input_size, "units": self.units, "output_size": self.output_size}
 
@@ -50,7 +72,7 @@ class LSTM(RecurrentModule):
         return self.readout(out), torch.cat([h[0], c[0]], 1)
 
 
-@register("ctrnn", aliases=("drive.nn.baselines.CTRNN",))
+@register("ctrnn", aliases=("drive.nn.baselines.CTRNN",), family=Family("ctrnn", RNNOptions))
 class CTRNN(RecurrentModule):
     """Continuous-time RNN (Funahashi & Nakamura 1993) as in the NCP papers' baseline:
 
@@ -74,6 +96,11 @@ class CTRNN(RecurrentModule):
         self.input_map = nn.Linear(input_size, units)
         self.recurrent = nn.Linear(units, units, bias=False)
         self.readout = nn.Linear(units, output_size)
+
+    @classmethod
+    def from_options(cls, features: int, options: RNNOptions) -> "CTRNN":
+        """The ``ctrnn`` family's cell: ``units`` neurons, one output."""
+        return cls(features, options.units)
 
     def config(self) -> Dict[str, Any]:
         return {
@@ -100,12 +127,19 @@ class CTRNN(RecurrentModule):
         return self.readout(torch.stack(states, 1)), h
 
 
-@register("stateless", aliases=("drive.nn.policy.Stateless",))
+@register(
+    "stateless", aliases=("drive.nn.policy.Stateless",), family=Family("cnn", CNNOptions, head="pilotnet")
+)
 class Stateless(RecurrentModule):
     """The contract with no memory: ``y = x``, hidden ``[B, 0]`` (the ``cnn`` family's compartment)."""
 
     def __init__(self, input_size: int = 1) -> None:
         super().__init__(input_size, input_size, 0)
+
+    @classmethod
+    def from_options(cls, features: int, options: CNNOptions) -> "Stateless":
+        """The ``cnn`` family's compartment: the PilotNet head's output passes through."""
+        return cls(features)
 
     def config(self) -> Dict[str, Any]:
         return {"input_size": self.input_size}

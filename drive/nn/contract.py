@@ -1,28 +1,37 @@
-"""The recurrent-module contract, written once: :class:`RecurrentModule`.
+"""The recurrent-module contract, written once (other docs point here): :class:`RecurrentModule`.
 
-Every recurrent compartment of a policy (LTC, CfC, WiredCfC, LSTM, CT-RNN, ClosedFormLTC and the
-``cnn`` family's :class:`~drive.nn.baselines.Stateless`) derives from it and shares:
+Every recurrent compartment of a policy (LTC, CfC, WiredCfC, LSTM, CT-RNN, ClosedFormLTC, the
+``cnn`` family's :class:`~drive.nn.baselines.Stateless`, and any cell a plugin registers) derives
+from it and shares:
 
 - ``forward(x[B, L, F], hidden[B, H] = None, timespans[B, L] = None) -> (y[B, L, M], hidden[B, H])``;
   ``timespans`` are the elapsed seconds of each step (None: 1.0 each; ``[B, L, 1]`` is squeezed, the
-  shape ncps takes);
+  shape ncps takes); ``hidden=None`` starts from zeros in x's dtype;
 - ``step(x[B, F], hidden[B, H], dt[B]) -> (y[B, M], hidden[B, H])``: one step of ``forward``;
 - ``initial_state(batch)``: zeros ``[batch, H]``, one flat float32 tensor on the module's device
-  (whatever the default dtype; H = ``state_size``, 0 for ``Stateless``);
-- the checks of :mod:`drive.nn.checks`: shapes always, values (finite x and hidden, finite dt > 0)
-  unless ``check_values`` is off (:func:`~drive.nn.checks.skip_value_checks`); ``hidden=None`` starts
-  from zeros in x's dtype;
+  (whatever the default dtype; H = ``state_size``, 0 for ``Stateless``; the LSTM packs ``[h, c]``,
+  mixed-memory CfCs ``[x, c]``);
+- the checks of :mod:`drive.nn.checks` (one validator, the same wording everywhere): shapes always,
+  values (finite x and hidden, finite dt > 0) unless ``check_values`` is off
+  (:func:`~drive.nn.checks.skip_value_checks`, for wrappers that guarantee them); a failure is a
+  ``ValueError`` (inside TorchScript a ``torch.jit.Error`` with the same message); the happy path
+  reads one float64 sum back to the host;
 - under autocast (mixed-precision training, export) the cell runs in float32 with autocast off and
-  returns float32: conductance sums and small time constants underflow in fp16 / bf16;
-- ``config()``: JSON-able constructor kwargs, ``type(m)(**m.config())`` rebuilds the architecture,
-  and a registered name (:mod:`drive.nn.registry`) that checkpoints store.
+  returns float32, bitwise the result without autocast for fp32 inputs: conductance sums and small
+  time constants underflow in fp16 / bf16;
+- ``config()``: JSON-able constructor kwargs (a wiring as its dict), ``type(m)(**m.config())``
+  rebuilds the architecture; with the registered name (:mod:`drive.nn.registry`) it is what
+  checkpoints store (``rnn_spec`` / ``build_rnn`` in :mod:`drive.nn.policy`).
 
-A subclass implements ``_sequence(x, hidden, ts)`` (validated x ``[B, L, F]``, hidden ``[B, H]``
-in x's dtype, elapsed time ``ts [B, L, 1]``) and ``config()``. A subclass whose kernel validates the
-values itself in the same call (the closed form) passes ``kernel_checks=True``: the base then checks
-shapes only. Everything scripts with ``torch.jit.script``: TorchScript compiles the methods of the
-instance's class, so the inherited ``forward`` / ``step`` / ``initial_state`` call the subclass's
-``_sequence`` (no ``super()`` calls in scripted code).
+A subclass calls ``super().__init__(input_size, output_size, state_size)``, implements
+``_sequence(x, hidden, ts)`` (validated x ``[B, L, F]``, hidden ``[B, H]`` in x's dtype, elapsed
+time ``ts [B, L, 1]``) and ``config()``, and registers a name (and, to be trained by ``drive fit``,
+a family; docs/architecture.md, "Where a change goes"). A subclass whose kernel validates the
+values itself in the same call (the closed form) passes ``kernel_checks=True``: the base then
+checks shapes only. Everything scripts with ``torch.jit.script``: TorchScript compiles the methods
+of the instance's class, so the inherited ``forward`` / ``step`` / ``initial_state`` call the
+subclass's ``_sequence`` (no ``super()`` calls in scripted code). ``tests/test_nn_contract.py``
+checks all of this on every registered class.
 """
 
 from __future__ import annotations

@@ -1,144 +1,38 @@
 """Model families: the named policies ``drive fit`` trains (the NCP paper's networks;
-docs/references.md), their options and their defaults, stated here once.
+docs/references.md), built from their options.
 
-=========== ================== ================================================ ======================
+=========== ================== ================================================ ========================
 family      head               recurrent compartment                            options
-=========== ================== ================================================ ======================
-``ncp_ltc`` NCP conv head (32) LTC on the 19-neuron lane-keeping NCP (1 motor)  :class:`NCPLTCOptions`
-``cfc``     NCP conv head (32) CfC (default / no_gate / pure, mixed memory),    :class:`CfCOptions`
+=========== ================== ================================================ ========================
+``ncp_ltc`` NCP conv head (32) LTC on the 19-neuron lane-keeping NCP (1 motor)  ``ltc.NCPLTCOptions``
+``cfc``     NCP conv head (32) CfC (default / no_gate / pure, mixed memory),    ``cfc.CfCOptions``
                                dense ``units`` + readout, or NCP-wired
-``lstm``    NCP conv head (32) LSTM, ``units`` (64) + linear readout            :class:`RNNOptions`
-``ctrnn``   NCP conv head (32) CT-RNN ``units`` (64), 6 Euler unfolds + readout :class:`RNNOptions`
+``lstm``    NCP conv head (32) LSTM, ``units`` (64) + linear readout            ``baselines.RNNOptions``
+``ctrnn``   NCP conv head (32) CT-RNN ``units`` (64), 6 Euler unfolds + readout ``baselines.RNNOptions``
 ``cnn``     PilotNet CNN       none (single frames; hidden ``[B, 0]``)          none
-=========== ================== ================================================ ======================
+=========== ================== ================================================ ========================
 
-Each family's options are a frozen dataclass; :func:`build_policy` takes the family's name and
-either an options object or its fields as keywords (``build_policy("cfc", units=16, wired=True)``).
-:class:`drive.train.module.PolicyModule` takes one options group per family, so ``drive fit`` sets
-them as ``--model.cfc.mode no_gate`` (YAML ``model: {cfc: {mode: no_gate}}``).
+A family is declared once, where its recurrent class registers
+(``@register("ltc", family=Family("ncp_ltc", NCPLTCOptions))``, :mod:`drive.nn.registry`): its
+options are a frozen dataclass beside the class, whose ``from_options(features, options)`` builds
+the compartment. :func:`build_policy` takes the family's name and either an options object or its
+fields as keywords (``build_policy("cfc", units=16, wired=True)``). ``drive fit`` takes one options
+group per family (``--model.cfc.mode no_gate``, YAML ``model: {cfc: {mode: no_gate}}``;
+:func:`drive.train.hparams.option_groups`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Mapping, NamedTuple, Optional, Sequence, Tuple, Type
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type
 
-from torch import nn
-
-from drive.nn.baselines import CTRNN, LSTM
-from drive.nn.cfc import CfC, WiredCfC
-from drive.nn.heads import NCPConvHead, PilotNetCNN
-from drive.nn.ltc import LTC
+from drive.nn.heads import NCPConvHead, build_head
 from drive.nn.policy import Policy
-from drive.nn.wiring import lane_keeping_ncp
+from drive.nn.registry import Family, families
 
-__all__ = [
-    "FAMILIES",
-    "Family",
-    "NCPLTCOptions",
-    "CfCOptions",
-    "RNNOptions",
-    "CNNOptions",
-    "build_policy",
-    "family_options",
-    "upgrade_flat_options",
-    "DEFAULT_INPUT_HW",
-    "FLAT_OPTIONS",
-]
+__all__ = ["build_policy", "family_options", "upgrade_flat_options", "DEFAULT_INPUT_HW", "FLAT_OPTIONS"]
 
 DEFAULT_INPUT_HW: Tuple[int, int] = (78, 200)  # the paper's network input (H, W)
-
-
-@dataclass(frozen=True)
-class NCPLTCOptions:
-    """``ncp_ltc``: an LTC on the 19-neuron lane-keeping NCP wiring.
-
-    Args:
-        ode_unfolds: fused-solver unfolds per step (paper: 6).
-        positivity: LTC positivity of w, cm, gleak: ``clip`` (after each optimizer step) or ``softplus``.
-        wiring_seed: seed of the NCP wiring's random synapses.
-    """
-
-    ode_unfolds: int = 6
-    positivity: str = "clip"
-    wiring_seed: int = 22222
-
-
-@dataclass(frozen=True)
-class CfCOptions:
-    """``cfc``: a closed-form continuous-time network (Hasani et al. 2022).
-
-    Args:
-        units: hidden units of the dense CfC (paper: 64); unused when ``wired``.
-        mode: CfC variant ``default`` | ``no_gate`` | ``pure`` (Cf-S).
-        mixed_memory: CfC with an LSTM memory cell (CfC-mmRNN).
-        wired: CfC on the lane-keeping NCP wiring instead of dense units.
-        wiring_seed: seed of the NCP wiring's random synapses (``wired`` only).
-    """
-
-    units: int = 64
-    mode: str = "default"
-    mixed_memory: bool = False
-    wired: bool = False
-    wiring_seed: int = 22222
-
-
-@dataclass(frozen=True)
-class RNNOptions:
-    """``lstm`` and ``ctrnn``: a dense recurrent baseline with a linear readout.
-
-    Args:
-        units: hidden units (paper: 64).
-    """
-
-    units: int = 64
-
-
-@dataclass(frozen=True)
-class CNNOptions:
-    """``cnn``: the feed-forward PilotNet CNN has no options."""
-
-
-def _ncp_ltc(features: int, o: NCPLTCOptions) -> nn.Module:
-    return LTC(
-        lane_keeping_ncp(seed=o.wiring_seed, input_dim=features),
-        input_size=features,
-        ode_unfolds=o.ode_unfolds,
-        positivity=o.positivity,
-    )
-
-
-def _cfc(features: int, o: CfCOptions) -> nn.Module:
-    if o.wired:
-        wiring = lane_keeping_ncp(seed=o.wiring_seed, input_dim=features)
-        return WiredCfC(wiring=wiring, input_size=features, mode=o.mode, mixed_memory=o.mixed_memory)
-    return CfC(features, o.units, output_size=1, mode=o.mode, mixed_memory=o.mixed_memory)
-
-
-def _lstm(features: int, o: RNNOptions) -> nn.Module:
-    return LSTM(features, o.units)
-
-
-def _ctrnn(features: int, o: RNNOptions) -> nn.Module:
-    return CTRNN(features, o.units)
-
-
-class Family(NamedTuple):
-    """A family: its options type and ``build(features, options)`` of its recurrent part (None:
-    feed-forward)."""
-
-    options: Type[Any]
-    build: Optional[Callable[[int, Any], nn.Module]]
-
-
-FAMILIES: Dict[str, Family] = {
-    "ncp_ltc": Family(NCPLTCOptions, _ncp_ltc),
-    "cfc": Family(CfCOptions, _cfc),
-    "lstm": Family(RNNOptions, _lstm),
-    "ctrnn": Family(RNNOptions, _ctrnn),
-    "cnn": Family(CNNOptions, None),
-}
 
 # The flat ``PolicyModule`` arguments of drive <= 0.x (checkpoints' ``hyper_parameters``) -> the
 # (family, field) pairs they set today.
@@ -153,16 +47,17 @@ FLAT_OPTIONS: Dict[str, Tuple[Tuple[str, str], ...]] = {
 }
 
 
-def _check_family(family: str) -> Family:
-    if family not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; choose one of {sorted(FAMILIES)}")
-    return FAMILIES[family]
+def _family(name: str) -> Family:
+    known = families()
+    if name not in known:
+        raise ValueError(f"unknown family {name!r}; choose one of {sorted(known)}")
+    return known[name]
 
 
 def family_options(family: str, options: Any = None, **fields: Any) -> Any:
     """``family``'s options object: ``options`` (its dataclass, a dict of its fields, or None for the
     defaults) with ``fields`` replacing single fields. A field the family does not have is an error."""
-    kind = _check_family(family).options
+    kind = _family(family).options
     if options is None:
         options = kind()
     elif isinstance(options, Mapping):
@@ -192,6 +87,8 @@ def upgrade_flat_options(hparams: Mapping[str, Any]) -> Dict[str, Any]:
             continue
         for family, field in targets:
             group = out.get(family)
+            if dataclasses.is_dataclass(group) and not isinstance(group, type):
+                group = dataclasses.asdict(group)
             group = dict(group) if isinstance(group, Mapping) else {}
             group.setdefault(field, hparams[name])
             out[family] = group
@@ -208,13 +105,15 @@ def build_policy(
 ) -> Policy:
     """An untrained policy of ``family`` for frames of size ``input_hw``.
 
-    ``options``: the family's options (:data:`FAMILIES`; a dataclass or a dict of its fields, None =
-    the defaults); ``fields``: single options of the family, e.g. ``units=16`` or ``mode="pure"``.
+    ``options``: the family's options (a dataclass or a dict of its fields, None = the defaults);
+    ``fields``: single options of the family, e.g. ``units=16`` or ``mode="pure"``.
     ``feature_norm``: the NCP conv head's ``norm`` (None = the head's default, the paper's ``none``).
     """
+    spec = _family(family)
     opts = family_options(family, options, **fields)
-    if family == "cnn":
-        return Policy(PilotNetCNN(input_hw), None, frame_period_s=frame_period_s, head_name="pilotnet")
-    head = NCPConvHead(input_hw) if feature_norm is None else NCPConvHead(input_hw, norm=feature_norm)
-    rnn = FAMILIES[family].build(head.output_size, opts)  # type: ignore[misc]
-    return Policy(head, rnn, frame_period_s=frame_period_s, head_name="ncp_conv")
+    if spec.head == "ncp_conv" and feature_norm is not None:
+        head = NCPConvHead(input_hw, norm=feature_norm)
+    else:
+        head = build_head(spec.head, input_hw=input_hw)
+    rnn = spec.cell.from_options(int(head.output_size), opts)  # type: ignore[union-attr]
+    return Policy(head, rnn, frame_period_s=frame_period_s, head_name=spec.head)

@@ -26,17 +26,11 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import torch
 from torch import Tensor, nn
 
-# every recurrent module, so that build_rnn finds each one registered (drive.nn.registry)
-from drive.nn.baselines import CTRNN, LSTM, Stateless
-from drive.nn.cfc import CfC, WiredCfC
-from drive.nn.closed_form import ClosedFormLTC
+from drive.nn.baselines import Stateless
 from drive.nn.heads import build_head
-from drive.nn.ltc import LTC
 from drive.nn.registry import lookup, name_of
 
-__all__ = ["Policy", "Readout", "Stateless", "build_rnn", "rnn_spec", "KM_PER_M", "RECURRENT"]
-
-RECURRENT = (LTC, CfC, WiredCfC, LSTM, CTRNN, ClosedFormLTC, Stateless)  # every registered recurrent class
+__all__ = ["Policy", "Readout", "build_rnn", "rnn_spec", "KM_PER_M"]
 
 KM_PER_M = 1000.0  # network output (1/km) = curvature (1/m) x 1000
 
@@ -49,7 +43,8 @@ def rnn_spec(rnn: nn.Module) -> Dict[str, Any]:
 def build_rnn(spec: Mapping[str, Any]) -> nn.Module:
     """Rebuild a recurrent module from :func:`rnn_spec`. ``spec["class"]`` is a registered name or an
     alias (the module paths files written before the registry hold); anything else is refused with a
-    ValueError naming it: nothing named in a file is imported."""
+    ValueError naming it: nothing named in a file is imported. (Every class is registered once
+    ``drive.nn`` is imported, which importing this module does.)"""
     cls = lookup(str(spec["class"]))
     return cls(**dict(spec.get("kwargs", {})))
 

@@ -1,5 +1,7 @@
-"""The hyperparameters a checkpoint carries (``hyper_parameters``): written as weights_only-safe
-plain types (:func:`plain`), read back in today's argument names (:func:`checkpoint_hparams`).
+"""The hyperparameters of :class:`~drive.train.module.PolicyModule`: its per-family option groups
+(:func:`option_groups`, derived from the registered families), and what a checkpoint carries
+(``hyper_parameters``), written as weights_only-safe plain types (:func:`plain`) and read back in
+today's argument names (:func:`checkpoint_hparams`).
 
 ``drive fit | validate | test | predict --ckpt_path FILE`` re-applies the checkpoint's model
 hyperparameters to the command line's (Lightning's ``LightningCLI``); a checkpoint written before
@@ -10,6 +12,7 @@ the per-family options groups (flat ``units``, ``cfc_mode``, ``ode_unfolds``, ..
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 from typing import Any, Dict, Mapping, Union
 
@@ -17,8 +20,47 @@ import torch
 
 from drive.checkpoint import checked_load
 from drive.nn.families import upgrade_flat_options
+from drive.nn.registry import Family, families
 
-__all__ = ["plain", "checkpoint_hparams", "upgrade_hparams"]
+__all__ = ["option_groups", "plain", "checkpoint_hparams", "upgrade_hparams"]
+
+_KEYWORD = inspect.Parameter.KEYWORD_ONLY
+
+
+def _with_options() -> Dict[str, Family]:
+    """The families that have options (a family whose options dataclass has no field has no group)."""
+    return {name: family for name, family in families().items() if dataclasses.fields(family.options)}
+
+
+def option_groups(**groups: Any) -> Dict[str, Any]:
+    """Every family's options group: ``groups[name]`` (its dataclass or a dict of its fields) where
+    given, its defaults otherwise; the flat names of earlier versions (``units``, ``cfc_mode``, ...,
+    which old checkpoints carry) are read into their groups; any other name is a ``TypeError``.
+
+    :class:`~drive.train.module.PolicyModule` passes its ``**options`` through here, as
+    ``option_groups(**options)``: LightningCLI follows that call and reads this function's
+    signature (set below from the registry: one keyword per family, typed by its options
+    dataclass, defaulting to its defaults), so ``drive fit --help`` lists ``--model.cfc.mode`` and
+    the groups of every registered family, plugins' included."""
+    known = _with_options()
+    groups = upgrade_flat_options(groups)
+    unknown = sorted(set(groups) - set(known))
+    if unknown:
+        raise TypeError(
+            f"PolicyModule got an unexpected keyword argument {unknown[0]!r} "
+            f"(option groups: {', '.join(known)})"
+        )
+    return {name: groups.get(name, family.options()) for name, family in known.items()}
+
+
+option_groups.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=family.options(), annotation=family.options
+        )
+        for name, family in _with_options().items()
+    ]
+)
 
 
 def plain(value: Any) -> Any:

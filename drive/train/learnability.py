@@ -22,7 +22,8 @@ from drive.data.datamodule import DriveDataModule
 from drive.sim.record import simulate
 from drive.sim.render import Camera
 from drive.sim.synthetic import LaneScene, write_synthetic_lanes
-from drive.train.module import NotLearningWarning, PolicyModule
+from drive.train.module import PolicyModule
+from drive.train.monitor import NotLearningWarning
 
 __all__ = ["DATASETS", "DatasetSpec", "make_dataset", "fit_and_score"]
 

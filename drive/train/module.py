@@ -35,23 +35,16 @@ from torch import Tensor
 from drive.checkpoint import policy_meta
 from drive.data.preprocess import Preprocessing
 from drive.data.sequences import median_dt
-from drive.nn.families import (
-    DEFAULT_INPUT_HW,
-    CfCOptions,
-    NCPLTCOptions,
-    RNNOptions,
-    build_policy,
-    family_options,
-)
+from drive.nn.families import DEFAULT_INPUT_HW, build_policy, family_options
 from drive.nn.init import data_init, sample_frames
 from drive.nn.policy import Policy
-from drive.train.hparams import checkpoint_hparams, plain
+from drive.train.hparams import checkpoint_hparams, option_groups, plain
 from drive.train.label_stats import curvature_limit, label_range, readout_scale_km
-from drive.train.monitor import LearningMonitor, NotLearningWarning
+from drive.train.monitor import LearningMonitor
 from drive.train.schedule import lr_factor
 from drive.train.stateful_eval import StatefulEvalModule
 
-__all__ = ["PolicyModule", "weighted_mse", "curve_weights", "NotLearningWarning"]
+__all__ = ["PolicyModule", "weighted_mse", "curve_weights"]
 
 
 def weighted_mse(pred_km: Tensor, target_km: Tensor, weight: Tensor) -> Tensor:
@@ -69,11 +62,7 @@ class PolicyModule(StatefulEvalModule):
 
     Args:
         family: ``ncp_ltc`` (NCP conv head + 19-neuron lane-keeping NCP LTC), ``cfc``, ``lstm``,
-            ``ctrnn`` or ``cnn`` (PilotNet, single frames); :mod:`drive.nn.families`.
-        ncp_ltc: options of ``ncp_ltc`` (:class:`~drive.nn.families.NCPLTCOptions`).
-        cfc: options of ``cfc`` (:class:`~drive.nn.families.CfCOptions`).
-        lstm: options of ``lstm`` (:class:`~drive.nn.families.RNNOptions`).
-        ctrnn: options of ``ctrnn`` (:class:`~drive.nn.families.RNNOptions`).
+            ``ctrnn``, ``cnn`` (PilotNet, single frames) or a plugin's; :mod:`drive.nn.families`.
         input_hw: network input (H, W); must equal the datamodule's preprocessing size.
         lr: Adam learning rate (paper: 5e-4).
         weight_decay: Adam weight decay.
@@ -102,15 +91,15 @@ class PolicyModule(StatefulEvalModule):
             and warns once per problem (:mod:`drive.train.monitor`): training or validation MSE no better
             than the best constant predictor, most head features dead, or the cell's inputs
             saturated. The best-constant MSE is logged beside ``val/mse_km``. 0 turns the checks off.
+        options: one options group per family with options, by the family's name (``ncp_ltc``,
+            ``cfc``, ``lstm``, ``ctrnn`` and any a plugin registers;
+            :func:`drive.train.hparams.option_groups`): its dataclass or a dict of its fields; the
+            chosen family's group builds the model, all are recorded.
     """
 
     def __init__(
         self,
         family: str = "ncp_ltc",
-        ncp_ltc: NCPLTCOptions = NCPLTCOptions(),
-        cfc: CfCOptions = CfCOptions(),
-        lstm: RNNOptions = RNNOptions(),
-        ctrnn: RNNOptions = RNNOptions(),
         input_hw: Tuple[int, int] = DEFAULT_INPUT_HW,
         lr: float = 5e-4,
         weight_decay: float = 0.0,
@@ -124,6 +113,7 @@ class PolicyModule(StatefulEvalModule):
         init: str = "data",
         feature_norm: str = "batch",
         check_after_steps: int = 300,
+        **options: Any,
     ) -> None:
         super().__init__()
         if lr_schedule not in ("cosine", "step", "constant"):
@@ -134,13 +124,18 @@ class PolicyModule(StatefulEvalModule):
             raise ValueError(f"init must be 'data' or 'default', got {init!r}")
         if head_precision not in ("bf16", "fp16", "fp32"):
             raise ValueError(f"head_precision must be bf16, fp16 or fp32, got {head_precision!r}")
+        # Every family's group, the defaults filled in and the flat names of earlier versions read as
+        # groups, into ``options`` itself: Lightning records the hyperparameters from this frame's
+        # arguments, so checkpoints hold every group, in today's names.
+        groups = option_groups(**options)
+        options.clear()
+        options.update(groups)
         self.save_hyperparameters()
-        # the family's group, as its options type (LightningCLI and checkpoints hand over a dict)
-        options = {"ncp_ltc": ncp_ltc, "cfc": cfc, "lstm": lstm, "ctrnn": ctrnn}.get(family)
         self.policy: Policy = build_policy(
             family,
             input_hw=tuple(input_hw),
-            options=family_options(family, options),
+            # the family's group as its options type (LightningCLI and checkpoints hand over a dict)
+            options=family_options(family, options.get(family)),
             feature_norm=feature_norm,
         )
         self.preprocessing = Preprocessing(size=(int(input_hw[0]), int(input_hw[1])))
@@ -226,7 +221,9 @@ class PolicyModule(StatefulEvalModule):
             hparams_file=hparams_file,
             strict=strict,
             weights_only=weights_only,
-            **{**hparams, **kwargs},
+            # built here from today's names; LightningCLI's instantiator (which a drive fit checkpoint
+            # names) would parse the file's own keys, flat ones included, and refuse those
+            **{**hparams, "_instantiator": None, **kwargs},
         )
 
     def on_save_checkpoint(self, checkpoint: Dict[str, Any]) -> None:

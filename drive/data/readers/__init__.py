@@ -1,27 +1,10 @@
 """Readers: foreign driving logs -> canonical :class:`~drive.io.recording.Recording` objects.
 
-=============  ==================================================  ===================================
-format         what the user points at                             steering unit default
-=============  ==================================================  ===================================
-canonical      a recording directory (meta.json, log.csv,          curvature 1/m
-               frames/ | video)
-udacity_sim    ``driving_log.csv`` or its folder                   normalized x 25 deg, + = right
-udacity_real   ``interpolated.csv`` or its folder                  steering-wheel rad / 14.8
-comma2k19      a segment folder (video.hevc, global_pose/,         steering-wheel deg / 15.3, + = left
-               processed_log/)
-donkeycar      a Donkeycar tub v2 (manifest.json,                  normalized x 25 deg, + = right
-               catalog_*.catalog)
-dave2          ``data.txt`` (``<image> <angle>[,<time>]``) or      steering-wheel deg / 15, + = right
-               its folder
-hdf5           an NCP ``.h5`` drive (camera_front, inverse_r,      curvature 1/m
-               timestamp)
-video          an ``.mp4``/``.avi`` with a timestamped CSV         named in options
-               beside it
-folder         an image folder with one CSV (or the CSV itself)    named in options
-rosbag         a ROS 1 ``.bag``, a rosbag2 folder (sqlite3 or      by message type:
-               MCAP) or a bare ``.mcap``/``.db3``; camera +        Ackermann, Twist, Float
-               steering topics
-=============  ==================================================  ===================================
+Each format is one module here that registers itself (:mod:`drive.data.readers.registry`: its name,
+how to detect and read it, what it looks like on disk, which files a folder walk looks at); its
+docstring describes the format and its label defaults (docs/data.md has the table). Importing the
+package imports every module in it and the plugins (:mod:`drive.plugins`): :data:`FORMATS` lists
+them all, in detection order.
 
 :func:`read_logs` expands globs, walks directories that are not themselves a log (finding every
 log below them), detects each log's format unless one is given, and returns the recordings.
@@ -31,53 +14,15 @@ from __future__ import annotations
 
 import glob
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 from drive.data.errors import DataError, Problems
-from drive.data.readers import (
-    canonical,
-    comma2k19,
-    dave2,
-    donkeycar,
-    folder_csv,
-    hdf5_ncp,
-    rosbag,
-    udacity_real,
-    udacity_sim,
-    video_csv,
-)
 from drive.data.readers.base import ReaderOptions
+from drive.data.readers.registry import FORMATS, walked_suffixes
 from drive.io.recording import Recording
+from drive.plugins import import_all, load_plugins
 
-__all__ = ["FORMATS", "LAYOUTS", "detect_format", "discover", "read_logs", "ReaderOptions", "no_log_message"]
-
-# name -> (detect(path) -> bool, read(path, options, problems) -> [Recording]); detection order matters.
-FORMATS: Dict[str, Tuple[Callable[[Path], bool], Callable[..., List[Recording]]]] = {
-    "canonical": (canonical.detect, canonical.read),
-    "udacity_sim": (udacity_sim.detect, udacity_sim.read),
-    "udacity_real": (udacity_real.detect, udacity_real.read),
-    "comma2k19": (comma2k19.detect, comma2k19.read),
-    "donkeycar": (donkeycar.detect, donkeycar.read),
-    "dave2": (dave2.detect, dave2.read),
-    "hdf5": (hdf5_ncp.detect, hdf5_ncp.read),
-    "rosbag": (rosbag.detect, rosbag.read),
-    "video": (video_csv.detect, video_csv.read),
-    "folder": (folder_csv.detect, folder_csv.read),
-}
-_WALKABLE = hdf5_ncp.HDF5_EXTENSIONS + video_csv.VIDEO_EXTENSIONS + rosbag.BAG_SUFFIXES
-# what each format looks like on disk, for messages that say what was expected
-LAYOUTS: Dict[str, str] = {
-    "canonical": "a folder with meta.json and log.csv",
-    "udacity_sim": "driving_log.csv",
-    "udacity_real": "interpolated.csv",
-    "comma2k19": "a segment folder with video.hevc and global_pose/",
-    "donkeycar": "a tub with manifest.json",
-    "dave2": "data.txt",
-    "hdf5": "an NCP .h5 file",
-    "video": "an .mp4/.avi with a CSV beside it",
-    "folder": "an image folder with one CSV, or the CSV",
-    "rosbag": "a ROS 1 .bag, a rosbag2 folder (metadata.yaml) or an .mcap/.db3 file",
-}
+__all__ = ["FORMATS", "detect_format", "discover", "read_logs", "ReaderOptions", "no_log_message"]
 
 
 def no_log_message(path: Union[str, Path]) -> str:
@@ -88,15 +33,15 @@ def no_log_message(path: Union[str, Path]) -> str:
         hint = f" (it is part of the {detect_format(p.parent)} log {p.parent}: pass that instead)"
     elif p.is_dir() and not any(p.iterdir()):
         hint = " (the folder is empty)"
-    layouts = "; ".join(f"{name}: {what}" for name, what in LAYOUTS.items())
+    layouts = "; ".join(f"{name}: {reader.layout}" for name, reader in FORMATS.items())
     return f"no driving log found{hint}; recognised layouts: {layouts}"
 
 
 def detect_format(path: Union[str, Path]) -> Optional[str]:
     """The format of one log path, or None."""
     p = Path(path)
-    for name, (detect, _) in FORMATS.items():
-        if detect(p):
+    for name, reader in FORMATS.items():
+        if reader.detect(p):
             return name
     return None
 
@@ -115,14 +60,15 @@ def discover(path: Union[str, Path], format: Optional[str] = None) -> List[Tuple
     if format is not None:
         if format not in FORMATS:
             raise ValueError(f"unknown format {format!r}; known: {list(FORMATS)}")
-        if FORMATS[format][0](p):
+        if FORMATS[format].detect(p):
             return [(p, format)]
     else:
         found = detect_format(p)
         if found is not None:
             return [(p, found)]
     if p.is_dir():
-        children = [c for c in sorted(p.iterdir()) if c.is_dir() or c.suffix.lower() in _WALKABLE]
+        walked = walked_suffixes()
+        children = [c for c in sorted(p.iterdir()) if c.is_dir() or c.suffix.lower() in walked]
         return [item for c in children for item in discover(c, format)]
     if format is not None:
         raise ValueError(f"{p}: does not look like a {format!r} log")
@@ -160,5 +106,9 @@ def read_logs(
         )
     out: List[Recording] = []
     for path, name in items:
-        out.extend(FORMATS[name][1](path, opts, problems))
+        out.extend(FORMATS[name].read(path, opts, problems))
     return out
+
+
+import_all(__name__, __path__)  # every reader in this package registers: a new one is one module
+load_plugins()  # and the readers (and cells) of DRIVE_PLUGINS and the drive.plugins entry points

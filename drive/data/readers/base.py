@@ -38,7 +38,6 @@ __all__ = [
     "read_csv_table",
     "reroot",
     "build_recording",
-    "SubsetFrames",
     "IMAGE_EXTENSIONS",
     "estimate_fps",
     "rows_as_float",
@@ -81,29 +80,8 @@ def build_recording(
     """
     n = len(log["timestamp_s"])
     keep = np.ones(n, dtype=bool) if keep is None else keep.copy()
-    for name, column in log.items():
-        column = np.asarray(column)
-        if column.dtype.kind != "f":
-            continue
-        for i in np.flatnonzero(keep & ~np.isfinite(column)):
-            problems.report(
-                file,
-                int(rows[i]),
-                "non_finite_label" if name != "timestamp_s" else "bad_timestamp",
-                f"{name} is {column[i]}",
-            )
-            keep[i] = False
-    t = log["timestamp_s"]
-    last = -np.inf
-    for i in np.flatnonzero(keep):
-        if t[i] <= last:
-            kind = "duplicate_timestamp" if t[i] == last else "non_monotonic_timestamp"
-            problems.report(
-                file, int(rows[i]), kind, f"timestamp {t[i]!r} s is not after the previous {last!r} s"
-            )
-            keep[i] = False
-        else:
-            last = t[i]
+    _drop_non_finite(file, rows, log, keep, problems)
+    _drop_unordered_times(file, rows, log["timestamp_s"], keep, problems)
     index = np.flatnonzero(keep)
     if len(index) == 0:
         problems.report(file, None, "empty", "no usable frames")
@@ -125,6 +103,40 @@ def build_recording(
         path if path is not None else Path(file),
         origin=(file, np.asarray(rows, dtype=np.int64)[index]),
     )
+
+
+def _drop_non_finite(
+    file: str, rows: np.ndarray, log: Dict[str, np.ndarray], keep: np.ndarray, problems: Problems
+) -> None:
+    """Clear ``keep`` (and report) where a float column is NaN or infinite."""
+    for name, column in log.items():
+        column = np.asarray(column)
+        if column.dtype.kind != "f":
+            continue
+        for i in np.flatnonzero(keep & ~np.isfinite(column)):
+            problems.report(
+                file,
+                int(rows[i]),
+                "non_finite_label" if name != "timestamp_s" else "bad_timestamp",
+                f"{name} is {column[i]}",
+            )
+            keep[i] = False
+
+
+def _drop_unordered_times(
+    file: str, rows: np.ndarray, t: np.ndarray, keep: np.ndarray, problems: Problems
+) -> None:
+    """Clear ``keep`` (and report) where a kept row's time is not after the previous kept row's."""
+    last = -np.inf
+    for i in np.flatnonzero(keep):
+        if t[i] <= last:
+            kind = "duplicate_timestamp" if t[i] == last else "non_monotonic_timestamp"
+            problems.report(
+                file, int(rows[i]), kind, f"timestamp {t[i]!r} s is not after the previous {last!r} s"
+            )
+            keep[i] = False
+        else:
+            last = t[i]
 
 
 def _first_frame_size(source: FrameSource, file: str) -> Tuple[int, int]:

@@ -10,6 +10,7 @@ import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.readers.base import ReaderOptions, build_recording
+from drive.data.readers.registry import FIRST, register_reader
 from drive.io.recording import Recording, RecordingError, SubsetFrames, VideoFrames
 
 __all__ = ["read", "detect"]
@@ -74,3 +75,8 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         path=path,
     )
     return [out] if out is not None else []
+
+
+register_reader(
+    "canonical", detect=detect, read=read, layout="a folder with meta.json and log.csv", priority=FIRST
+)

@@ -21,6 +21,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.labels import to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording
+from drive.data.readers.registry import register_reader
 from drive.io.recording import Recording, VideoFrames
 
 __all__ = ["read", "detect", "LABEL_DEFAULTS"]
@@ -91,3 +92,8 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         path=path,
     )
     return [rec] if rec is not None else []
+
+
+register_reader(
+    "comma2k19", detect=detect, read=read, layout="a segment folder with video.hevc and global_pose/"
+)

@@ -19,6 +19,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.labels import time_to_s, to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording
+from drive.data.readers.registry import register_reader
 from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "LABEL_DEFAULTS"]
@@ -98,3 +99,6 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         path=path,
     )
     return [rec] if rec is not None else []
+
+
+register_reader("donkeycar", detect=detect, read=read, layout="a tub with manifest.json")

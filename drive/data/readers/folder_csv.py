@@ -9,7 +9,7 @@ with the folder's images sorted by name (counts must match). Timestamps come fro
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -17,15 +17,17 @@ from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
 from drive.data.readers.base import (
     IMAGE_EXTENSIONS,
+    CsvTable,
     ReaderOptions,
     build_recording,
     read_csv_table,
     resolve_images,
     rows_as_float,
 )
+from drive.data.readers.registry import FALLBACK, register_reader
 from drive.io.recording import ImageFiles, Recording
 
-__all__ = ["read", "detect", "find_csv"]
+__all__ = ["read", "detect", "find_csv", "csv_labels"]
 
 _TIME_NAMES = ("timestamp_s", "timestamp", "time_s", "time", "t")
 _STEER_NAMES = {
@@ -66,16 +68,12 @@ def _pick(
     return None
 
 
-def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recording]:
-    csv_path = path if path.is_file() else find_csv(path)
-    if csv_path is None:
-        problems.report(str(path), None, "no_log", "expected exactly one CSV file in the folder")
-        return []
-    base = csv_path.parent
-    table = read_csv_table(csv_path, problems)
-    if len(table) == 0:
-        problems.report(str(csv_path), None, "empty", "no data rows")
-        return []
+def csv_labels(
+    table: CsvTable, csv_path: Path, options: ReaderOptions
+) -> Tuple[Optional[np.ndarray], np.ndarray, np.ndarray]:
+    """A label table's (timestamps s or None without a timestamp column, curvature 1/m, speed m/s):
+    the columns named in ``options`` or found by their usual names, in canonical units. A steering
+    column of no known unit needs ``label: {unit: ...}``."""
     header = table.header
     time_unit, speed_unit, speed_mps = options.units()
     steer = _pick(header, options.steering_column, list(_STEER_NAMES), "steering", True)
@@ -88,20 +86,37 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     spec = options.label_spec(**({"unit": default_unit} if default_unit else {}))
     curvature = to_curvature_per_m(rows_as_float(table, table.column_index(steer, "steering")), spec)
     time_col = _pick(header, options.timestamp_column, _TIME_NAMES, "timestamp", False)
-    if time_col is not None:
-        timestamps = time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp")), time_unit)
-    elif options.fps:
-        timestamps = np.arange(len(table)) / float(options.fps)
-    else:
-        raise ValueError(f"{csv_path}: no timestamp column (tried {_TIME_NAMES}); name one or set fps")
+    timestamps = (
+        time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp")), time_unit)
+        if time_col is not None
+        else None
+    )
     speed_col = _pick(header, options.speed_column, _SPEED_NAMES, "speed", False)
     speed = (
         speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), speed_unit)
         if speed_col is not None
         else np.full(len(table), speed_mps)
     )
+    return timestamps, curvature, speed
+
+
+def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recording]:
+    csv_path = path if path.is_file() else find_csv(path)
+    if csv_path is None:
+        problems.report(str(path), None, "no_log", "expected exactly one CSV file in the folder")
+        return []
+    base = csv_path.parent
+    table = read_csv_table(csv_path, problems)
+    if len(table) == 0:
+        problems.report(str(csv_path), None, "empty", "no data rows")
+        return []
+    timestamps, curvature, speed = csv_labels(table, csv_path, options)
+    if timestamps is None:
+        if not options.fps:
+            raise ValueError(f"{csv_path}: no timestamp column (tried {_TIME_NAMES}); name one or set fps")
+        timestamps = np.arange(len(table)) / float(options.fps)
     image_col = _pick(
-        header, options.image_column, ("image", "filename", "frame_file", "path"), "image", False
+        table.header, options.image_column, ("image", "filename", "frame_file", "path"), "image", False
     )
     if image_col is not None:
         paths, keep = resolve_images(table, table.column_index(image_col, "image"), base, problems)
@@ -137,3 +152,8 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         path=csv_path,
     )
     return [rec] if rec is not None else []
+
+
+register_reader(
+    "folder", detect=detect, read=read, layout="an image folder with one CSV, or the CSV", priority=FALLBACK
+)

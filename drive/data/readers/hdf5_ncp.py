@@ -17,6 +17,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording
+from drive.data.readers.registry import register_reader
 from drive.io.recording import Recording
 
 __all__ = ["read", "detect", "HDF5Frames", "HDF5_EXTENSIONS"]
@@ -108,3 +109,6 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         path=path,
     )
     return [rec] if rec is not None else []
+
+
+register_reader("hdf5", detect=detect, read=read, layout="an NCP .h5 file", suffixes=HDF5_EXTENSIONS)

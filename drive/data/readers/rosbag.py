@@ -55,43 +55,29 @@ Decoding single messages (images, steering, speed, stamps) lives in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, NamedTuple, Optional
 
 import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.readers.base import NoFrames, ReaderOptions, build_recording
+from drive.data.readers.registry import register_reader
 from drive.data.readers.ros_messages import (
-    ACKERMANN_MSGS,
     IMAGE_TYPES,
     SPEED_TYPES,
     STEERING_TYPES,
     Series,
-    decode_image,
     has_header,
     message_values,
     raw_steer,
     speed_values,
     stamp_ns,
     steering_curvature,
-    typestore,
 )
-from drive.data.readers.rosbag_io import BagFrames, list_topics, open_or_report, pick_topic
+from drive.data.readers.rosbag_io import BagFrames, open_or_report, pick_topic
 from drive.io.recording import Recording
 
-__all__ = [
-    "read",
-    "detect",
-    "list_topics",
-    "BagFrames",
-    "decode_image",
-    "typestore",
-    "BAG_SUFFIXES",
-    "IMAGE_TYPES",
-    "STEERING_TYPES",
-    "SPEED_TYPES",
-    "ACKERMANN_MSGS",
-]
+__all__ = ["read", "detect", "BAG_SUFFIXES"]
 
 BAG_SUFFIXES = (".bag", ".mcap", ".db3")
 GAP_FACTOR = 3.0
@@ -178,13 +164,68 @@ def _unlabelled_in_gaps(frame_t: np.ndarray, lt: np.ndarray) -> np.ndarray:
     return out
 
 
+class _Chosen(NamedTuple):
+    """The scanned topics (speed optional) and the clock their times are read on: header stamps or
+    receive times, counted from ``t0_ns``, the first camera message."""
+
+    camera: Series
+    steering: Series
+    speed: Optional[Series]
+    use_header: bool
+    t0_ns: int
+
+    def times_s(self, series: Series) -> np.ndarray:
+        return _times_s(series, self.use_header, self.t0_ns)
+
+
+class _Labels(NamedTuple):
+    """The steering samples that passed the row checks (times s, curvature 1/m) and the speed
+    samples (times s, m/s) the frames' labels are interpolated from."""
+
+    steer_t: np.ndarray
+    curvature: np.ndarray
+    speed_t: np.ndarray
+    speed: np.ndarray
+    label_meta: Dict[str, Any]
+
+
 def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recording]:
     stamp = (options.stamp or "auto").lower()
     if stamp not in ("auto", "header", "bag"):
         raise ValueError(f"stamp must be auto, header or bag, got {options.stamp!r}")
+    chosen = _scan_topics(path, options, stamp, problems)
+    if chosen is None:
+        return []
+    labels = _labels(path, chosen, options, problems)
+    if labels is None:
+        return []
+    ft = chosen.times_s(chosen.camera)
+    keep = _labelled_frames(path, chosen, labels, ft, problems)
+    log = {
+        "timestamp_s": ft,
+        "curvature": np.interp(ft, labels.steer_t, labels.curvature),
+        "speed_mps": np.interp(ft, labels.speed_t, labels.speed),
+    }
+    cs = chosen.camera
+    rec = build_recording(
+        file=f"{path} {cs.topic}",
+        rows=cs.ordinals,
+        log=log,
+        source=BagFrames(path, cs.topic, cs.bag_ns, cs.ordinals),
+        problems=problems,
+        meta=_meta(path, chosen, options, labels.label_meta),
+        keep=keep,
+        path=path,
+    )
+    return [rec] if rec is not None else []
+
+
+def _scan_topics(path: Path, options: ReaderOptions, stamp: str, problems: Problems) -> Optional[_Chosen]:
+    """Pick the camera, steering and (if named) speed topics, scan them in one pass and choose the
+    clock; None (reported) when the bag does not open, a topic is missing or no frame is readable."""
     reader = open_or_report(path, problems)
     if reader is None:
-        return []
+        return None
     try:
         try:
             cam = pick_topic(reader, path, options.camera_topic, IMAGE_TYPES, "camera", "camera_topic", True)
@@ -198,13 +239,21 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
             )
         except ValueError as e:  # inspect lists the bag's topics beside this problem
             problems.report(str(path), None, "topic", str(e).split(": ", 1)[1])
-            return []
+            return None
         topics = {"camera": cam, "steering": steer, **({"speed": speed_topic} if speed_topic else {})}
         series = _scan(reader, path, topics, problems)
     finally:
         reader.close()
-    cs, ss = series[cam], series[steer]
-    sp = series[speed_topic] if speed_topic else None
+    return _choose_clock(
+        path, series[cam], series[steer], series[speed_topic] if speed_topic else None, stamp, problems
+    )
+
+
+def _choose_clock(
+    path: Path, cs: Series, ss: Series, sp: Optional[Series], stamp: str, problems: Problems
+) -> Optional[_Chosen]:
+    """Header stamps (``stamp`` header, or auto when every chosen topic has a header) or receive
+    times, counted from the first camera message; None (reported) without a readable frame."""
     chosen = [s for s in (cs, ss, sp) if s is not None]
     if stamp == "header":
         lacking = [s.topic for s in chosen if s.header_ns is None]
@@ -212,64 +261,76 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
             raise ValueError(f"{path}: stamp=header but {', '.join(lacking)} carry no header; use stamp: bag")
     use_header = stamp == "header" or (stamp == "auto" and all(s.header_ns is not None for s in chosen))
     if len(cs.bag_ns) == 0:
-        problems.report(f"{path} {cam}", None, "empty", "no readable camera messages")
-        return []
-    # times count from the first camera message (header stamp or receive time), on the chosen clock
+        problems.report(f"{path} {cs.topic}", None, "empty", "no readable camera messages")
+        return None
     t0 = (
         int(cs.header_ns[cs.header_ns > 0].min())
         if use_header and np.any(cs.header_ns > 0)
         else int(cs.bag_ns.min())
     )
+    return _Chosen(cs, ss, sp, use_header, t0)
 
-    # steering samples -> curvature, checked like rows of a label log
+
+def _labels(path: Path, chosen: _Chosen, options: ReaderOptions, problems: Problems) -> Optional[_Labels]:
+    """Steering samples -> curvature, and the speed samples, each checked like the rows of a label
+    log (non-finite values, duplicate or decreasing times are problems); None when unusable."""
+    ss, sp = chosen.steering, chosen.speed
     if len(ss.bag_ns) < 2:
         problems.report(
-            f"{path} {steer}",
+            f"{path} {ss.topic}",
             None,
             "empty",
             f"{len(ss.bag_ns)} readable steering message(s); need at least two to interpolate",
         )
-        return []
+        return None
     kappa, own_speed, label_meta = steering_curvature(ss, options, path, problems)
     _, _, default_speed = options.units()
-    lt = _times_s(ss, use_header, t0)
+    lt = chosen.times_s(ss)
     raw_speed = own_speed if own_speed is not None else np.full(len(lt), default_speed)
     standstill = np.isnan(kappa) & np.isfinite(raw_speed) & ~np.isnan(raw_steer(ss))
-    keep = ~standstill
-    labels = build_recording(
-        file=f"{path} {steer}",
-        rows=ss.ordinals,
-        log={"timestamp_s": lt, "curvature": kappa, "speed_mps": raw_speed},
-        source=NoFrames(len(lt)),
+    labels = _samples(path, ss, lt, kappa, raw_speed, problems, keep=~standstill)
+    if labels is None:
+        return None
+    st, sk = labels.log["timestamp_s"], labels.log["curvature"]
+    if sp is None:
+        return _Labels(st, sk, st, labels.log["speed_mps"], label_meta)
+    pt = chosen.times_s(sp)
+    speeds = _samples(path, sp, pt, np.zeros(len(pt)), speed_values(sp), problems)
+    if speeds is None:
+        return None
+    return _Labels(st, sk, speeds.log["timestamp_s"], speeds.log["speed_mps"], label_meta)
+
+
+def _samples(
+    path: Path,
+    series: Series,
+    t: np.ndarray,
+    curvature: np.ndarray,
+    speed: np.ndarray,
+    problems: Problems,
+    keep: Optional[np.ndarray] = None,
+) -> Optional[Recording]:
+    """One topic's samples checked as label rows (a recording without frames), or None."""
+    return build_recording(
+        file=f"{path} {series.topic}",
+        rows=series.ordinals,
+        log={"timestamp_s": t, "curvature": curvature, "speed_mps": speed},
+        source=NoFrames(len(t)),
         problems=problems,
         meta={"fps": 1.0, "width": 1, "height": 1},
         keep=keep,
     )
-    if labels is None:
-        return []
-    st, sk = labels.log["timestamp_s"], labels.log["curvature"]
-    if sp is not None:
-        pt = _times_s(sp, use_header, t0)
-        speeds = build_recording(
-            file=f"{path} {speed_topic}",
-            rows=sp.ordinals,
-            log={"timestamp_s": pt, "curvature": np.zeros(len(pt)), "speed_mps": speed_values(sp)},
-            source=NoFrames(len(pt)),
-            problems=problems,
-            meta={"fps": 1.0, "width": 1, "height": 1},
-        )
-        if speeds is None:
-            return []
-        spt, spv = speeds.log["timestamp_s"], speeds.log["speed_mps"]
-    else:
-        spt, spv = st, labels.log["speed_mps"]
 
-    # frames: times, then labels interpolated to them
-    ft = _times_s(cs, use_header, t0)
-    frame_rows = cs.ordinals
+
+def _labelled_frames(
+    path: Path, chosen: _Chosen, labels: _Labels, ft: np.ndarray, problems: Problems
+) -> np.ndarray:
+    """[N] False for the frames without a label, reported: outside the samples' time range, or in
+    a steering dropout longer than ``GAP_FACTOR`` x its median period."""
+    st, spt = labels.steer_t, labels.speed_t
+    cam, frame_rows = chosen.camera.topic, chosen.camera.ordinals
     lo, hi = max(st[0], spt[0]), min(st[-1], spt[-1])
     in_range = (ft >= lo - 1e-9) & (ft <= hi + 1e-9)
-    in_gap = _unlabelled_in_gaps(ft, st)
     finite = np.isfinite(ft)
     outside = finite & ~in_range
     for i in np.flatnonzero(outside)[:1]:
@@ -278,45 +339,45 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
             int(frame_rows[i]),
             "unlabelled_frames",
             f"{int(outside.sum())} frame(s) lie outside the time range {lo:.3f}..{hi:.3f} s of the "
-            f"steering{'/speed' if sp is not None else ''} samples (first: this message at {ft[i]:.3f} s)",
+            f"steering{'/speed' if chosen.speed is not None else ''} samples (first: this message at "
+            f"{ft[i]:.3f} s)",
         )
-    gapped = finite & in_range & in_gap
-    if gapped.any():
-        starts = np.flatnonzero(gapped & ~np.concatenate([[False], gapped[:-1]]))
-        for i in starts:
-            j = int(np.searchsorted(st, ft[i], side="right"))
-            run = int(np.argmin(gapped[i:])) if not gapped[i:].all() else len(gapped) - i
-            problems.report(
-                f"{path} {cam}",
-                int(frame_rows[i]),
-                "unlabelled_frames",
-                f"{run} frame(s) from here fall in a {st[j] - st[j - 1]:.3f} s gap of {steer} "
-                f"(> {GAP_FACTOR:g} x its median period {float(np.median(np.diff(st))):.3f} s)",
-            )
-    keep = ~(outside | gapped)
-    log = {"timestamp_s": ft, "curvature": np.interp(ft, st, sk), "speed_mps": np.interp(ft, spt, spv)}
-    source = BagFrames(path, cam, cs.bag_ns, cs.ordinals)
-    meta = {
+    gapped = finite & in_range & _unlabelled_in_gaps(ft, st)
+    for i in np.flatnonzero(gapped & ~np.concatenate([[False], gapped[:-1]])):  # each run's start
+        j = int(np.searchsorted(st, ft[i], side="right"))
+        run = int(np.argmin(gapped[i:])) if not gapped[i:].all() else len(gapped) - i
+        problems.report(
+            f"{path} {cam}",
+            int(frame_rows[i]),
+            "unlabelled_frames",
+            f"{run} frame(s) from here fall in a {st[j] - st[j - 1]:.3f} s gap of {chosen.steering.topic} "
+            f"(> {GAP_FACTOR:g} x its median period {float(np.median(np.diff(st))):.3f} s)",
+        )
+    return ~(outside | gapped)
+
+
+def _meta(path: Path, chosen: _Chosen, options: ReaderOptions, label_meta: Dict[str, Any]) -> Dict[str, Any]:
+    """The recording's metadata: the camera calibration, the topics, the clock and the label unit."""
+    speed = {"speed_topic": chosen.speed.topic} if chosen.speed is not None else {}
+    return {
         "source": f"rosbag:{path}",
         "camera": options.calibration(),
         "extra": {
             "drive": str(path),
-            "camera_topic": cam,
-            "steering_topic": steer,
-            **({"speed_topic": speed_topic} if speed_topic else {}),
-            "stamp": "header" if use_header else "bag",
+            "camera_topic": chosen.camera.topic,
+            "steering_topic": chosen.steering.topic,
+            **speed,
+            "stamp": "header" if chosen.use_header else "bag",
             "label": label_meta,
-            "start_time_ns": t0,
+            "start_time_ns": chosen.t0_ns,
         },
     }
-    rec = build_recording(
-        file=f"{path} {cam}",
-        rows=frame_rows,
-        log=log,
-        source=source,
-        problems=problems,
-        meta=meta,
-        keep=keep,
-        path=path,
-    )
-    return [rec] if rec is not None else []
+
+
+register_reader(
+    "rosbag",
+    detect=detect,
+    read=read,
+    layout="a ROS 1 .bag, a rosbag2 folder (metadata.yaml) or an .mcap/.db3 file",
+    suffixes=BAG_SUFFIXES,
+)

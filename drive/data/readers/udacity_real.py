@@ -25,6 +25,7 @@ from drive.data.readers.base import (
     resolve_images,
     rows_as_float,
 )
+from drive.data.readers.registry import register_reader
 from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "LABEL_DEFAULTS"]
@@ -85,3 +86,6 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         if rec is not None:
             out.append(rec)
     return out
+
+
+register_reader("udacity_real", detect=detect, read=read, layout="interpolated.csv")

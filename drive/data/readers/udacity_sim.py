@@ -28,6 +28,7 @@ from drive.data.readers.base import (
     resolve_images,
     rows_as_float,
 )
+from drive.data.readers.registry import register_reader
 from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "timestamp_from_name", "LABEL_DEFAULTS"]
@@ -102,3 +103,6 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         if rec is not None:
             out.append(rec)
     return out
+
+
+register_reader("udacity_sim", detect=detect, read=read, layout="driving_log.csv")

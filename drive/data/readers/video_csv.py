@@ -10,15 +10,15 @@ truncated when the cache decodes it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List
+from typing import List, Optional, Tuple
 
 import cv2
 import numpy as np
 
 from drive.data.errors import Problems
-from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
-from drive.data.readers.base import NoFrames, ReaderOptions, build_recording, read_csv_table, rows_as_float
-from drive.data.readers.folder_csv import _SPEED_NAMES, _STEER_NAMES, _TIME_NAMES, _pick
+from drive.data.readers.base import NoFrames, ReaderOptions, build_recording, read_csv_table
+from drive.data.readers.folder_csv import csv_labels
+from drive.data.readers.registry import FALLBACK, register_reader
 from drive.io.recording import Recording, VideoFrames
 
 __all__ = ["read", "detect", "VIDEO_EXTENSIONS"]
@@ -44,53 +44,12 @@ def _label_csv(video: Path, options: ReaderOptions) -> Path:
 
 
 def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recording]:
-    cap = cv2.VideoCapture(str(path))
-    if not cap.isOpened():
-        problems.report(str(path), None, "unreadable", "OpenCV cannot open this video")
+    video = _video(path, options, problems)
+    if video is None:
         return []
-    count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
-    fps = float(options.fps or cap.get(cv2.CAP_PROP_FPS) or 0.0)
-    width, height = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
-    cap.release()
-    if count <= 0:
-        problems.report(str(path), None, "empty", "video has no frames")
-        return []
-    if not fps > 0:
-        raise ValueError(f"{path}: the container has no frame rate; set fps")
+    count, fps, width, height = video
     csv_path = _label_csv(path, options)
-    table = read_csv_table(csv_path, problems)
-    if len(table) < 2:
-        problems.report(
-            str(csv_path), None, "empty", "need at least two timestamped label rows to interpolate"
-        )
-        return []
-    header = table.header
-    time_unit, speed_unit, speed_mps = options.units()
-    time_col = _pick(header, options.timestamp_column, _TIME_NAMES, "timestamp", True)
-    steer = _pick(header, options.steering_column, list(_STEER_NAMES), "steering", True)
-    default_unit = _STEER_NAMES.get(steer)
-    if options.label is None and default_unit is None:
-        raise ValueError(
-            f"{csv_path}: the unit of steering column {steer!r} is ambiguous; set label: {{unit: ...}}"
-        )
-    spec = options.label_spec(**({"unit": default_unit} if default_unit else {}))
-    t = time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp")), time_unit)
-    curv = to_curvature_per_m(rows_as_float(table, table.column_index(steer, "steering")), spec)
-    speed_col = _pick(header, options.speed_column, _SPEED_NAMES, "speed", False)
-    speed = (
-        speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), speed_unit)
-        if speed_col is not None
-        else np.full(len(table), speed_mps)
-    )
-    # Validate the label samples themselves (bad rows named by CSV line), then interpolate.
-    labels = build_recording(
-        file=str(csv_path),
-        rows=np.asarray(table.lines),
-        log={"timestamp_s": t, "curvature": curv, "speed_mps": speed},
-        source=NoFrames(len(table)),
-        problems=problems,
-        meta={"fps": 1.0, "width": 1, "height": 1},
-    )
+    labels = _labels(csv_path, options, problems)
     if labels is None:
         return []
     lt = labels.log["timestamp_s"]
@@ -129,3 +88,54 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         path=path,
     )
     return [rec] if rec is not None else []
+
+
+def _video(path: Path, options: ReaderOptions, problems: Problems) -> Optional[Tuple[int, float, int, int]]:
+    """(frame count, fps, width, height) from the container (``fps`` option first); None (reported)
+    when it does not open or has no frames."""
+    cap = cv2.VideoCapture(str(path))
+    if not cap.isOpened():
+        problems.report(str(path), None, "unreadable", "OpenCV cannot open this video")
+        return None
+    count = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+    fps = float(options.fps or cap.get(cv2.CAP_PROP_FPS) or 0.0)
+    width, height = int(cap.get(cv2.CAP_PROP_FRAME_WIDTH)), int(cap.get(cv2.CAP_PROP_FRAME_HEIGHT))
+    cap.release()
+    if count <= 0:
+        problems.report(str(path), None, "empty", "video has no frames")
+        return None
+    if not fps > 0:
+        raise ValueError(f"{path}: the container has no frame rate; set fps")
+    return count, fps, width, height
+
+
+def _labels(csv_path: Path, options: ReaderOptions, problems: Problems) -> Optional[Recording]:
+    """The label CSV's rows in canonical units, validated (bad rows named by CSV line) as a recording
+    without frames; None when fewer than two usable rows remain."""
+    table = read_csv_table(csv_path, problems)
+    if len(table) < 2:
+        problems.report(
+            str(csv_path), None, "empty", "need at least two timestamped label rows to interpolate"
+        )
+        return None
+    t, curv, speed = csv_labels(table, csv_path, options)
+    if t is None:
+        raise ValueError(f"name the timestamp column in the reader options (columns: {table.header})")
+    return build_recording(
+        file=str(csv_path),
+        rows=np.asarray(table.lines),
+        log={"timestamp_s": t, "curvature": curv, "speed_mps": speed},
+        source=NoFrames(len(table)),
+        problems=problems,
+        meta={"fps": 1.0, "width": 1, "height": 1},
+    )
+
+
+register_reader(
+    "video",
+    detect=detect,
+    read=read,
+    layout="an .mp4/.avi with a CSV beside it",
+    suffixes=VIDEO_EXTENSIONS,
+    priority=FALLBACK,
+)

@@ -11,7 +11,7 @@ step at a time; at CfC's sizes that is all dispatch overhead. These ``autograd.F
 4. form all weight gradients after the loop as a few large matmuls over the [L*B, ...] rows.
 
 The loops themselves (``drive.nn.cfc.loops``) run as TorchScript functions, entered through
-``drive.nn.cfc.run`` (the specs, the weights' loop layout and the forward run; re-exported here);
+``drive.nn.cfc.forward_loop`` (the specs, the weights' loop layout and the forward run);
 the math (update, activations, LSTM and their derivatives) is that of ``drive.nn.cfc.cell``. Tests
 compare both paths' gradients and run ``gradcheck`` in float64. Elapsed times get no gradient
 (callers fall back to autograd when one is needed); double backward is not supported.
@@ -30,8 +30,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from drive.nn.cfc.cell import SIGMOID_FORM, activation_derivative, lstm_jacobian, saves_input, update_jacobian
-from drive.nn.cfc.loops import compiled, dense_backward, wired_backward
-from drive.nn.cfc.run import (
+from drive.nn.cfc.forward_loop import (
     DenseSpec,
     WiredSpec,
     dense_loop_weights,
@@ -39,17 +38,9 @@ from drive.nn.cfc.run import (
     wired_loop_weights,
     wired_run,
 )
+from drive.nn.cfc.loops import compiled, dense_backward, wired_backward
 
-__all__ = [
-    "DenseSpec",
-    "WiredSpec",
-    "DenseBPTT",
-    "WiredBPTT",
-    "dense_loop_weights",
-    "dense_run",
-    "wired_loop_weights",
-    "wired_run",
-]
+__all__ = ["DenseBPTT", "WiredBPTT"]
 
 SHARED_INPUTS = ("spec", "x", "h", "c", "ts", "w_tau", "a", "wi", "bi", "wr")
 DENSE_INPUTS = SHARED_INPUTS  # then w0, b0, w1, b1, ... (backbone layers, then the fused heads)
@@ -139,6 +130,43 @@ def _shared_tail(
     return grads
 
 
+def _layer_grads(
+    rows: List[Tensor], x_rows: Tensor, h_rows: Tensor, ins_rows: List[Tensor], needs: Sequence[bool]
+) -> List[Optional[Tensor]]:
+    """Dense: (weight, bias) gradients of every layer from its pre-activation gradient rows; layer
+    0's weight reads ``[x, h]`` (two products instead of one over a concatenated copy)."""
+    out: List[Optional[Tensor]] = []
+    for k in range(len(rows)):
+        need_w, need_b = needs[2 * k], needs[2 * k + 1]
+        if k == 0:
+            g_w = torch.cat([rows[0].t().mm(x_rows), rows[0].t().mm(h_rows)], 1) if need_w else None
+            out.extend((g_w, _weight_and_bias(rows[0], x_rows, False, need_b)[1]))
+        else:
+            out.extend(_weight_and_bias(rows[k], ins_rows[k - 1], need_w, need_b))
+    return out
+
+
+def _layer_a(a: Tensor, bounds: List[int], layer: int, mode: str) -> Tensor:
+    """Wired: Cf-S's ``A`` of one layer's neurons (pure mode), else the (empty) placeholder."""
+    return a[bounds[layer] : bounds[layer + 1]] if mode == "pure" else a
+
+
+def _block_grads(
+    out_rows: Tensor, dz_rows: Tensor, spec: Any, needs: Sequence[bool]
+) -> List[Optional[Tensor]]:
+    """Wired: the gradient of each feed-forward block (source layer's outputs x destination layer's
+    pre-activation gradients, every head)."""
+    bounds, src, dst, k = spec.bounds, spec.block_src, spec.block_dst, spec.heads
+    return [
+        out_rows[:, bounds[src[j]] : bounds[src[j] + 1]]
+        .t()
+        .mm(dz_rows[:, k * bounds[dst[j]] : k * bounds[dst[j] + 1]])
+        if needs[j]
+        else None
+        for j in range(len(src))
+    ]
+
+
 class DenseBPTT(torch.autograd.Function):
     """Dense CfC sequence: apply(spec, x [B, L, F], h0 [B, n], c0 [B, n] | empty, ts [B, L, 1],
     w_tau, A, wi, bi, wr, w0, b0, w1, b1, ...) -> (states [B, L, n], h [B, n], c [B, n] | empty).
@@ -180,7 +208,6 @@ class DenseBPTT(torch.autograd.Function):
         w_tau, a, wi, wr, *ws = ctx.saved_tensors
         f, last, steps = ctx.f, len(ws) - 1, len(h_in)
         need = _Inputs(ctx.needs_input_grad, DENSE_INPUTS)
-        layer_needs = need.rest  # (weight, bias) of layer 0, of layer 1, ...
         sigmoid_form = mode == SIGMOID_FORM
         t = ctx.ts.transpose(0, 1)
         g, dh, dc = _start(ctx, g_seq, g_h, g_c, h_in[0])
@@ -207,14 +234,7 @@ class DenseBPTT(torch.autograd.Function):
         )
         rows = [_rows(d[::-1]) for d in dz_k]
         x_rows = xt.flatten(0, 1)
-        layer_grads: List[Optional[Tensor]] = []
-        for k in range(last + 1):
-            need_w, need_b = layer_needs[2 * k], layer_needs[2 * k + 1]
-            if k == 0:  # W_1 reads [x, h]: two products instead of one over a concatenated copy
-                g_w = torch.cat([rows[0].t().mm(x_rows), rows[0].t().mm(_rows(h_in))], 1) if need_w else None
-                layer_grads.extend((g_w, _weight_and_bias(rows[0], x_rows, False, need_b)[1]))
-            else:
-                layer_grads.extend(_weight_and_bias(rows[k], ins_rows[k - 1], need_w, need_b))
+        layer_grads = _layer_grads(rows, x_rows, _rows(h_in), ins_rows, need.rest)
         dx = rows[0].mm(ws[0][:, :f]) if need["x"] else None
         grads: Dict[str, Optional[Tensor]] = {}
         _shared_tail(
@@ -277,8 +297,7 @@ class WiredBPTT(torch.autograd.Function):
     @_fp32_backward
     def backward(ctx: Any, g_seq: Optional[Tensor], g_h: Optional[Tensor], g_c: Optional[Tensor]):
         spec: WiredSpec = ctx.spec
-        n, mode, k, bounds = spec.units, spec.mode, spec.heads, spec.bounds
-        src, dst = spec.block_src, spec.block_dst
+        n, mode, bounds = spec.units, spec.mode, spec.bounds
         xt, mem_in, mem_saved, h_in, saved, outs = ctx.saved
         w_tau, a, wi, wr, s, w_rec, *blocks = ctx.saved_tensors
         layers, steps = len(bounds) - 1, len(h_in)
@@ -286,14 +305,8 @@ class WiredBPTT(torch.autograd.Function):
         t = ctx.ts.transpose(0, 1)
         g, dh, dc = _start(ctx, g_seq, g_h, g_c, h_in[0])
         jac = [
-            update_jacobian(
-                saved[layer],
-                t,
-                bounds[layer + 1] - bounds[layer],
-                mode,
-                a[bounds[layer] : bounds[layer + 1]] if mode == "pure" else a,
-            )
-            for layer in range(layers)
+            update_jacobian(saved[i], t, bounds[i + 1] - bounds[i], mode, _layer_a(a, bounds, i, mode))
+            for i in range(layers)
         ]
         dZ, dzm, dH, dh, dc = compiled(wired_backward)(
             dh,
@@ -302,8 +315,8 @@ class WiredBPTT(torch.autograd.Function):
             jac,
             [blk.t().contiguous() for blk in blocks],
             bounds,
-            src,
-            dst,
+            spec.block_src,
+            spec.block_dst,
             w_rec.t().contiguous(),
             wr,
             lstm_jacobian(mem_saved, n) if spec.mixed else [],
@@ -313,15 +326,7 @@ class WiredBPTT(torch.autograd.Function):
         grads: Dict[str, Optional[Tensor]] = {}
         grads["s"], grads["b"] = _weight_and_bias(dz_rows, x_rows, need["s"], need["b"])
         grads["w_rec"] = _rows(h_in).t().mm(dz_rows) if need["w_rec"] else None
-        out_rows = _rows(outs)
-        g_blocks = [
-            out_rows[:, bounds[src[j]] : bounds[src[j] + 1]]
-            .t()
-            .mm(dz_rows[:, k * bounds[dst[j]] : k * bounds[dst[j] + 1]])
-            if need.rest[j]
-            else None
-            for j in range(len(blocks))
-        ]
+        g_blocks = _block_grads(_rows(outs), dz_rows, spec, need.rest)
         dx = dz_rows.mm(s) if need["x"] else None
         _shared_tail(
             need,

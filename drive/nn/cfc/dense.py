@@ -19,23 +19,45 @@ gradient is needed); eager training runs the hand-written BPTT of ``drive.nn.cfc
 the autograd loop. ``cfc_from_ncps`` (``drive.nn.cfc.ncps``) converts an ``ncps.torch.CfC`` exactly.
 """
 
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from drive.nn.cfc.base import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
 from drive.nn.cfc.bptt import DenseBPTT
 from drive.nn.cfc.cell import ACTIVATIONS, SIGMOID, SIGMOID_FORM, activate, dropout_mask, lstm_update, update
-from drive.nn.cfc.parts import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
-from drive.nn.cfc.run import DenseSpec, dense_loop_weights, dense_run
+from drive.nn.cfc.forward_loop import DenseSpec, dense_loop_weights, dense_run
 from drive.nn.cfc.sigmoid_form import SigmoidForm, sigmoid_form_applies, uniform_time
-from drive.nn.registry import register
+from drive.nn.cfc.wired import WiredCfC
+from drive.nn.registry import Family, register
+from drive.nn.wiring import lane_keeping_ncp
 
-__all__ = ["CfC"]
+__all__ = ["CfC", "CfCOptions"]
 
 
-@register("cfc", aliases=("drive.nn.cfc.CfC", "drive.nn.cfc.dense.CfC"))
+@dataclass(frozen=True)
+class CfCOptions:
+    """``cfc``: a closed-form continuous-time network (Hasani et al. 2022).
+
+    Args:
+        units: hidden units of the dense CfC (paper: 64); unused when ``wired``.
+        mode: CfC variant ``default`` | ``no_gate`` | ``pure`` (Cf-S).
+        mixed_memory: CfC with an LSTM memory cell (CfC-mmRNN).
+        wired: CfC on the lane-keeping NCP wiring instead of dense units.
+        wiring_seed: seed of the NCP wiring's random synapses (``wired`` only).
+    """
+
+    units: int = 64
+    mode: str = "default"
+    mixed_memory: bool = False
+    wired: bool = False
+    wiring_seed: int = 22222
+
+
+@register("cfc", aliases=("drive.nn.cfc.CfC", "drive.nn.cfc.dense.CfC"), family=Family("cfc", CfCOptions))
 class CfC(CfCModule):
     """Dense CfC over ``units`` neurons with a backbone of ``backbone_layers`` x ``backbone_units``.
 
@@ -99,6 +121,16 @@ class CfC(CfCModule):
         self.memory = MixedMemory(self.input_size, self.units) if mixed_memory else None
         self.readout = nn.Linear(self.units, self.output_size) if output_size is not None else None
         self._cache = PreparedCache()
+
+    @classmethod
+    def from_options(cls, features: int, options: CfCOptions) -> Union["CfC", WiredCfC]:
+        """The ``cfc`` family's cell for ``features`` inputs: ``units`` dense neurons and a readout,
+        or (``wired``) a :class:`WiredCfC` on the lane-keeping NCP."""
+        o = options
+        if o.wired:
+            wiring = lane_keeping_ncp(seed=o.wiring_seed, input_dim=features)
+            return WiredCfC(wiring=wiring, input_size=features, mode=o.mode, mixed_memory=o.mixed_memory)
+        return cls(features, o.units, output_size=1, mode=o.mode, mixed_memory=o.mixed_memory)
 
     def config(self) -> Dict[str, Any]:
         """JSON-able constructor kwargs: ``CfC(**m.config())`` rebuilds the architecture."""

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from drive.nn.cfc.cell import activate, dropout_mask, lstm_update, saves_input, update
-from drive.nn.script import script
+from drive.nn.torchscript import script
 
 _COMPILED: Dict[str, Any] = {}
 

@@ -8,14 +8,51 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from drive.nn.cfc.base import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
 from drive.nn.cfc.bptt import WiredBPTT
 from drive.nn.cfc.cell import lstm_update, update
-from drive.nn.cfc.parts import CfCModule, MixedMemory, PreparedCache, check_config, needs_grad, register_pure
-from drive.nn.cfc.run import WiredSpec, wired_loop_weights, wired_run
+from drive.nn.cfc.forward_loop import WiredSpec, wired_loop_weights, wired_run
 from drive.nn.registry import register
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
 __all__ = ["WiredCfC"]
+
+
+def _layers(wiring: Wiring) -> Tuple[np.ndarray, np.ndarray, List[int]]:
+    """(layer of each neuron id [N], the neuron ids in layer order [N], the layers' sizes)."""
+    layer_of = np.empty(wiring.units, np.int64)
+    for layer, (_, idx) in enumerate(wiring.layers):
+        layer_of[idx] = layer
+    order = np.concatenate([np.asarray(idx, np.int64) for _, idx in wiring.layers])
+    return layer_of, order, [len(idx) for _, idx in wiring.layers]
+
+
+def _synapses(
+    wiring: Wiring, layer_of: np.ndarray, k: int, self_connections: bool, ncps_compatible: bool
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per head (K): which synapses exist and their polarity -- (mask [K, N, N], sensory mask
+    [K, F, N], sign [K, N, N], sensory sign [K, F, N]) -- and the output neurons' ids (class
+    docstring for the two semantics)."""
+    n = wiring.units
+    pre, post = layer_of[:, None], layer_of[None, :]
+    adj, sens = wiring.adjacency.astype(np.float32), wiring.sensory_adjacency.astype(np.float32)
+    if ncps_compatible:
+        same, nxt = (pre == post).astype(np.float32), (pre == post - 1).astype(np.float32)
+        first = np.broadcast_to((layer_of == 0)[None, :], sens.shape).astype(np.float32)
+        syn, dense = np.abs(adj) * nxt + same, nxt + same
+        mask = np.stack([syn, syn, dense, dense][:k])
+        smask = np.stack([np.abs(sens) * first, np.abs(sens) * first, first, first][:k])
+        return (
+            mask,
+            smask,
+            np.zeros_like(mask),
+            np.zeros_like(smask),
+            np.asarray(wiring.layers[-1][1], np.int64),
+        )
+    syn = np.maximum(np.abs(adj), np.eye(n, dtype=np.float32)) if self_connections else np.abs(adj)
+    sign = np.stack([adj, adj, 0 * adj, 0 * adj][:k])
+    ssign = np.stack([sens, sens, 0 * sens, 0 * sens][:k])
+    return np.stack([syn] * k), np.stack([np.abs(sens)] * k), sign, ssign, np.arange(wiring.output_dim)
 
 
 @register(
@@ -87,32 +124,25 @@ class WiredCfC(CfCModule):
         n, f, k = wiring.units, wiring.input_dim, 1 if mode == "pure" else 4
         self.units, self.heads = n, k
         self.mixed_memory = bool(mixed_memory)
-        layer_of = np.empty(n, np.int64)
-        for layer, (_, idx) in enumerate(wiring.layers):
-            layer_of[idx] = layer
-        order = np.concatenate([np.asarray(idx, np.int64) for _, idx in wiring.layers])
-        sizes = [len(idx) for _, idx in wiring.layers]
+        layer_of, order, sizes = _layers(wiring)
         self.bounds: List[int] = np.concatenate([[0], np.cumsum(sizes)]).astype(int).tolist()
-        pre, post = layer_of[:, None], layer_of[None, :]
-        adj, sens = wiring.adjacency.astype(np.float32), wiring.sensory_adjacency.astype(np.float32)
-        if ncps_compatible:
-            same, nxt = (pre == post).astype(np.float32), (pre == post - 1).astype(np.float32)
-            first = np.broadcast_to((layer_of == 0)[None, :], sens.shape).astype(np.float32)
-            syn, dense = np.abs(adj) * nxt + same, nxt + same
-            mask = np.stack([syn, syn, dense, dense][:k])
-            smask = np.stack([np.abs(sens) * first, np.abs(sens) * first, first, first][:k])
-            sign, ssign = np.zeros_like(mask), np.zeros_like(smask)
-            out_ids = np.asarray(wiring.layers[-1][1], np.int64)
-        else:
-            syn = np.maximum(np.abs(adj), np.eye(n, dtype=np.float32)) if self_connections else np.abs(adj)
-            mask, smask = np.stack([syn] * k), np.stack([np.abs(sens)] * k)
-            sign = np.stack([adj, adj, 0 * adj, 0 * adj][:k])
-            ssign = np.stack([sens, sens, 0 * sens, 0 * sens][:k])
-            out_ids = np.arange(wiring.output_dim)
-        self.register_buffer("mask", torch.tensor(mask))
-        self.register_buffer("sensory_mask", torch.tensor(smask))
-        self.register_buffer("sign", torch.tensor(sign))
-        self.register_buffer("sensory_sign", torch.tensor(ssign))
+        mask, smask, sign, ssign, out_ids = _synapses(wiring, layer_of, k, self_connections, ncps_compatible)
+        for name, value in (("mask", mask), ("sensory_mask", smask), ("sign", sign), ("sensory_sign", ssign)):
+            self.register_buffer(name, torch.tensor(value))
+        self._register_layer_order(layer_of, order, sizes, mask, out_ids)
+        self._init_parameters(mask, smask, layer_of, sizes)
+        register_pure(self, mode, n)
+        self.memory = MixedMemory(f, n) if mixed_memory else None
+        self._register_memory_masks(smask[0], mask[0], order, ncps_compatible)
+        self.readout = nn.Linear(len(out_ids), self.output_size) if output_size is not None else None
+        self._cache = PreparedCache()
+
+    def _register_layer_order(
+        self, layer_of: np.ndarray, order: np.ndarray, sizes: List[int], mask: np.ndarray, out_ids: np.ndarray
+    ) -> None:
+        """The buffers that put neurons in layer order (the loops run layer by layer) and the
+        feed-forward blocks between layers."""
+        n, k = self.units, self.heads
         pos = np.argsort(order)  # layer-order position of each neuron id
         self.register_buffer("order", torch.tensor(order), persistent=False)
         self.register_buffer("position", torch.tensor(pos), persistent=False)
@@ -130,32 +160,41 @@ class WiredCfC(CfCModule):
             for p in range(self.bounds[layer], self.bounds[layer + 1])
         ]
         self.register_buffer("fused_rows", torch.tensor(rows, dtype=torch.int64), persistent=False)
-        ff = (mask.sum(0) > 0) & (pre < post)
+        ff = (mask.sum(0) > 0) & (layer_of[:, None] < layer_of[None, :])
         blocks = sorted(
             {(int(layer_of[i]), int(layer_of[j])) for i, j in zip(*np.nonzero(ff))}, key=lambda b: b[1]
         )
         self.block_src = [b[0] for b in blocks]
         self.block_dst = [b[1] for b in blocks]
-        # init: xavier-like per post-synaptic neuron (fan-in = its active inputs), Linear-like bias
+
+    def _register_memory_masks(
+        self, sensory: np.ndarray, synapses: np.ndarray, order: np.ndarray, ncps_compatible: bool
+    ) -> None:
+        """Mixed memory: the LSTM's input and recurrent maps see what the heads see (``sensory``
+        [F, N], ``synapses`` [N, N] presence), densely in ncps's cell; its rows in layer order."""
+        n, f = self.units, self.input_size
+        dense = ncps_compatible
+        gate_in = np.ones((n, f), np.float32) if dense else sensory.T
+        gate_rec = np.ones((n, n), np.float32) if dense else synapses.T
+        self.register_buffer("memory_mask", torch.tensor(np.tile(gate_in, (4, 1))), persistent=False)
+        self.register_buffer(
+            "memory_recurrent_mask", torch.tensor(np.tile(gate_rec, (4, 1))), persistent=False
+        )
+        self.register_buffer(
+            "memory_rows", torch.tensor([g * n + int(i) for g in range(4) for i in order]), persistent=False
+        )
+
+    def _init_parameters(
+        self, mask: np.ndarray, smask: np.ndarray, layer_of: np.ndarray, sizes: List[int]
+    ) -> None:
+        """``weight``, ``sensory_weight``, ``bias``: xavier-like per post-synaptic neuron (fan-in = its
+        active inputs), Linear-like bias."""
+        n, f, k = self.units, self.input_size, self.heads
         fan_in = torch.tensor(mask[0].sum(0) + smask[0].sum(0)).clamp(min=1.0)
         bound = (6.0 / (fan_in + torch.tensor(sizes, dtype=torch.float32)[layer_of])).sqrt()
         self.weight = nn.Parameter((torch.rand(k, n, n) * 2 - 1) * bound)
         self.sensory_weight = nn.Parameter((torch.rand(k, f, n) * 2 - 1) * bound)
         self.bias = nn.Parameter((torch.rand(k, n) * 2 - 1) / fan_in.sqrt())
-        register_pure(self, mode, n)
-        self.memory = MixedMemory(f, n) if mixed_memory else None
-        gate_mask = [
-            np.tile(np.abs(sens).T if not ncps_compatible else np.ones((n, f), np.float32), (4, 1)),
-            np.tile(syn.T if not ncps_compatible else np.ones((n, n), np.float32), (4, 1)),
-        ]
-        self.register_buffer("memory_mask", torch.tensor(gate_mask[0]), persistent=False)
-        self.register_buffer("memory_recurrent_mask", torch.tensor(gate_mask[1]), persistent=False)
-        self.register_buffer(
-            "memory_rows", torch.tensor([g * n + int(i) for g in range(4) for i in order]), persistent=False
-        )
-        motor = len(out_ids)
-        self.readout = nn.Linear(motor, self.output_size) if output_size is not None else None
-        self._cache = PreparedCache()
 
     def _load_from_state_dict(
         self, state_dict: Dict[str, Any], prefix: str, *args: Any, **kwargs: Any

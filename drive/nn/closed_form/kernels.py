@@ -18,7 +18,7 @@ from typing import List, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from drive.nn.script import script
+from drive.nn.torchscript import script
 
 __all__ = [
     "Constants",
@@ -29,6 +29,7 @@ __all__ = [
     "exact_shared",
     "approx_sequence",
     "input_error",
+    "exact_shared_sequence",
     "closed_form_sequence",
     "closed_form_step",
 ]
@@ -217,6 +218,25 @@ def input_error(x: Tensor, times: Optional[Tensor], hidden: Optional[Tensor] = N
 
 
 @script
+def exact_shared_sequence(
+    x: Tensor, hidden: Tensor, c: Constants, output_w: Tensor, output_b: Tensor, shared: float
+) -> Tuple[Tensor, Tensor]:
+    """The exact method over a sequence at one shared dt ``shared`` (one substep): the sensory
+    activations of all steps as one broadcast affine map on the fan-out grid and one sigmoid (no
+    one-hot product), their [G | I] with the leak as one product scaled by dt, laid out step-major
+    so that each step's bias is contiguous, then :func:`exact_shared` -> (y ``[B, L, M]``, hidden)."""
+    batch, length, features = x.size(0), x.size(1), x.size(2)
+    n = c.neg_inv_cm.size(0)
+    x_steps = x.transpose(0, 1).reshape(length * batch, 1, features)  # rows in (step, batch) order
+    s = torch.addcmul(c.grid_b, x_steps, c.grid_w).sigmoid_().view(length * batch, -1)
+    gi0 = torch.addmm(c.shared_leak, s, c.grid_q, beta=shared, alpha=shared).view(length, batch, 2 * n + 2)
+    v = torch.cat([hidden, torch.ones(batch, 1, dtype=hidden.dtype, device=hidden.device)], 1)
+    states = exact_shared(v, gi0, c.shared_rec_pre, c.shared_rec_q, shared)
+    y = torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1)
+    return y, states[-1][:, :n].contiguous()
+
+
+@script
 def closed_form_sequence(
     x: Tensor,
     hidden: Tensor,
@@ -232,24 +252,14 @@ def closed_form_sequence(
     error code of :func:`input_error`; the outputs are meaningless unless it is 0).
 
     The input-only terms (leak + sensory [G | I], the input map folded into the sensory constants)
-    are computed for all steps at once. With one dt for all rows and steps (>= 1 us) and one
-    substep, the exact kernel runs :func:`exact_shared`: the sensory activations of all steps as one
-    broadcast affine map on the fan-out grid and one sigmoid (no one-hot product), their [G | I]
-    with the leak as one product scaled by dt, laid out step-major so that each step's bias is
-    contiguous."""
+    are computed for all steps at once; with one dt for all rows and steps (>= 1 us) and one
+    substep the exact method takes :func:`exact_shared_sequence`."""
     error, shared = input_error(x, timespans, hidden)
     batch, length, features = x.size(0), x.size(1), x.size(2)
     n = c.neg_inv_cm.size(0)
     if exact and shared >= 1e-6 and substeps == 1:
-        x_steps = x.transpose(0, 1).reshape(length * batch, 1, features)  # rows in (step, batch) order
-        s = torch.addcmul(c.grid_b, x_steps, c.grid_w).sigmoid_().view(length * batch, -1)
-        gi0 = torch.addmm(c.shared_leak, s, c.grid_q, beta=shared, alpha=shared).view(
-            length, batch, 2 * n + 2
-        )
-        v = torch.cat([hidden, torch.ones(batch, 1, dtype=hidden.dtype, device=hidden.device)], 1)
-        states = exact_shared(v, gi0, c.shared_rec_pre, c.shared_rec_q, shared)
-        y = torch.addcmul(output_b, states[:, :, : output_w.size(0)], output_w).transpose(0, 1)
-        return y, states[-1][:, :n].contiguous(), error
+        y, last = exact_shared_sequence(x, hidden, c, output_w, output_b, shared)
+        return y, last, error
     s = torch.mm(x.reshape(batch * length, features), c.sens_pre).add_(c.sens_bias).sigmoid_()
     if exact and shared >= 1e-6:  # several substeps at one dt: the -1/cm-scaled constants times h
         h = shared / float(substeps)

@@ -1,12 +1,7 @@
 """Closed-form LTC: a trained LTC run without an ODE solver (docs/closed_form.md).
 
-The LTC in conductance form (LTC paper Eq. 1, as ncps's LTCCell writes it) for post-synaptic neuron j:
-
-    cm_j dv_j/dt = gleak_j (vleak_j - v_j) + sum_i w_ij s_ij (erev_ij - v_j)
-                                           + sum_f sensory_w_fj s_fj (sensory_erev_fj - v_j),
-    s_ij = sigmoid(sigma_ij (v_i - mu_ij)),  s_fj = sigmoid(sensory_sigma_fj (u_f - mu_fj)),
-    u = input_w x + input_b,                 y = output_w v[:M] + output_b.
-
+Start from the LTC in conductance form (LTC paper Eq. 1; written out in :mod:`drive.nn.ltc`, whose
+symbols are used here: s_ij the recurrent and s_fj the sensory synapses' sigmoid activations).
 Write it as a sum over "channels" k of one neuron (the leak and every synapse):
 ``cm dv/dt = sum_k G_k (E_k - v)`` with conductance G_k (gleak, or w s) and reversal E_k (vleak,
 or erev). With the presynaptic activations s held constant the ODE is linear,
@@ -62,21 +57,14 @@ from typing import Any, Dict, List, Tuple
 import torch
 from torch import Tensor, nn
 
-from drive.nn import kernels  # the fused Triton kernel of the exact method where it applies (CUDA)
 from drive.nn.checks import check_hidden, check_step
-from drive.nn.closed_form.kernels import (
-    Constants,
-    closed_form_sequence,
-    closed_form_step,
-    eq8_state,
-    input_error,
-)
+from drive.nn.closed_form.kernels import Constants, closed_form_sequence, closed_form_step, input_error
 from drive.nn.contract import RecurrentModule
-from drive.nn.ltc import CELL_PARAMETERS, INIT_RANGES, MAPPING_PARAMETERS, register_synapses
+from drive.nn.ltc import CELL_PARAMETERS, INIT_RANGES, MAPPING_PARAMETERS, kernels, register_synapses
 from drive.nn.registry import register
 from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
 
-__all__ = ["ClosedFormLTC", "convert", "eq8_state", "METHODS", "PARAMETER_NAMES"]
+__all__ = ["ClosedFormLTC", "METHODS", "PARAMETER_NAMES"]
 
 METHODS = ("exact", "approx")
 PARAMETER_NAMES = CELL_PARAMETERS + MAPPING_PARAMETERS  # the LTC's, under the same names
@@ -233,24 +221,9 @@ class ClosedFormLTC(RecurrentModule):
         if self.exact:
             leak_s, sens_q_s, rec_q_s = leak * neg_inv_cm2, sens[2] * neg_inv_cm2, rec[2] * neg_inv_cm2
             if sequence:
-                slots = self.fanout * self.input_size
-                a = sens_pre.sum(
-                    0
-                )  # one non-zero per column of the [F, Es] one-hot map: its input's sigma input_w
-                grid = [
-                    torch.zeros(slots, dtype=a.dtype, device=a.device).index_copy(0, self.sens_slot, t)
-                    for t in (a, sens_bias)
-                ]
-                grid_w, grid_b = (v.view(self.fanout, self.input_size) for v in grid)
-                grid_q = torch.zeros(slots, 2 * n + 2, dtype=a.dtype, device=a.device).index_copy(
-                    0, self.sens_slot, _with_constant_neuron(sens_q_s)
+                grid_w, grid_b, grid_q, shared_leak, shared_rec_pre, shared_rec_q = self._shared_dt(
+                    sens_pre, sens_bias, leak_s, sens_q_s, rec[0], rec[1], rec_q_s
                 )
-                minus_one = -torch.ones(
-                    1, dtype=gleak.dtype, device=gleak.device
-                )  # constant neuron's G and I
-                shared_leak = torch.cat([leak_s[:n], minus_one, leak_s[n:], minus_one])
-                shared_rec_pre = torch.cat([rec[0], rec[1].unsqueeze(0)])
-                shared_rec_q = _with_constant_neuron(rec_q_s)
         return Constants(
             sens_pre,
             sens_bias,
@@ -273,6 +246,38 @@ class ClosedFormLTC(RecurrentModule):
             shared_rec_pre,
             shared_rec_q,
         )
+
+    def _shared_dt(
+        self,
+        sens_pre: Tensor,
+        sens_bias: Tensor,
+        leak_s: Tensor,
+        sens_q_s: Tensor,
+        rec_pre: Tensor,
+        rec_neg_sm: Tensor,
+        rec_q_s: Tensor,
+    ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The exact kernel's constants at one shared dt (:meth:`_derive`): the sensory map on the
+        fan-out grid (``grid_w``, ``grid_b``, ``grid_q``) and the tables of N+1 neurons, the last a
+        constant 1 (``shared_leak``, ``shared_rec_pre``, ``shared_rec_q``)."""
+        n = self.units
+        slots = self.fanout * self.input_size
+        a = sens_pre.sum(0)  # one non-zero per column of the [F, Es] one-hot map: its input's sigma input_w
+        grid = [
+            torch.zeros(slots, dtype=a.dtype, device=a.device).index_copy(0, self.sens_slot, t)
+            for t in (a, sens_bias)
+        ]
+        grid_w, grid_b = (
+            grid[0].view(self.fanout, self.input_size),
+            grid[1].view(self.fanout, self.input_size),
+        )
+        grid_q = torch.zeros(slots, 2 * n + 2, dtype=a.dtype, device=a.device).index_copy(
+            0, self.sens_slot, _with_constant_neuron(sens_q_s)
+        )
+        minus_one = -torch.ones(1, dtype=leak_s.dtype, device=leak_s.device)  # constant neuron's G and I
+        shared_leak = torch.cat([leak_s[:n], minus_one, leak_s[n:], minus_one])
+        shared_rec_pre = torch.cat([rec_pre, rec_neg_sm.unsqueeze(0)])
+        return grid_w, grid_b, grid_q, shared_leak, shared_rec_pre, _with_constant_neuron(rec_q_s)
 
     def _constants(self, sequence: bool = True) -> Constants:
         if torch.jit.is_scripting():
@@ -311,7 +316,7 @@ class ClosedFormLTC(RecurrentModule):
 
     @torch.jit.unused
     def _sequence_fused(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
-        """The exact method in one Triton kernel (:func:`drive.nn.kernels.closed_form_solve`; CUDA,
+        """The exact method in one Triton kernel (:func:`drive.nn.ltc.kernels.closed_form_solve`; CUDA,
         inference): the input terms for all steps at once, then the recurrence with the state and
         the synapse tables in registers, instead of ~6 launches per step and substep."""
         timespans = ts[:, :, 0]
@@ -360,28 +365,3 @@ class ClosedFormLTC(RecurrentModule):
                 "hidden state contains NaN or infinite values (start from initial_state, "
                 "or reset the rows that diverged)"
             )
-
-
-def convert(ltc: nn.Module, method: str = "exact", substeps: int = 1) -> ClosedFormLTC:
-    """Closed-form copy of a trained LTC (``drive.nn.ltc.LTC``): same wiring, its effective parameter
-    values (``ltc.effective_parameters()``), same device and dtype; the LTC is left unchanged."""
-    wiring = getattr(ltc, "wiring", None)
-    out = ClosedFormLTC(
-        wiring if wiring is not None else ltc.config()["wiring"], method=method, substeps=substeps
-    )
-    values = ltc.effective_parameters()
-    missing = [name for name in PARAMETER_NAMES if name not in values]
-    if missing:
-        raise ValueError(f"convert: the LTC's effective_parameters() lacks {missing}")
-    ref = values["gleak"]
-    out = out.to(device=ref.device, dtype=ref.dtype)
-    with torch.no_grad():
-        for name in PARAMETER_NAMES:
-            dst = getattr(out, name)
-            if values[name].shape != dst.shape:
-                raise ValueError(
-                    f"convert: {name} has shape {tuple(values[name].shape)}, the wiring expects "
-                    f"{tuple(dst.shape)}"
-                )
-            dst.copy_(values[name].detach())
-    return out

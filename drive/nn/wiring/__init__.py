@@ -16,7 +16,7 @@ there is no lazy ``build()``):
 - ``to_dict()`` / ``Wiring.from_dict(d)``, ``to_json()`` / ``Wiring.from_json(s)``: the matrices are
   the truth (a round trip gives identical matrices and layers, independent of numpy's RNG);
   ``kind`` and ``params`` record how the wiring was generated.
-- ``plot(path)`` writes a PNG of the graph by layer, edges coloured by polarity.
+- ``plot_wiring(wiring, path)`` writes a PNG of the graph by layer, edges coloured by polarity.
 
 Generators: ``NCP`` (sensory -> inter -> command -> motor with fill-in synapses for unreached
 neurons and recurrent command synapses), ``AutoNCP``, ``FullyConnected``, ``Random``, and
@@ -25,12 +25,13 @@ fanouts 6/4/6/6, 70% excitatory) with 252 synapses, 3*19 + 4*252 = 1,065 paramet
 count (``paper_parameter_count``).
 
 The package: ``base`` holds ``Wiring`` (the data, its checks and serialisation), ``as_wiring`` and
-``check_wiring_buffers``; ``generators`` the generated wirings above. Drawing is
-:mod:`drive.nn.wiring_plot` (matplotlib loads only when a wiring is drawn).
+``check_wiring_buffers``; ``generators`` the generated wirings above; ``plot`` draws one
+(matplotlib loads only when a wiring is drawn).
 """
 
 from drive.nn.wiring.base import Wiring, as_wiring, check_wiring_buffers
 from drive.nn.wiring.generators import NCP, AutoNCP, FullyConnected, Random, lane_keeping_ncp
+from drive.nn.wiring.plot import plot_wiring
 
 __all__ = [
     "Wiring",
@@ -41,4 +42,5 @@ __all__ = [
     "lane_keeping_ncp",
     "as_wiring",
     "check_wiring_buffers",
+    "plot_wiring",
 ]

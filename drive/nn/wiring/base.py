@@ -149,15 +149,6 @@ class Wiring:
     def from_json(cls, text: str) -> "Wiring":
         return cls.from_dict(json.loads(text))
 
-    # -- picture ---------------------------------------------------------------------------
-    def plot(self, path: str, title: Optional[str] = None) -> None:
-        """Write a PNG of the graph by layer, edges coloured by polarity
-        (:func:`drive.nn.wiring_plot.plot_wiring`)."""
-        # matplotlib loads only when a wiring is drawn (start-up time: ~1 s for every importer of drive.nn)
-        from drive.nn.wiring_plot import plot_wiring
-
-        plot_wiring(self, path, title)
-
 
 def as_wiring(wiring: Any) -> Wiring:
     """Accept a ``Wiring`` or its JSON dict (as stored in configs and checkpoints)."""

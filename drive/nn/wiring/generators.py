@@ -28,6 +28,59 @@ def _check_fraction(excitatory_fraction: float) -> None:
         raise ValueError(f"excitatory_fraction must be in [0, 1], got {excitatory_fraction}")
 
 
+def _check_ncp(
+    inter: int,
+    command: int,
+    motor: int,
+    input_dim: int,
+    sensory_fanout: int,
+    inter_fanout: int,
+    recurrent_command_synapses: int,
+    motor_fanin: int,
+) -> None:
+    for name, v, hi in (
+        ("sensory_fanout", sensory_fanout, inter),
+        ("inter_fanout", inter_fanout, command),
+        ("motor_fanin", motor_fanin, command),
+    ):
+        if not 1 <= v <= hi:
+            raise ValueError(f"{name}={v} must be in 1..{hi}")
+    if min(inter, command, motor, input_dim) < 1:
+        raise ValueError("inter, command, motor and input_dim must all be >= 1")
+    if not 0 <= recurrent_command_synapses <= command * command:
+        raise ValueError(f"recurrent_command_synapses must be in 0..{command * command}")
+
+
+class _Draw:
+    """The random synapses of an NCP, drawn from one generator; each synapse's polarity is drawn
+    right after it (excitatory with probability ``excitatory_fraction``)."""
+
+    def __init__(self, rng: np.random.Generator, excitatory_fraction: float) -> None:
+        self.rng, self.excitatory_fraction = rng, excitatory_fraction
+
+    def _synapse(self, m: np.ndarray, pre: int, post: int) -> None:
+        m[pre, post] = _polarity(self.rng, self.excitatory_fraction)
+
+    def project(self, m: np.ndarray, src: np.ndarray, dst: np.ndarray, fanout: int, fill_fanin: int) -> None:
+        """Each source onto ``fanout`` distinct targets of ``m[source, target]``; every target left
+        unreached then gets ``fill_fanin`` synapses from distinct random sources (rules 1, 2, 4)."""
+        reached = set()
+        for s in src:
+            for d in self.rng.choice(dst, size=fanout, replace=False):
+                self._synapse(m, s, d)
+                reached.add(int(d))
+        for d in dst:
+            if int(d) not in reached:
+                for s in self.rng.choice(src, size=fill_fanin, replace=False):
+                    self._synapse(m, s, d)
+
+    def recurrent(self, adj: np.ndarray, command: np.ndarray, count: int) -> None:
+        """``count`` distinct command -> command synapses, self-loops allowed (rule 3)."""
+        n = len(command)
+        for p in self.rng.choice(n * n, size=count, replace=False):
+            self._synapse(adj, command[p // n], command[p % n])
+
+
 class NCP(Wiring):
     """Neural Circuit Policy wiring (Lechner et al. 2020): sensory -> inter -> command -> motor.
 
@@ -58,68 +111,26 @@ class NCP(Wiring):
         *,
         input_dim: int,
     ) -> None:
-        for name, v, hi in (
-            ("sensory_fanout", sensory_fanout, inter),
-            ("inter_fanout", inter_fanout, command),
-            ("motor_fanin", motor_fanin, command),
-        ):
-            if not 1 <= v <= hi:
-                raise ValueError(f"{name}={v} must be in 1..{hi}")
-        if min(inter, command, motor, input_dim) < 1:
-            raise ValueError("inter, command, motor and input_dim must all be >= 1")
-        if not 0 <= recurrent_command_synapses <= command * command:
-            raise ValueError(f"recurrent_command_synapses must be in 0..{command * command}")
+        sizes = (inter, command, motor, input_dim)
+        _check_ncp(*sizes, sensory_fanout, inter_fanout, recurrent_command_synapses, motor_fanin)
         _check_fraction(excitatory_fraction)
-        rng = np.random.default_rng(seed)
+        draw = _Draw(np.random.default_rng(seed), excitatory_fraction)
         n = inter + command + motor
         motor_ids = np.arange(0, motor)
         command_ids = np.arange(motor, motor + command)
         inter_ids = np.arange(motor + command, n)
         adj = np.zeros((n, n), np.int8)
         sens = np.zeros((input_dim, n), np.int8)
-
-        def connect(m: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndarray, fanout: int) -> set:
-            reached = set()
-            for s in src_ids:
-                for d in rng.choice(dst_ids, size=fanout, replace=False):
-                    m[s, d] = _polarity(rng, excitatory_fraction)
-                    reached.add(int(d))
-            return reached
-
-        def fill_in_targets(
-            m: np.ndarray, src_ids: np.ndarray, dst_ids: np.ndarray, reached: set, fanin: int
-        ) -> None:
-            for d in dst_ids:
-                if int(d) not in reached:
-                    for s in rng.choice(src_ids, size=fanin, replace=False):
-                        m[s, d] = _polarity(rng, excitatory_fraction)
-
-        sensory_ids = np.arange(input_dim)
-        reached = connect(sens, sensory_ids, inter_ids, sensory_fanout)
-        fill_in_targets(
-            sens,
-            sensory_ids,
-            inter_ids,
-            reached,
-            int(np.clip(input_dim * sensory_fanout // inter, 1, input_dim)),
-        )
-        reached = connect(adj, inter_ids, command_ids, inter_fanout)
-        fill_in_targets(
-            adj, inter_ids, command_ids, reached, int(np.clip(inter * inter_fanout // command, 1, inter))
-        )
-        pairs = rng.choice(command * command, size=recurrent_command_synapses, replace=False)
-        for p in pairs:
-            adj[command_ids[p // command], command_ids[p % command]] = _polarity(rng, excitatory_fraction)
-        used = set()
-        for d in motor_ids:
-            for s in rng.choice(command_ids, size=motor_fanin, replace=False):
-                adj[s, d] = _polarity(rng, excitatory_fraction)
-                used.add(int(s))
-        fanout = int(np.clip(motor * motor_fanin // command, 1, motor))
-        for s in command_ids:
-            if int(s) not in used:
-                for d in rng.choice(motor_ids, size=fanout, replace=False):
-                    adj[s, d] = _polarity(rng, excitatory_fraction)
+        # rules 1-4 of the class docstring, in this order (the seed's draws depend on it)
+        fill = int(np.clip(input_dim * sensory_fanout // inter, 1, input_dim))
+        draw.project(sens, np.arange(input_dim), inter_ids, sensory_fanout, fill)
+        fill = int(np.clip(inter * inter_fanout // command, 1, inter))
+        draw.project(adj, inter_ids, command_ids, inter_fanout, fill)
+        draw.recurrent(adj, command_ids, recurrent_command_synapses)
+        # rule 4 is rule 2 read backwards: each motor neuron draws its command neurons, and a command
+        # neuron left out draws motor targets (the transposed view writes command -> motor synapses)
+        fill = int(np.clip(motor * motor_fanin // command, 1, motor))
+        draw.project(adj.T, motor_ids, command_ids, motor_fanin, fill)
         super().__init__(
             adj,
             sens,

@@ -1,4 +1,4 @@
-"""The CfC loops' entry points: what a loop needs besides tensors (``DenseSpec``, ``WiredSpec``),
+"""Running a CfC forward loop: what a loop needs besides tensors (``DenseSpec``, ``WiredSpec``),
 the prepared weights in the layout the loops take, and one forward run of the compiled loop.
 
 Both callers share them: the modules' no-gradient fast path (``drive.nn.cfc.dense``,

@@ -1,7 +1,7 @@
 """Triton kernels of the LTC's input side, for every (row, step) pair of a sequence at once: the
-affine input map, the sensory synapses, the leak and cm/h (LTC Eq. 1 and 3; the sum the TorchScript
-path computes with two matmuls), forward and backward. ``drive/nn/kernels/ltc_triton.py`` runs the
-recurrence on what they produce."""
+affine input map, the sensory synapses, the leak and cm/h (the input-only terms of the update in
+:mod:`drive.nn.ltc`; the sum the TorchScript path computes with two matmuls), forward and backward.
+:mod:`drive.nn.ltc.kernels.recurrence` runs the recurrence on what they produce."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from drive.nn.kernels.synapses import _positive, _store_synapse_grads, _synapses
+from drive.nn.ltc.kernels.synapses import _positive, _store_synapse_grads, _synapses
 
 __all__ = ["BLOCK_R", "inputs_forward", "inputs_backward"]
 

@@ -1,16 +1,12 @@
-"""The LTC's fused semi-implicit Euler solver (LTC Eq. 3, Algorithm 1) over a whole sequence, on
-the list of present synapses, and its hand-written reverse pass.
+"""The LTC's fused semi-implicit Euler solver (the update of :mod:`drive.nn.ltc`, LTC Eq. 3) over a
+whole sequence, on the list of present synapses, and its hand-written reverse pass.
 
 ``fused_solver`` and ``fused_solver_backward`` are scripted functions: :class:`drive.nn.ltc.LTC`
 calls the forward from TorchScript (autograd differentiates it there) and, in eager training,
 ``_FusedSolver`` pairs the two so the gradient of K = L * ode_unfolds unfolds is one reverse loop
-plus a few batched matmuls instead of an autograd graph of ~2,000 tiny nodes. The update per
-unfold, with the input-only terms precomputed by the caller:
-
-    v <- (cm/h v + gleak vleak + sum_i W_ij(v) erev_ij + S_num) / (cm/h + gleak + sum_i W_ij(v) + S_den + eps)
-
-(the module docstring of :mod:`drive.nn.ltc` derives it). The Triton kernels of
-:mod:`drive.nn.kernels` compute the same on CUDA in dense form.
+plus a few batched matmuls instead of an autograd graph of ~2,000 tiny nodes. The caller
+precomputes the terms that depend only on the inputs. The Triton kernels of
+:mod:`drive.nn.ltc.kernels` compute the same on CUDA in dense form.
 """
 
 from __future__ import annotations
@@ -20,7 +16,7 @@ from typing import Any, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from drive.nn.script import script
+from drive.nn.torchscript import script
 
 __all__ = ["fused_solver", "fused_solver_backward"]
 
@@ -35,7 +31,7 @@ def fused_solver(
     unfolds: int,
     save: bool,
 ) -> Tuple[Tensor, Tensor]:
-    """Fused solver over a whole sequence (LTC Eq. 3) on the E present synapses.
+    """The solver over a whole sequence on the E present synapses.
 
     v [B,N] initial state; nd0 [L,B,2N] = [gleak vleak + S_num | gleak + S_den + cm/h + eps] and
     cm_t [L,B,N] = cm/h per step; synapse e (pre i -> post j) enters through pre_sigma [N,E]

@@ -1,45 +1,37 @@
-"""Liquid time-constant network (Hasani et al., AAAI 2021), conductance form, fused solver.
-
-Each neuron j (state v_j, motor neurons first) follows (LTC Eq. 1 in conductance form)
-
-    cm_j dv_j/dt = gleak_j (vleak_j - v_j)
-                   + sum_i w_ij s(sigma_ij (v_i - mu_ij)) (erev_ij - v_j)           (neurons i -> j)
-                   + sum_f sw_fj s(ssigma_fj (u_f - smu_fj)) (serev_fj - v_j)        (inputs f -> j)
-
-with u = input_w * x + input_b and s the logistic sigmoid. One RNN step of elapsed time dt runs
-``ode_unfolds`` steps of the fused semi-implicit Euler solver (LTC Eq. 3, Algorithm 1) with
-h = dt / ode_unfolds and the input held constant during the step:
-
-    v <- (cm/h v + gleak vleak + sum_i W_ij(v) erev_ij + S_num) / (cm/h + gleak + sum_i W_ij(v) + S_den + eps)
-
-where W_ij(v) = w_ij s(sigma_ij (v_i - mu_ij)). With w, cm, gleak >= 0 each update is a convex
-combination of v, vleak and the reversal potentials, so min(v0, vleak_j, erev_.j) <= v_j <=
-max(v0, vleak_j, erev_.j) for any input (LTC Theorem 2 for this discretisation).
-Outputs y = output_w * v[:, :M] + output_b.
+"""The LTC recurrent module (:class:`LTC`; the equations are :mod:`drive.nn.ltc`'s docstring).
 
 Speed: everything that depends only on the inputs (the affine map, the sensory numerator and
-denominator, cm/h) is computed for all time steps at once; the sequential unfold loop is a scripted
-kernel, and in eager training its gradient is a hand-written backward (``_FusedSolver``) instead of
-an autograd graph of ~2,000 tiny nodes. Scripted modules differentiate the same kernel with autograd.
-The solver, its backward and ``_FusedSolver`` live in :mod:`drive.nn.ltc_solver`; CUDA runs the
-Triton kernels of :mod:`drive.nn.kernels` where they apply.
+denominator, cm/h) is computed for all time steps at once; the sequential unfold loop is the scripted
+solver of :mod:`drive.nn.ltc.solver`, and in eager training its gradient is that module's
+hand-written backward (``_FusedSolver``) instead of an autograd graph of ~2,000 tiny nodes. Scripted
+modules differentiate the same solver with autograd. CUDA runs the Triton kernels of
+:mod:`drive.nn.ltc.kernels` where they apply.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from drive.nn import kernels  # fused Triton kernels where they apply (CUDA): drive/nn/kernels/
 from drive.nn.contract import RecurrentModule
-from drive.nn.ltc_solver import _FusedSolver, fused_solver
-from drive.nn.registry import register
-from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers
+from drive.nn.ltc import kernels  # fused Triton kernels where they apply (CUDA)
+from drive.nn.ltc.solver import _FusedSolver, fused_solver
+from drive.nn.registry import Family, register
+from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers, lane_keeping_ncp
 
-__all__ = ["LTC", "INIT_RANGES", "POSITIVE", "CELL_PARAMETERS", "MAPPING_PARAMETERS", "register_synapses"]
+__all__ = [
+    "LTC",
+    "NCPLTCOptions",
+    "INIT_RANGES",
+    "POSITIVE",
+    "CELL_PARAMETERS",
+    "MAPPING_PARAMETERS",
+    "register_synapses",
+]
 
 # The cell's parameters (LTC Eq. 1, ncps's names) and the affine input / output maps around it.
 CELL_PARAMETERS = ("gleak", "vleak", "cm", "w", "sigma", "mu", "erev")
@@ -80,9 +72,24 @@ def register_synapses(module: nn.Module, prefix: str, mask: Tensor) -> None:
     module.register_buffer(prefix + "_post_onehot", F.one_hot(post, cols).float(), persistent=False)
 
 
-@register("ltc", aliases=("drive.nn.ltc.LTC",))
+@dataclass(frozen=True)
+class NCPLTCOptions:
+    """``ncp_ltc``: an LTC on the 19-neuron lane-keeping NCP wiring.
+
+    Args:
+        ode_unfolds: fused-solver unfolds per step (paper: 6).
+        positivity: LTC positivity of w, cm, gleak: ``clip`` (after each optimizer step) or ``softplus``.
+        wiring_seed: seed of the NCP wiring's random synapses.
+    """
+
+    ode_unfolds: int = 6
+    positivity: str = "clip"
+    wiring_seed: int = 22222
+
+
+@register("ltc", aliases=("drive.nn.ltc.LTC",), family=Family("ncp_ltc", NCPLTCOptions))
 class LTC(RecurrentModule):
-    """LTC sequence module on a wiring (see the module docstring for the equations).
+    """LTC sequence module on a wiring (equations: :mod:`drive.nn.ltc`).
 
     Args:
         wiring: a ``Wiring`` (or its JSON dict); F = ``wiring.input_dim``, N = ``wiring.units``,
@@ -147,6 +154,16 @@ class LTC(RecurrentModule):
         self.register_buffer("sensory_mask", torch.tensor(wiring.sensory_mask()))
         register_synapses(self, "syn", self.mask)
         register_synapses(self, "sens", self.sensory_mask)
+
+    @classmethod
+    def from_options(cls, features: int, options: NCPLTCOptions) -> "LTC":
+        """The ``ncp_ltc`` family's cell for ``features`` inputs: the lane-keeping NCP."""
+        return cls(
+            lane_keeping_ncp(seed=options.wiring_seed, input_dim=features),
+            input_size=features,
+            ode_unfolds=options.ode_unfolds,
+            positivity=options.positivity,
+        )
 
     def config(self) -> Dict[str, Any]:
         """JSON-able constructor kwargs: ``LTC(**m.config())`` rebuilds the architecture."""
@@ -290,7 +307,7 @@ class LTC(RecurrentModule):
 
     @torch.jit.unused
     def _sequence_kernels(self, x: Tensor, hidden: Tensor, ts: Tensor) -> Tuple[Tensor, Tensor]:
-        """The whole sequence in the fused Triton kernels (:func:`drive.nn.kernels.ltc_sequence`): the
+        """The whole sequence in the fused Triton kernels (:func:`drive.nn.ltc.kernels.ltc_sequence`): the
         raw parameters go in, positivity and masks are applied on load."""
         return kernels.ltc_sequence(
             x,

@@ -3,7 +3,7 @@ and of the closed-form LTC's exact method (forward).
 
 A sequence costs two launches forward and four backward, whatever its length:
 
-* **inputs** (``ltc_inputs._inputs_fwd_kernel``, one program per block of ``BLOCK_R`` (row, step) pairs): the
+* **inputs** (``inputs._inputs_fwd_kernel``, one program per block of ``BLOCK_R`` (row, step) pairs): the
   affine input map, the sensory synapses and the leak, for every step at once --
   ``u = input_w x + input_b``, ``s_fj = sigmoid(ssig_fj u_f + snsm_fj)``,
   ``n0_j = gleak vleak + sum_f s_fj sqn_fj``, ``d0_j = gleak + eps + sum_f s_fj sqd_fj + c_j`` with
@@ -12,18 +12,16 @@ A sequence costs two launches forward and four backward, whatever its length:
 * **recurrence** (``_ltc_fwd_kernel``, one program per ``BLOCK_B`` batch rows) runs all L steps x U
   unfolds with the state ``v [BLOCK_B, NP]`` and the dense synapse tables ``[NP, NP]`` (pre i in
   rows, post j in columns; NP = N padded to a power of two, padding inert) in registers, and writes
-  the outputs ``y = output_w v[:M] + output_b`` and the last state. Per unfold
-  (``drive.nn.ltc_solver.fused_solver`` in dense form):
-
-      x_ij = v_i sig_ij + nsm_ij,   s = sigmoid(x)
-      n_j  = n0_j + sum_i s_ij qn_ij,   d_j = d0_j + sum_i s_ij qd_ij,   v'_j = (n_j + c_j v_j) / d_j
-
-  with sig = sigma mask, nsm = -sigma mu mask, qd = w+ mask, qn = qd erev (w+ = softplus(w) or w).
+  the outputs and the last state. Each unfold is the solver update of :mod:`drive.nn.ltc`
+  (``drive.nn.ltc.solver.fused_solver`` in dense form), ``v'_j = (n_j + c_j v_j) / d_j`` with the
+  sums over synapses ``n_j = n0_j + sum_i s_ij qn_ij``, ``d_j = d0_j + sum_i s_ij qd_ij``,
+  ``s = sigmoid(v_i sig_ij + nsm_ij)`` and the tables sig = sigma mask, nsm = -sigma mu mask,
+  qd = w+ mask, qn = qd erev (w+ = softplus(w) or w).
 
 The same recurrence kernel runs the closed-form LTC's exact method (``CLOSED_FORM``; inference
 only): the two sums are its total conductance G and current I (leak + sensory + recurrent) and each
-of its substeps is ``v' = I/G + exp(-G h / cm) (v - I/G)`` (closed-form appendix, Corollary 1: LTC
-Eq. 1 solved with the activations held over h; ``drive.nn.closed_form.kernels.exact_update``).
+of its substeps is the exact update of :mod:`drive.nn.closed_form.ltc` (Corollary 1;
+``drive.nn.closed_form.kernels.exact_update``).
 
 The forward stores the state entering every unfold (``v_in [K+1, B, N]``, K = L U; 19 floats per
 row per unfold); the recurrence's backward walks the unfolds in reverse, recomputing s and d:
@@ -46,8 +44,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from drive.nn.kernels.ltc_inputs import inputs_backward, inputs_forward
-from drive.nn.kernels.synapses import _store_synapse_grads, _synapses
+from drive.nn.ltc.kernels.inputs import inputs_backward, inputs_forward
+from drive.nn.ltc.kernels.synapses import _store_synapse_grads, _synapses
 
 __all__ = ["LTCSequence", "ltc_forward", "sequence_forward"]
 

@@ -1,12 +1,13 @@
-"""Fused GPU kernels for the liquid networks (Triton), chosen automatically on CUDA.
+"""Fused GPU kernels of the LTC (Triton), chosen automatically on CUDA.
 
 :func:`ltc_sequence` runs the LTC over a sequence -- the input map, the sensory synapses and the
 fused semi-implicit solver (all unfolds of all steps), the output map -- in two Triton launches
 forward and four backward, whatever the sequence length: one program per block of batch rows runs
 the whole recurrence with the neuron state and the synapse tables in registers
-(``drive/nn/kernels/ltc_triton.py``), instead of ~2,000 launches of tiny matmuls for the solver and
-~100 around it. :class:`drive.nn.LTC` uses it when :func:`use_kernels` says so; the TorchScript
-solver stays the path on CPU, in scripted modules and under ``torch.export`` / ``torch.compile``.
+(:mod:`drive.nn.ltc.kernels.recurrence`; the input side: :mod:`drive.nn.ltc.kernels.inputs`),
+instead of ~2,000 launches of tiny matmuls for the solver and ~100 around it. :class:`drive.nn.LTC`
+uses it when :func:`use_kernels` says so; the TorchScript solver (:mod:`drive.nn.ltc.solver`) stays
+the path on CPU, in scripted modules and under ``torch.export`` / ``torch.compile``.
 
 :func:`closed_form_solve` runs the closed-form LTC's exact method over a sequence in the same
 forward kernel (inference: :class:`drive.nn.closed_form.ClosedFormLTC` uses it when no gradient is
@@ -75,9 +76,9 @@ def ltc_sequence(
     input_b, sensory_sigma, sensory_mu, sensory_w, sensory_erev, sensory_mask, gleak, vleak, cm),
     ``synapses`` = (sigma, mu, w, erev, mask), ``output_map`` = (output_w, output_b). ``softplus``:
     w, sensory_w, gleak and cm pass through softplus (else they are used as they are). Two kernel
-    launches forward and four backward (``drive/nn/kernels/ltc_triton.py``), the same values as
+    launches forward and four backward (:mod:`drive.nn.ltc.kernels.recurrence`), the same values as
     the TorchScript path of :class:`drive.nn.LTC`."""
-    from drive.nn.kernels.ltc_triton import LTCSequence, sequence_forward  # imports triton (optional)
+    from drive.nn.ltc.kernels.recurrence import LTCSequence, sequence_forward  # imports triton (optional)
 
     config = (int(unfolds), float(epsilon), bool(softplus))
     if not torch.is_grad_enabled():  # inference: no per-unfold states kept for a backward
@@ -98,11 +99,11 @@ def closed_form_solve(
 
     v [B,N] initial state; gi0 [L,B,2N] = [G0 | I0] per step (leak + sensory conductance and
     current); neg_h_over_cm [L,B,N] = -h/cm with h = dt / substeps; ``synapses`` = the effective
-    (sigma, mu, w, erev, mask) [N,N] (pre i, post j); ``output_map`` = (output_w, output_b). Per
-    substep: s_ij = sigmoid(sigma_ij (v_i - mu_ij)), G = G0 + sum_i s w, I = I0 + sum_i s w erev,
-    v <- I/G + exp(-G h/cm) (v - I/G). Returns (y [B,L,M], last state [B,N])
+    (sigma, mu, w, erev, mask) [N,N] (pre i, post j); ``output_map`` = (output_w, output_b). Each
+    substep is the exact update of :mod:`drive.nn.closed_form.ltc` (Corollary 1) with G and I
+    summed over the leak, sensory and recurrent synapses. Returns (y [B,L,M], last state [B,N])
     (``drive.nn.closed_form.kernels.exact_sequence`` and the output map)."""
-    from drive.nn.kernels.ltc_triton import ltc_forward  # imports triton, an optional dependency
+    from drive.nn.ltc.kernels.recurrence import ltc_forward  # imports triton, an optional dependency
 
     n = v.size(1)
     current_first = torch.cat([gi0[:, :, n:], gi0[:, :, :n]], 2)  # the kernel's [num | den] = [I | G]
