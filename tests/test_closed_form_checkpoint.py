@@ -11,7 +11,7 @@ import torch
 from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
 from drive.drivers import load_driver
-from drive.evaluate.closed_form_fidelity import convert_checkpoint
+from drive.evaluate.closed_form_fidelity import closed_form_report
 from drive.nn.closed_form import ClosedFormLTC, convert
 from drive.nn.families import build_policy
 
@@ -25,7 +25,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory):
     policy = build_policy("ncp_ltc", frame_period_s=1.0 / 30.0, positivity="softplus")
     src = save_policy(root / "ltc.ckpt", policy, policy_meta(policy, Preprocessing(), 30.0, "ncp_ltc"))
     rec = record_drive(root / "test-rec", seed=3, index=0, split="test", minutes=0.02)
-    report = convert_checkpoint(
+    report = closed_form_report(
         src, "exact", root / "exact.ckpt", recordings=[rec], km=0.02, seed=1, rounds=2
     )
     return src, rec, report, root / "exact.ckpt"

@@ -16,7 +16,7 @@ What it writes (everything small: network input 53x53, a few optimizer steps on 
   pure), ``lstm``, ``ctrnn``, ``cnn`` -- with the optimizer and scheduler states dropped (the
   loaders never read them; they would triple the size). Every other key is as written.
 - ``ncp_ltc_closed_form.pt``: the ``ncp_ltc`` checkpoint converted by ``drive closed-form``'s
-  :func:`drive.evaluate.closed_form_fidelity.convert_checkpoint` (exact method).
+  :func:`drive.evaluate.closed_form_fidelity.closed_form_report` (exact method).
 - ``<name>.ts``: TorchScript exports (``drive export``'s :func:`drive.export.export_policy`) of
   ``ncp_ltc`` and the wired CfC with mixed memory.
 
@@ -300,7 +300,7 @@ def main(argv: List[str] = None) -> int:
         print(f"wrote {write_fingerprint(out)}")
         return 0
     if not args.only_references:
-        from drive.evaluate.closed_form_fidelity import convert_checkpoint
+        from drive.evaluate.closed_form_fidelity import closed_form_report
         from drive.export import export_policy
         from drive.sim.record import simulate
 
@@ -310,7 +310,7 @@ def main(argv: List[str] = None) -> int:
             simulate(work / "logs" / "val", minutes=0.1, seed=9, fps=10.0, recording_minutes=0.1)
             for name in CHECKPOINTS:
                 _fit(name, work / "logs", work, out)
-            convert_checkpoint(
+            closed_form_report(
                 out / "ncp_ltc.ckpt",
                 "exact",
                 work / CLOSED_FORM,

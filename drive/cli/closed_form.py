@@ -23,7 +23,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from drive.evaluate.closed_form_fidelity import convert_checkpoint, markdown_report
+from drive.evaluate.closed_form_fidelity import closed_form_report, markdown_report
 from drive.export.closed_form import METHODS
 
 __all__ = ["add_arguments", "run"]
@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = convert_checkpoint(
+    report = closed_form_report(
         args.ckpt,
         args.method,
         args.out,

@@ -43,7 +43,7 @@ from drive.demo.report import write_report
 from drive.demo.settings import DEFAULT_CONFIG, DemoSettings
 from drive.demo.training import BASELINE_OVERRIDES, train_baselines, train_policy
 from drive.drivers import load_driver
-from drive.evaluate.closed_form_fidelity import convert_checkpoint
+from drive.evaluate.closed_form_fidelity import closed_form_report
 from drive.evaluate.robustness import RobustnessConfig, robustness_report
 from drive.explain.video import saliency_video
 from drive.export import export_policy
@@ -213,7 +213,7 @@ def _robustness(
 def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Dict[str, Any]:
     path = out / "closed_form" / "ncp_ltc_closed_form.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    report = convert_checkpoint(
+    report = closed_form_report(
         ckpt, "exact", path, recordings=test, km=s.closed_form_km, seed=s.seeds[0], rounds=s.speed_rounds
     )
     return {"converted": str(path), "fidelity": report, "_outputs": [path]}

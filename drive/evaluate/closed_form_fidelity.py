@@ -1,6 +1,6 @@
 """How faithful a closed-form conversion is to the ODE LTC it came from (``drive closed-form``).
 
-:func:`convert_checkpoint` converts a checkpoint (:mod:`drive.export.closed_form`) and writes,
+:func:`closed_form_report` converts a checkpoint (:mod:`drive.export.closed_form`) and writes,
 beside the converted file, ``<out>.fidelity.json`` / ``.md``: output MSE of the converted policy
 against the ODE LTC (fused solver, its ``ode_unfolds``) on test recordings in (1/km)^2
 (:func:`open_loop_fidelity`; the CfC paper reports 0.006 on driving data), closed-loop
@@ -21,18 +21,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from drive.bench import interleaved_medians
 from drive.data.preprocess import Preprocessing
 from drive.drivers import PolicyDriver
-from drive.export.closed_form import convert_policy_file
+from drive.export.closed_form import write_closed_form
 from drive.io.atomic import write_text
 from drive.io.recording import Recording
-from drive.io.timing import interleaved_medians
 from drive.nn.policy import Policy
 from drive.sim.closed_loop import evaluate
 from drive.sim.poisson import format_rate, rates_differ_p
 from drive.sim.record import simulate
 
-__all__ = ["convert_checkpoint", "open_loop_fidelity", "rnn_speed", "markdown_report"]
+__all__ = ["closed_form_report", "open_loop_fidelity", "rnn_speed", "markdown_report"]
 
 PathLike = Union[str, os.PathLike]
 
@@ -121,7 +121,7 @@ def _closed_loop(policy: Policy, meta: Dict[str, Any], km: float, seed: int) -> 
     return {k: metrics[k] for k in keys if k in metrics}
 
 
-def convert_checkpoint(
+def closed_form_report(
     ckpt: PathLike,
     method: str,
     out: PathLike,
@@ -133,14 +133,14 @@ def convert_checkpoint(
     threads: int = 1,
     rounds: int = 15,
 ) -> Dict[str, Any]:
-    """Convert the LTC policy in ``ckpt`` (``method`` "exact" / "approx"; :func:`convert_policy_file`),
+    """Convert the LTC policy in ``ckpt`` (``method`` "exact" / "approx"; :func:`write_closed_form`),
     write it to ``out`` and the fidelity report to ``<out>.fidelity.json`` / ``.md``; returns the report.
 
     ``recordings``: test recordings for the open-loop comparison (None: record ``sim_minutes`` on
     the world's test split); ``km`` > 0: drive both policies closed loop (world ``seed``);
     ``threads``: torch CPU threads while timing (0: leave as is; restored afterwards).
     """
-    policy, converted, meta = convert_policy_file(ckpt, method, out, substeps)
+    policy, converted, meta = write_closed_form(ckpt, method, out, substeps)
     out = Path(out)
     family = f"{meta['family']}+closed_form_{method}"
     report: Dict[str, Any] = {

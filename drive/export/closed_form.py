@@ -4,7 +4,7 @@
 (the one conversion) and writes the converted checkpoint, which loads with
 :func:`drive.checkpoint.load_policy` and drives, explains and exports like any other. Its fidelity
 against the ODE LTC (open loop, closed loop, speed) is measured by
-:func:`drive.evaluate.closed_form_fidelity.convert_checkpoint` (``drive closed-form``).
+:func:`drive.evaluate.closed_form_fidelity.closed_form_report` (``drive closed-form``).
 """
 
 from __future__ import annotations
@@ -51,8 +51,3 @@ def write_closed_form(
         },
     )
     return policy, converted, meta
-
-
-# The name drive.evaluate.closed_form_fidelity still imports (another change owns that module):
-# remove once it calls write_closed_form.
-convert_policy_file = write_closed_form
