@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Tuple
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import cv2
 import torch
 
 from drive.drivers import make_driver
@@ -172,6 +173,7 @@ def report(results: List[Dict[str, Any]]) -> Tuple[str, Dict[str, Any]]:
 def speed(demo: Path, out: Path) -> str:
     """Steps/s on one core of the NCP-LTC in log replay and in the world, same policy, same run."""
     torch.set_num_threads(1)
+    cv2.setNumThreads(1)
     ckpt = demo / "train" / "checkpoints" / "last.ckpt"
     if not ckpt.exists():
         raise SystemExit(f"{ckpt}: no demo checkpoint; run `make demo` (or pass --demo)")

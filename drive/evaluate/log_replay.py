@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import cv2
 import numpy as np
 import torch
 
@@ -106,8 +107,10 @@ def _replay_log(
     settings: ReplaySettings,
     video_dir: Optional[str],
 ) -> List[Tuple[RecordingReplay, Dict[str, Any]]]:
-    """One log (all its recordings) driven by a fresh driver: runs in a worker process."""
+    """One log (all its recordings) driven by a fresh driver: runs in a worker process, on one core
+    (one torch thread, one OpenCV thread: workers are the parallelism)."""
     torch.set_num_threads(1)
+    cv2.setNumThreads(1)
     driver = make_driver(policy, settings.device, threads=1)
     options = ReaderOptions.from_any(reader)
     out = []
