@@ -27,8 +27,8 @@ import numpy as np
 from drive.io.recording import FrameSource
 from drive.replay.path import ReferencePath
 from drive.replay.view import ViewSynthesis
-from drive.sim.driver import Observation
 from drive.sim.vehicle import Vehicle, VehicleLimits, VehicleState
+from drive.sim.world import CarOnRoad
 
 __all__ = ["LogWorld", "replay_limits"]
 
@@ -45,7 +45,7 @@ def replay_limits(path: ReferencePath, base: VehicleLimits = VehicleLimits()) ->
     )
 
 
-class LogWorld:
+class LogWorld(CarOnRoad):
     """One reference path of a recording, driven closed loop (module docstring).
 
     Args:
@@ -90,18 +90,10 @@ class LogWorld:
         self.vehicle = Vehicle(state, self.limits)
         self._update_errors()
 
-    def _update_errors(self) -> None:
-        st = self.vehicle.state
-        self.s_m, self.lateral_offset_m, self.heading_error_rad = self.road.lane_errors(
-            st.x_m, st.y_m, st.yaw_rad, self.s_m
-        )
-
     def step(self, curvature_cmd_per_m: float) -> None:
         """Advance one period under a curvature command (1/m), at the recorded speed of this point."""
         self.vehicle.state.speed_mps = self.path.speed_at(self.s_m)
-        self.vehicle.step(curvature_cmd_per_m, self.dt_s)
-        self.time_s += self.dt_s
-        self._update_errors()
+        super().step(curvature_cmd_per_m)
 
     @property
     def remaining_m(self) -> float:
@@ -136,19 +128,3 @@ class LogWorld:
         self.shown.append(index)
         self.no_source.append(self.view.no_source_share)
         return image
-
-    def observe(self, with_image: bool = True) -> Observation:
-        st = self.vehicle.state
-        return Observation(
-            image=self.render() if with_image else None,
-            dt_s=self.dt_s,
-            speed_mps=st.speed_mps,
-            timestamp_s=self.time_s,
-            road=self.road,
-            s_m=self.s_m,
-            x_m=st.x_m,
-            y_m=st.y_m,
-            yaw_rad=st.yaw_rad,
-            lateral_offset_m=self.lateral_offset_m,
-            heading_error_rad=self.heading_error_rad,
-        )

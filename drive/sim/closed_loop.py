@@ -150,8 +150,8 @@ def drive_segment(
     index: int,
     conditions: Dict[str, str],
 ) -> Segment:
-    """Drive ``length_m`` metres of ``world`` (a :class:`World` or anything with its ``observe``,
-    ``step``, ``place_on_lane``, ``s_m``, lane errors, ``vehicle``, ``road`` and ``dt_s``) with
+    """Drive ``length_m`` metres of ``world`` (a :class:`~drive.sim.world.CarOnRoad`: the built-in
+    :class:`World` or a replayed log) with
     ``driver``, with the safety driver of the module docstring; ``video(obs, interventions)`` sees
     every unperturbed observation."""
     render = needs_image(driver) or video is not None

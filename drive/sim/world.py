@@ -9,19 +9,65 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
+
 from drive.sim.appearance import Appearance
 from drive.sim.driver import Observation
 from drive.sim.render import Camera, Renderer
 from drive.sim.road import Road
 from drive.sim.vehicle import Vehicle, VehicleLimits, VehicleState
 
-__all__ = ["World", "DEFAULT_SPEED_MPS", "DEFAULT_FPS"]
+__all__ = ["World", "CarOnRoad", "DEFAULT_SPEED_MPS", "DEFAULT_FPS"]
 
 DEFAULT_SPEED_MPS = 30.0 / 3.6
 DEFAULT_FPS = 30.0
 
 
-class World:
+class CarOnRoad:
+    """What every world shares (the built-in :class:`World`, a replayed log's
+    :class:`drive.replay.world.LogWorld`): a vehicle on a ``road``, its errors relative to the road's
+    lane, one period ``dt_s`` at a time. A subclass gives ``road``, ``vehicle``, ``dt_s``, ``time_s``,
+    ``s_m``, ``place_on_lane(s_m)`` and ``render()``."""
+
+    road: Road
+    vehicle: Vehicle
+    dt_s: float
+    time_s: float
+    s_m: float
+
+    def render(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def _update_errors(self) -> None:
+        st = self.vehicle.state
+        self.s_m, self.lateral_offset_m, self.heading_error_rad = self.road.lane_errors(
+            st.x_m, st.y_m, st.yaw_rad, self.s_m
+        )
+
+    def observe(self, with_image: bool = True) -> Observation:
+        st = self.vehicle.state
+        return Observation(
+            image=self.render() if with_image else None,
+            dt_s=self.dt_s,
+            speed_mps=st.speed_mps,
+            timestamp_s=self.time_s,
+            road=self.road,
+            s_m=self.s_m,
+            x_m=st.x_m,
+            y_m=st.y_m,
+            yaw_rad=st.yaw_rad,
+            lateral_offset_m=self.lateral_offset_m,
+            heading_error_rad=self.heading_error_rad,
+        )
+
+    def step(self, curvature_cmd_per_m: float) -> None:
+        """Advance one period under a curvature command (1/m)."""
+        self.vehicle.step(curvature_cmd_per_m, self.dt_s)
+        self.time_s += self.dt_s
+        self._update_errors()
+
+
+class World(CarOnRoad):
     """A road, its appearance, a camera and a vehicle.
 
     Args:
@@ -64,37 +110,9 @@ class World:
         self.vehicle = Vehicle(VehicleState(x, y, yaw, self.speed_mps, lane_kappa), self.limits)
         self._update_errors()
 
-    def _update_errors(self) -> None:
-        st = self.vehicle.state
-        self.s_m, self.lateral_offset_m, self.heading_error_rad = self.road.lane_errors(
-            st.x_m, st.y_m, st.yaw_rad, self.s_m
-        )
-
-    def render(self):
+    def render(self) -> np.ndarray:
         st = self.vehicle.state
         return self.renderer.render(self.road, self.appearance, st.x_m, st.y_m, st.yaw_rad, self.s_m)
-
-    def observe(self, with_image: bool = True) -> Observation:
-        st = self.vehicle.state
-        return Observation(
-            image=self.render() if with_image else None,
-            dt_s=self.dt_s,
-            speed_mps=st.speed_mps,
-            timestamp_s=self.time_s,
-            road=self.road,
-            s_m=self.s_m,
-            x_m=st.x_m,
-            y_m=st.y_m,
-            yaw_rad=st.yaw_rad,
-            lateral_offset_m=self.lateral_offset_m,
-            heading_error_rad=self.heading_error_rad,
-        )
-
-    def step(self, curvature_cmd_per_m: float) -> None:
-        """Advance one camera period under a curvature command (1/m)."""
-        self.vehicle.step(curvature_cmd_per_m, self.dt_s)
-        self.time_s += self.dt_s
-        self._update_errors()
 
     @property
     def remaining_m(self) -> float:
