@@ -10,18 +10,30 @@ bottleneck). Frames come from memory; ``--logs DIR`` also times the data pipelin
 (:class:`~drive.data.datamodule.DriveDataModule` batches of the same shape, in this process) and
 reports its share of a serial step (data + step; DataLoader workers overlap it in practice).
 
+``--fit LOGS`` is the end-to-end mode: a real ``drive fit`` of each profile (``--profiles``: the
+demo's, and ``ncp_ltc`` with ``data``'s full augmentation) on the cached recordings LOGS, with the
+augmentation in the DataLoader workers and on the training device (``--augment-on``), for
+``--fit-steps`` optimizer steps at ``--batch`` windows; its frames/s after the warm-up come from
+:class:`drive.train.throughput.Throughput` (everything a step costs: workers, copy, augmentation,
+model, optimizer, logging, checkpoints). In the same run the model-only step of the same network
+(the checkpoint's hyperparameters, synthetic uint8 frames already on the device) is timed, and the
+ratio printed: the goal of a GPU fit is >= 80 % of the model-only step.
+
     python tools/bench_train.py                       # all families, this CPU
     python tools/bench_train.py --device cuda --batch 64   # on a GPU (head under bf16 autocast)
     python tools/bench_train.py --families ncp_ltc --threads 1
     python tools/bench_train.py --families ncp_ltc --logs runs/demo/data/train
+    python tools/bench_train.py --device cuda --batch 64 --fit runs/demo/data/train   # end to end
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
-from typing import Callable, Dict, List
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
@@ -51,13 +63,21 @@ def _timeit(fns: List[Callable[[], None]], device: torch.device, warmup: int, it
 
 
 def bench_family(
-    family: str, batch: int, seq: int, device: torch.device, warmup: int, iters: int
+    family: str,
+    batch: int,
+    seq: int,
+    device: torch.device,
+    warmup: int,
+    iters: int,
+    hparams: Optional[Dict[str, Any]] = None,
 ) -> Dict[str, float]:
+    """Model-only training step of ``family`` (or of the network ``hparams`` describe)."""
     torch.manual_seed(0)
-    module = PolicyModule(family=family).to(device)
+    module = PolicyModule(**(hparams or {"family": family})).to(device)
     optimizer = torch.optim.Adam(module.parameters(), lr=5e-4)
     b, length = (batch * seq, 1) if family == "cnn" else (batch, seq)
-    frames = torch.randint(0, 256, (b, length, 3, 78, 200), dtype=torch.uint8, device=device)
+    h, w = module.hparams.input_hw
+    frames = torch.randint(0, 256, (b, length, 3, h, w), dtype=torch.uint8, device=device)
     target = torch.randn(b, length, device=device) * 20.0
     weight = curve_weights(target, 0.1)
     dt = torch.full((b, length), 1.0 / 30.0, device=device)
@@ -108,6 +128,60 @@ def bench_data(logs: str, batch: int, seq: int, iters: int) -> float:
     return best
 
 
+FIT_PROFILES = {"demo": ["--config", "demo"], "ncp_ltc": ["--config", "ncp_ltc", "--config", "data"]}
+
+
+def bench_fit(
+    profile: str, logs: List[str], augment_on: str, batch: int, steps: int, device: torch.device, out: Path
+) -> Dict[str, Any]:
+    """One real ``drive fit`` of ``profile`` for ``steps`` steps; its end-to-end frames/s and checkpoint."""
+    from drive.train.launch import launch  # Lightning's import only in this mode
+
+    root = out / f"{profile}-{augment_on}"
+    trainer = ["--config", "trainer/gpu"] if device.type == "cuda" else ["--config", "trainer/cpu"]
+    argv = ["fit", *FIT_PROFILES[profile], *trainer, "--seed_everything", "0"]
+    argv += ["--data.train", json.dumps(logs), "--data.val", "null", "--data.test", "null"]
+    argv += ["--data.val_split", "none", "--data.augment_on", augment_on, "--data.batch_size", str(batch)]
+    argv += ["--data.cache_dir", str(out / "cache"), "--trainer.default_root_dir", str(root)]
+    argv += ["--trainer.max_steps", str(steps), "--trainer.max_epochs", "-1"]
+    argv += ["--trainer.enable_progress_bar", "false", "--trainer.logger", "false"]
+    argv += [
+        "--throughput.skip_steps",
+        str(max(5, steps // 4)),
+        "--throughput.path",
+        str(root / "throughput.json"),
+    ]
+    launch(argv)
+    row = json.loads((root / "throughput.json").read_text())
+    row.update(profile=profile, augment_on=augment_on, checkpoint=str(root / "checkpoints" / "last.ckpt"))
+    return row
+
+
+def fit_rows(args: argparse.Namespace, device: torch.device) -> List[Dict[str, Any]]:
+    """End-to-end ``drive fit`` against the model-only step of the same network, per profile."""
+    from drive.train.hparams import checkpoint_hparams
+
+    rows = []
+    print(f"\nend to end: drive fit on {args.fit}, batch {args.batch} windows, {args.fit_steps} steps")
+    print(f"{'profile':<9} {'augment on':<10} {'fit frames/s':>12} {'model-only':>11} {'ratio':>7}")
+    with tempfile.TemporaryDirectory(prefix="bench-fit-") as tmp:
+        for profile in args.profiles.split(","):
+            model_only = None
+            for augment_on in args.augment_on.split(","):
+                row = bench_fit(profile, args.fit, augment_on, args.batch, args.fit_steps, device, Path(tmp))
+                if model_only is None:
+                    hp = checkpoint_hparams(row["checkpoint"])
+                    model_only = bench_family(hp["family"], args.batch, args.seq, device, 3, args.iters, hp)
+                row["model_only_frames_per_s"] = model_only["frames_per_s"]
+                row["ratio"] = row["frames_per_s"] / model_only["frames_per_s"]
+                rows.append(row)
+                print(
+                    f"{profile:<9} {augment_on:<10} {row['frames_per_s']:>12.0f} "
+                    f"{row['model_only_frames_per_s']:>11.0f} {row['ratio']:>7.2f}"
+                )
+    return rows
+
+
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", default=",".join(families()), help="comma-separated families")
@@ -118,12 +192,28 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--logs", default="", help="recordings to time the data pipeline on (optional)")
+    parser.add_argument("--fit", nargs="*", default=[], help="recordings for the end-to-end drive fit mode")
+    parser.add_argument("--profiles", default=",".join(FIT_PROFILES), help="profiles of the --fit mode")
+    parser.add_argument("--augment-on", default="workers,device", help="where --fit augments")
+    parser.add_argument("--fit-steps", type=int, default=200, help="optimizer steps of each --fit run")
     parser.add_argument("--json", default="", help="also write the rows to this JSON file")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    rows = []
+    rows: List[Dict[str, Any]] = []
+    if args.fit:
+        rows = fit_rows(args, device)
+    else:
+        rows = family_rows(args, device)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+    return 0
+
+
+def family_rows(args: argparse.Namespace, device: torch.device) -> List[Dict[str, Any]]:
+    rows: List[Dict[str, Any]] = []
     print(f"device {device}, {torch.get_num_threads()} threads, batch {args.batch} x {args.seq} frames")
     print(f"{'family':<9} {'frames/s':>9} {'step ms':>9} {'head ms':>9} {'outside head':>13}")
     for family in args.families.split(","):
@@ -143,10 +233,7 @@ def main(argv: List[str] | None = None) -> int:
                 f"{row['family']:<9} data {data_s * 1e3:.1f} ms/batch; outside the head incl. data (serial): "
                 f"{100 * row['outside_head_share_with_data']:.1f}%"
             )
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=2)
-    return 0
+    return rows
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV logg
 ``--last_checkpoint.*`` rewrites ``last.ckpt`` every ``every_n_train_steps`` (100) steps and at
 every epoch end, independent of validation, so ``--ckpt_path last`` resumes a killed run.
 ``--onpolicy.*`` adds on-policy data from log replay (:mod:`drive.train.onpolicy`; off by default).
+``--throughput.*`` logs training frames per second, end to end (:mod:`drive.train.throughput`).
 ``predict`` writes the curvature for every frame to ``<default_root_dir>/predictions.csv``
 (``--predictions.path``; :mod:`drive.train.predictions`).
 """
@@ -36,6 +37,7 @@ from drive.train.module import PolicyModule
 from drive.train.onpolicy import OnPolicyData
 from drive.train.predictions import PredictionCSV
 from drive.train.profiles import resolve_config_args
+from drive.train.throughput import Throughput
 
 __all__ = ["DriveCLI", "launch", "check_ckpt_path", "CheckpointNotFound", "DEFAULT_ROOT"]
 
@@ -68,6 +70,7 @@ class DriveCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
         parser.add_lightning_class_args(PredictionCSV, "predictions")  # acts only in `drive predict`
         parser.add_lightning_class_args(OnPolicyData, "onpolicy")  # off unless every_n_steps > 0
+        parser.add_lightning_class_args(Throughput, "throughput")  # perf/train_frames_per_s
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/loss",
