@@ -16,7 +16,9 @@ Noise pixels are always fresh per frame.
 - Blur: separable Gaussian, sigma U(0.3, blur_sigma_max), radius ceil(2 sigma), truncated and
   renormalised at the borders, as two banded matrix products (torchvision's 2-D convolution costs
   ~10x more; OpenCV inside forked DataLoader workers can deadlock).
-  JPEG: ``torchvision.transforms.v2.functional.jpeg`` at quality U(jpeg_quality_min, 95).
+  JPEG: quality U(jpeg_quality_min, 95), ``torchvision.transforms.v2.functional.jpeg`` on the CPU;
+  on a CUDA device nvJPEG through ``torchvision.io.encode_jpeg``/``decode_jpeg`` (the same libjpeg
+  quantisation tables; the CPU codec where torchvision has no CUDA one).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from typing import Dict, Optional, Sequence, Tuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+import torchvision
 from torchvision.transforms.v2 import functional as TF
 
-from drive.data.viewpoint import corrected_curvature, warp_frames, warp_grid
+from drive.data.viewpoint import corrected_curvature, warp_frames, warp_grids, warp_params
 
 __all__ = ["AugmentConfig", "Augmenter", "color_matrix"]
 
@@ -96,12 +99,27 @@ def color_matrix(brightness: float, contrast: float, saturation: float, hue: flo
     return np.concatenate([lin, offset[:, None]], axis=1)
 
 
-def _gaussian_matrix(n: int, sigma: float) -> torch.Tensor:
-    """[n, n] symmetric banded blur matrix (rows sum to 1): blurred = G_h @ x @ G_w."""
-    i = torch.arange(n, dtype=torch.float32)
-    d = i[:, None] - i[None, :]
-    g = torch.exp(-0.5 * (d / sigma) ** 2) * (d.abs() <= math.ceil(2 * sigma))
-    return g / g.sum(1, keepdim=True)
+def _gaussian_matrices(n: int, sigma: torch.Tensor) -> torch.Tensor:
+    """[U, n, n] symmetric banded blur matrices, one per sigma [U] (rows sum to 1):
+    blurred = G_h @ x @ G_w^T."""
+    i = torch.arange(n, dtype=torch.float32, device=sigma.device)
+    d = (i[:, None] - i[None, :])[None]
+    s = sigma.view(-1, 1, 1)
+    g = torch.exp(-0.5 * (d / s) ** 2) * (d.abs() <= torch.ceil(2 * s))
+    return g / g.sum(-1, keepdim=True)
+
+
+def _jpeg(frames: torch.Tensor, quality: int) -> torch.Tensor:
+    """JPEG round trip of uint8 frames [K,3,H,W] where they lie: nvJPEG on CUDA (batched encode,
+    decode of the compressed bytes, a few kB a frame, back to the GPU); torchvision's CPU codec on
+    the CPU and where torchvision has no CUDA codec."""
+    if frames.device.type == "cuda":
+        try:
+            data = torchvision.io.encode_jpeg(list(frames), quality=quality)
+            return torch.stack(torchvision.io.decode_jpeg([d.cpu() for d in data], device=frames.device))
+        except RuntimeError:  # a torchvision built without nvJPEG: the stated CPU fallback
+            pass
+    return TF.jpeg(frames.cpu(), quality).to(frames.device)
 
 
 Geometry = Tuple[
@@ -158,14 +176,17 @@ class Augmenter:
             yaw = np.radians(rng.uniform(-cfg.max_yaw_deg, cfg.max_yaw_deg, units)) * on
             if on.any():
                 sel = np.flatnonzero(on[unit])
-                grids = {}
-                for u in np.flatnonzero(on):
+                warped = np.flatnonzero(on)  # units whose frames are warped
+                params = np.empty((len(warped), 15))
+                for j, u in enumerate(warped):
                     camera, affine = geometry[u if not cfg.per_frame else u // t]
                     if camera is None or affine is None:
                         raise ValueError("viewpoint augmentation needs the recording's camera calibration")
-                    grids[u] = warp_grid(camera, affine, (h, w), float(shift[u]), float(yaw[u]))
-                grid = torch.stack([grids[unit[i]] for i in sel]).to(dev)
-                x[sel] = warp_frames(x[sel], grid)
+                    params[j] = warp_params(camera, affine, float(shift[u]), float(yaw[u]))
+                grids = warp_grids(torch.from_numpy(params).to(dev), (h, w))  # one per warped unit
+                slot = np.zeros(units, dtype=np.int64)
+                slot[warped] = np.arange(len(warped))
+                x[sel] = warp_frames(x[sel], grids[torch.from_numpy(slot[unit[sel]]).to(dev)])
                 curvature = corrected_curvature(
                     curvature,
                     shift[unit],
@@ -189,9 +210,13 @@ class Augmenter:
             x = x.clamp_(1e-6, 1.0).log_().mul_(exponent).exp_()  # x ** exponent, 3x faster than pow
         blur = rng.random(units) < cfg.blur_p
         sigma = rng.uniform(0.3, cfg.blur_sigma_max, units)
-        for u in np.flatnonzero(blur):
-            sel = torch.from_numpy(np.flatnonzero(unit == u)).to(dev)
-            x[sel] = _gaussian_matrix(h, sigma[u]).to(dev) @ x[sel] @ _gaussian_matrix(w, sigma[u]).to(dev).T
+        if blur.any():
+            blurred = np.flatnonzero(blur)
+            s = torch.from_numpy(sigma[blurred].astype(np.float32)).to(dev)
+            g_h, g_w = _gaussian_matrices(h, s), _gaussian_matrices(w, s).transpose(-1, -2)
+            for j, u in enumerate(blurred):  # a few units per batch: two matrix products each
+                sel = torch.from_numpy(np.flatnonzero(unit == u)).to(dev)
+                x[sel] = g_h[j] @ x[sel] @ g_w[j]
         noise = rng.random(units) < cfg.noise_p
         if noise.any():
             std = torch.from_numpy(
@@ -206,7 +231,7 @@ class Augmenter:
         quality = rng.integers(cfg.jpeg_quality_min, 96, units)
         for u in np.flatnonzero(jpeg):
             sel = torch.from_numpy(np.flatnonzero(unit == u)).to(dev)
-            out[sel] = TF.jpeg(out[sel].cpu(), int(quality[u])).to(dev)
+            out[sel] = _jpeg(out[sel], int(quality[u]))
         return out.view(n_win, t, 3, h, w), curvature.reshape(n_win, t)
 
     def _jitter(self, rng: np.random.Generator) -> Tuple[float, float, float, float]:

@@ -50,6 +50,11 @@ from drive.data.sequences import split_ranges, stateful_windows, train_windows
 __all__ = ["DriveDataModule"]
 
 
+def _host_labels(batch: Dict[str, torch.Tensor]) -> Dict[str, np.ndarray]:
+    """The labels device augmentation reads, as host arrays (a copy back if they are on a device)."""
+    return {k: batch[k].cpu().numpy() for k in ("curvature", "speed", "mask", "recording")}
+
+
 def _worker_init(_: int) -> None:
     torch.set_num_threads(1)
 
@@ -130,6 +135,7 @@ class DriveDataModule(L.LightningDataModule):
         self.augment_on = augment_on
         self.problems = Problems(on_error)
         self.datasets: Dict[str, SequenceDataset] = {}
+        self._host: Optional[Dict[str, np.ndarray]] = None  # labels of the batch in transfer
 
     def _load(self, paths: List[str]) -> List[CachedRecording]:
         recs = read_logs(paths, self.format, self.reader, self.problems)
@@ -187,35 +193,52 @@ class DriveDataModule(L.LightningDataModule):
         )
 
     def augment_batch(
-        self, batch: Dict[str, torch.Tensor], rank: int = 0, batch_number: int = 0
+        self,
+        batch: Dict[str, torch.Tensor],
+        rank: int = 0,
+        batch_number: int = 0,
+        host: Optional[Dict[str, np.ndarray]] = None,
     ) -> Dict[str, torch.Tensor]:
         """Augment a training batch where it lies (``augment_on="device"``): frames, corrected
-        curvature and weights are replaced; deterministic in (seed, rank, batch_number)."""
+        curvature and weights are replaced; deterministic in (seed, rank, batch_number). ``host``:
+        the batch's curvature, speed, mask and recording as host arrays, taken before the transfer
+        (:meth:`on_before_batch_transfer`), so that reading them does not wait for the device."""
         if self.augment is None:
             return batch
+        host = host if host is not None else _host_labels(batch)
         ds = self.datasets["train"]
         rng = np.random.default_rng([self.seed, rank, batch_number])
         frames, curvature = Augmenter(self.augment).augment(
             batch["frames"],
-            batch["curvature"].cpu().numpy(),
-            batch["speed"].cpu().numpy(),
+            host["curvature"],
+            host["speed"],
             rng,
-            [ds.geometry(r) for r in batch["recording"].tolist()],
+            [ds.geometry(r) for r in host["recording"].tolist()],
         )
         dev = batch["frames"].device
         out = dict(batch)
         out["frames"] = frames
-        out["curvature"] = torch.from_numpy(curvature.astype(np.float32)).to(dev)
-        weight = sample_weights(curvature, self.curve_factor) * batch["mask"].cpu().numpy()
-        out["weight"] = torch.from_numpy(weight.astype(np.float32)).to(dev)
+        weight = sample_weights(curvature, self.curve_factor) * host["mask"]
+        labels = torch.from_numpy(np.stack([curvature, weight]).astype(np.float32))
+        if dev.type == "cuda":
+            labels = labels.pin_memory()
+        out["curvature"], out["weight"] = labels.to(dev, non_blocking=True).unbind(0)
         return out
 
-    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+    def _augments_on_device(self) -> bool:
         trainer = self.trainer
-        if self.augment_on == "device" and trainer is not None and trainer.training:
+        return self.augment_on == "device" and trainer is not None and trainer.training
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        self._host = _host_labels(batch) if self._augments_on_device() else None
+        return batch
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        if self._augments_on_device():
+            trainer = self.trainer
             # the run's batch count, restored with a checkpoint: a resumed run draws the same
             return self.augment_batch(
-                batch, trainer.global_rank, trainer.fit_loop.epoch_loop.batch_progress.total.ready
+                batch, trainer.global_rank, trainer.fit_loop.epoch_loop.batch_progress.total.ready, self._host
             )
         return batch
 

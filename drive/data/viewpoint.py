@@ -35,6 +35,8 @@ import torch.nn.functional as F
 
 __all__ = [
     "warp_grid",
+    "warp_grids",
+    "warp_params",
     "warp_frames",
     "view_homographies",
     "corrected_curvature",
@@ -83,6 +85,39 @@ def view_homographies(
     return ground, sky, n @ r @ k_inv
 
 
+def warp_params(
+    camera: Dict[str, float], a: np.ndarray, shift_m: float, yaw_rad: float, forward_m: float = 0.0
+) -> np.ndarray:
+    """The warp in model pixels as 15 numbers ``[P (3x3), b (3), l (3)]``: a target model pixel
+    ``p = (u, v, 1)`` samples the source model pixel ``P p + b max(l . p, 0)`` (dehomogenised).
+    With ``M = R K^-1 A^-1``: ``P = A K M``, ``b = A K C / d``, ``l = n^T M`` (module docstring).
+    """
+    k, r, c, d = _camera_motion(camera, shift_m, yaw_rad, forward_m)
+    _, n, _ = camera_geometry(camera)
+    m = r @ np.linalg.inv(k) @ np.linalg.inv(a)
+    return np.concatenate([(a @ k @ m).ravel(), a @ k @ c / d, n @ m])
+
+
+def warp_grids(params: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+    """Sampling grids [U, H, W, 2] (grid_sample's normalized x, y) of U warps ``params`` [U, 15]
+    (:func:`warp_params`), computed where ``params`` lies (float64, as one batched product)."""
+    h, w = size
+    dev = params.device
+    v, u = torch.meshgrid(
+        torch.arange(h, dtype=torch.float64, device=dev),
+        torch.arange(w, dtype=torch.float64, device=dev),
+        indexing="ij",
+    )
+    pix = torch.stack([u.reshape(-1), v.reshape(-1), torch.ones(h * w, dtype=torch.float64, device=dev)])
+    p = params.to(torch.float64)
+    down = (p[:, 12:15] @ pix).clamp_min(0.0)  # [U, P] > 0 where the ray meets the ground
+    src = p[:, :9].reshape(-1, 3, 3) @ pix + p[:, 9:12, None] * down[:, None, :]
+    z = torch.where(src[:, 2].abs() < 1e-9, torch.full_like(src[:, 2], 1e-9), src[:, 2])
+    x, y = src[:, 0] / z, src[:, 1] / z
+    grid = torch.stack([(2 * x + 1) / w - 1, (2 * y + 1) / h - 1], dim=-1)
+    return grid.reshape(-1, h, w, 2).to(torch.float32)
+
+
 def warp_grid(
     camera: Dict[str, float],
     a: np.ndarray,
@@ -98,19 +133,8 @@ def warp_grid(
         a: [3, 3] affine from source pixels to model pixels (:func:`drive.data.cache.source_to_model`).
         size: (H, W) of the model frames.
     """
-    k, r, c, d = _camera_motion(camera, shift_m, yaw_rad, forward_m)
-    _, n, _ = camera_geometry(camera)
-    h, w = size
-    v, u = np.mgrid[0:h, 0:w].astype(np.float64)
-    pix = np.stack([u.ravel(), v.ravel(), np.ones(h * w)])  # [3, P] target model pixels
-    rays = r @ (np.linalg.inv(k) @ np.linalg.inv(a) @ pix)  # target rays in source camera axes
-    down = np.maximum(n @ rays, 0.0)  # > 0 where the ray meets the ground
-    q = rays + np.outer(c, down) / d  # ground: (I + C n^T/d) R r; sky: R r
-    src = a @ k @ q
-    z = np.where(np.abs(src[2]) < 1e-9, 1e-9, src[2])
-    x, y = src[0] / z, src[1] / z
-    grid = np.stack([(2 * x + 1) / w - 1, (2 * y + 1) / h - 1], axis=-1).reshape(h, w, 2)
-    return torch.from_numpy(grid.astype(np.float32))
+    params = torch.from_numpy(warp_params(camera, a, shift_m, yaw_rad, forward_m))
+    return warp_grids(params[None], size)[0]
 
 
 def warp_frames(frames: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:

@@ -46,7 +46,7 @@ class LearningMonitor:
         self.check_after_steps = int(check_after_steps)
         self.baseline: Dict[str, float] = {}
         self.health: Dict[str, float] = {}
-        self.recent_sq: List[float] = []  # unweighted training MSE of recent steps
+        self.recent_sq: List[Tensor] = []  # unweighted training MSE of recent steps (0-d, on the device)
         self.warned: set = set()
 
     def set_baseline(self, datasets: Mapping[str, Any]) -> None:
@@ -61,9 +61,10 @@ class LearningMonitor:
         """One training step of ``module``: record its MSE and, every :data:`HEALTH_EVERY` steps, the head's
         health (logged as ``train/dead_features`` and ``train/input_saturation``); check once at
         ``check_after_steps``."""
-        valid = weight > 0
-        mse = float(((pred - target)[valid] ** 2).mean()) if bool(valid.any()) else float("nan")
-        self.recent_sq.append(mse)
+        # kept on the device: reading it back every step would stall the GPU's queue each step
+        valid = (weight > 0).to(pred.dtype)
+        sq = ((pred - target) ** 2 * valid).sum() / valid.sum()  # nan when every frame is padding
+        self.recent_sq.append(sq.detach())
         del self.recent_sq[:-RECENT_STEPS]
         step = int(module.global_step)
         if step % HEALTH_EVERY == 0 or step == self.check_after_steps:
@@ -100,7 +101,7 @@ class LearningMonitor:
         (validation); more than half of the head's features dead; more than half of the LTC's
         sensory sigmoids saturated (below 0.02 or above 0.98).
         """
-        recent = [v for v in self.recent_sq if not math.isnan(v)]
+        recent = [v for v in (float(t) for t in self.recent_sq) if not math.isnan(v)]
         if val_mse is None and recent and "train" in self.baseline:
             mse, const = float(np.mean(recent)), self.baseline["train"]
             if mse >= 0.9 * const:
