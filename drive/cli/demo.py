@@ -16,6 +16,8 @@ from dataclasses import asdict
 
 from drive.demo.settings import DemoSettings
 
+COMMAND = "demo"
+HELP = "the whole pipeline on built-in data: simulate, train, drive, explain, export"
 __all__ = ["add_arguments", "run"]
 
 

@@ -35,6 +35,8 @@ from drive.sim.record import check_world_settings
 from drive.sim.render import Camera
 from drive.sim.road import SPLITS
 
+COMMAND = "evaluate"
+HELP = "closed-loop driving of a policy (expert, checkpoint, exported file)"
 __all__ = ["add_arguments", "run"]
 
 

@@ -17,6 +17,8 @@ from drive.sim.record import DEFAULT_NOISE_STD, check_world_settings, simulate
 from drive.sim.render import Camera
 from drive.sim.road import SPLITS, TEST_SEED_OFFSET
 
+COMMAND = "simulate"
+HELP = "record driving logs in the built-in world"
 __all__ = ["add_arguments", "run"]
 
 
