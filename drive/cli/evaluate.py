@@ -29,10 +29,11 @@ from typing import Any, Dict
 from drive.cli.reader_args import add_reader_arguments, reader_options
 from drive.io.atomic import no_empty_dir_on_error
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
+from drive.sim.camera import Camera
 from drive.sim.closed_loop import Segment, evaluate
-from drive.sim.gym_eval import evaluate_env, load_mapping, make_env
+from drive.sim.gym_eval import evaluate_env, make_env
+from drive.sim.gym_mapping import load_mapping
 from drive.sim.record import check_world_settings
-from drive.sim.render import Camera
 from drive.sim.road import SPLITS
 
 COMMAND = "evaluate"

@@ -40,7 +40,7 @@ import torch
 
 from drive.checkpoint import load_policy
 from drive.demo.report import write_report
-from drive.demo.settings import DEFAULT_CONFIG, DemoSettings
+from drive.demo.settings import DemoSettings
 from drive.demo.training import BASELINE_OVERRIDES, train_baselines, train_policy
 from drive.drivers import load_driver
 from drive.evaluate.closed_form_fidelity import closed_form_report
@@ -55,7 +55,7 @@ from drive.sim.expert import PurePursuitExpert
 from drive.sim.record import simulate
 from drive.train.profiles import resolve_config
 
-__all__ = ["DemoSettings", "run_demo", "DEFAULT_CONFIG", "BASELINE_OVERRIDES"]
+__all__ = ["run_demo"]
 
 
 class _Stages:

@@ -35,10 +35,11 @@ import numpy as np
 
 from drive.io.atomic import write_text
 from drive.sim.appearance import condition_grid, parse_conditions, sample_appearance
+from drive.sim.camera import Camera
 from drive.sim.driver import Driver, needs_image
 from drive.sim.plot import DriveVideo, plot_drive
 from drive.sim.poisson import rate_interval
-from drive.sim.render import Camera, Renderer
+from drive.sim.render import Renderer
 from drive.sim.road import Road, generate_road
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 

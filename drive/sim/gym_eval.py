@@ -15,8 +15,8 @@ episode (``terminated``, e.g. off the road or a crash), it counts an interventio
 env and the policy. Time-limit ends (``truncated``) just start the next episode. Driving stops
 after ``km`` kilometres (``info.distance_m`` per episode when mapped, else speed x dt).
 
-The mapping (:class:`EnvMapping`, its YAML and how an observation becomes a frame) is
-:mod:`drive.sim.gym_mapping`; its names are re-exported here.
+The mapping (:class:`~drive.sim.gym_mapping.EnvMapping`, its YAML and how an observation becomes a
+frame) is :mod:`drive.sim.gym_mapping`, the one import path of its names.
 """
 
 from __future__ import annotations
@@ -31,17 +31,9 @@ import numpy as np
 from drive.sim.closed_loop import TAKEOVER_S, ClosedLoopResult, Segment, summarize_with_conditions
 from drive.sim.driver import Observation
 from drive.sim.gym_env import ENV_ID, register  # importing it registers drive/LaneKeeping-v0 with Gymnasium
-from drive.sim.gym_mapping import (
-    DRIVE_MAPPING,
-    ActionMap,
-    EnvMapping,
-    InfoKey,
-    info_conditions,
-    load_mapping,
-    observation_frame,
-)
+from drive.sim.gym_mapping import EnvMapping, info_conditions, observation_frame
 
-__all__ = ["EnvMapping", "ActionMap", "InfoKey", "evaluate_env", "load_mapping", "make_env", "DRIVE_MAPPING"]
+__all__ = ["evaluate_env", "make_env"]
 
 
 def evaluate_env(

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Optional
 
 from drive.sim.appearance import Appearance
+from drive.sim.camera import Camera
 from drive.sim.driver import Observation
-from drive.sim.render import Camera, Renderer
+from drive.sim.render import Renderer
 from drive.sim.road import Road
 from drive.sim.vehicle import Vehicle, VehicleLimits, VehicleState
 
