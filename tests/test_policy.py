@@ -10,9 +10,9 @@ import torch
 
 from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
-from drive.drivers import PolicyDriver, load_driver
 from drive.nn.families import build_policy
 from drive.nn.policy import Policy, build_rnn
+from drive.policy_drivers import PolicyDriver, load_driver
 
 FAMILIES = ["ncp_ltc", "cfc", "cnn"]
 
@@ -144,3 +144,19 @@ def test_driver_preprocesses_like_training_and_resets_its_memory(tmp_path) -> No
 def test_load_driver_rejects_unknown_suffix(tmp_path) -> None:
     with pytest.raises(ValueError, match="suffix"):
         load_driver(tmp_path / "policy.bin")
+
+
+def test_the_old_module_name_drive_drivers_is_a_warning_alias() -> None:
+    """drive.drivers is drive.policy_drivers' deprecated name (until the log-replay files move)."""
+    import importlib
+
+    import drive.policy_drivers as new
+
+    with pytest.warns(DeprecationWarning, match="drive.policy_drivers"):
+        old = importlib.reload(importlib.import_module("drive.drivers"))
+    assert (old.PolicyDriver, old.load_driver, old.make_driver, old.camera_size) == (
+        new.PolicyDriver,
+        new.load_driver,
+        new.make_driver,
+        new.camera_size,
+    )

@@ -13,7 +13,7 @@ import torch
 
 from drive.checkpoint import load_policy
 from drive.data.datamodule import DriveDataModule
-from drive.drivers import PolicyDriver
+from drive.policy_drivers import PolicyDriver
 from drive.sim.camera import Camera
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver

@@ -40,7 +40,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("drive.sim", "drive.data", "drive.nn", "drive.gym"),
     ("drive.checkpoint", "drive.replay"),
     ("drive.train", "drive.export"),
-    ("drive.drivers",),
+    ("drive.policy_drivers", "drive.drivers"),  # drive.drivers: its deprecated name, an alias
     ("drive.explain", "drive.evaluate"),
     ("drive.demo",),
     ("drive.cli",),

@@ -14,7 +14,7 @@ Writes ``metrics.json`` and ``drive.png`` (road, driven path, interventions) to 
 and ``drive.mp4`` with ``--video``. ``--env ID`` drives a Gymnasium env instead
 (:mod:`drive.sim.gym_eval`); ``--logs`` drives recorded logs by log replay
 (:mod:`drive.evaluate.log_replay`: ``metrics.json``, ``REPORT.md``, ``replay.png``, ``videos/``).
-Policies come from :func:`drive.drivers.make_driver`.
+Policies come from :func:`drive.policy_drivers.make_driver`.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "logs", None):
         return _run_logs(args)
     from drive.data.perturb import Perturbation  # at run time: torch (seconds), --help needs none
-    from drive.drivers import camera_size, make_driver  # at run time: torch (seconds)
+    from drive.policy_drivers import camera_size, make_driver  # at run time: torch (seconds)
 
     try:
         parse_conditions(args.conditions)
@@ -203,7 +203,7 @@ WORLD_DEFAULTS = {
 def _run_env(args: argparse.Namespace) -> int:
     """``drive evaluate --env ID [--env-config YAML] --policy P --km K --out DIR`` (drive.sim.gym_eval)."""
     from drive.data.perturb import Perturbation  # at run time: torch (seconds), --help needs none
-    from drive.drivers import camera_size, make_driver  # at run time: torch (seconds)
+    from drive.policy_drivers import camera_size, make_driver  # at run time: torch (seconds)
 
     env = None
     try:
