@@ -14,7 +14,7 @@ Training writes it through Lightning (``PolicyModule.on_save_checkpoint``); any 
 (closed-form conversion, tools) writes it with :func:`save_policy`. A file that needs more than
 tensors and plain types to load (a pickled payload) is rejected before anything in it runs.
 
-Driving with a checkpoint (or an exported file) is :mod:`drive.drivers`.
+Driving with a checkpoint (or an exported file) is :mod:`drive.policy_drivers`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ Both registries load the plugins when their package is imported, so ``drive fit`
 their ``--model.<family>.*`` options), ``drive data inspect|convert`` (the formats) and a checkpoint
 naming a plugin's cell see them as they see drive's own. A plugin that cannot be imported is an
 ``ImportError`` naming it and where it was named.
+
+A plugin may also be a ``drive`` command (a module declaring ``COMMAND`` and ``HELP``,
+:mod:`drive.cli.discover`): the dispatcher reads those two strings from its source, without
+importing it, and imports it when the command runs.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import pkgutil
 from importlib.metadata import entry_points
 from typing import Iterable, List, Tuple
 
-__all__ = ["import_all", "load_plugins", "PLUGINS_VARIABLE", "ENTRY_POINT_GROUP"]
+__all__ = ["import_all", "load_plugins", "named_plugins", "PLUGINS_VARIABLE", "ENTRY_POINT_GROUP"]
 
 PLUGINS_VARIABLE = "DRIVE_PLUGINS"
 ENTRY_POINT_GROUP = "drive.plugins"
@@ -47,7 +51,7 @@ def load_plugins() -> List[str]:
     if _started:
         return list(_loaded)
     _started = True
-    for name, where in _named():
+    for name, where in named_plugins():
         try:
             importlib.import_module(name)
         except ImportError as e:
@@ -56,8 +60,9 @@ def load_plugins() -> List[str]:
     return list(_loaded)
 
 
-def _named() -> List[Tuple[str, str]]:
-    """(module name, where it was named) of every plugin."""
+def named_plugins() -> List[Tuple[str, str]]:
+    """(module name, where it was named) of every plugin, without importing any (``drive --help``
+    reads the plugins' commands from their source, :mod:`drive.cli.discover`)."""
     found = [
         (name.strip(), f"${PLUGINS_VARIABLE}")
         for name in os.environ.get(PLUGINS_VARIABLE, "").split(",")

@@ -19,11 +19,12 @@ import pytest
 import torch
 
 from drive.checkpoint import policy_meta, save_policy
-from drive.cli import error_line, main
+from drive.cli import main
+from drive.cli.errors import error_line
 from drive.data.preprocess import Preprocessing
 from drive.nn.families import build_policy
+from drive.sim.camera import Camera
 from drive.sim.record import simulate
-from drive.sim.render import Camera
 
 ROOT = Path(__file__).resolve().parent.parent
 HW = (16, 48)

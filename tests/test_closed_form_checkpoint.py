@@ -10,10 +10,10 @@ import torch
 
 from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
-from drive.drivers import load_driver
 from drive.evaluate.closed_form_fidelity import closed_form_report
 from drive.nn.closed_form import ClosedFormLTC, convert
 from drive.nn.families import build_policy
+from drive.policy_drivers import load_driver
 
 
 @pytest.fixture(scope="module")

@@ -49,8 +49,8 @@ from compat_reference import (
 )
 
 from drive.checkpoint import load_policy
-from drive.drivers import load_driver
 from drive.export import export_policy
+from drive.policy_drivers import load_driver
 from drive.sim.closed_loop import evaluate
 
 pytestmark = pytest.mark.kernels  # numbers recorded on another machine; exports in fresh processes

@@ -351,7 +351,7 @@ def test_training_on_bags_learns_the_steering(tmp_path):
     trainer.save_checkpoint(tmp_path / "last.ckpt")
     policy, meta = load_policy(tmp_path / "last.ckpt")
     (rec,) = read_logs(val)
-    from drive.drivers import PolicyDriver
+    from drive.policy_drivers import PolicyDriver
     from drive.sim.driver import Observation
 
     driver = PolicyDriver(policy, meta)

@@ -9,9 +9,10 @@ import torch
 from drive.data.augment import AugmentConfig
 from drive.data.viewpoint import corrected_curvature, road_region_error, warp_frames, warp_grid
 from drive.sim.appearance import sample_appearance
+from drive.sim.camera import Camera
 from drive.sim.driver import Observation
 from drive.sim.expert import PurePursuitExpert
-from drive.sim.render import Camera, render_view
+from drive.sim.render import render_view
 from drive.sim.road import generate_road
 from drive.train.profiles import profile_path
 
@@ -50,8 +51,8 @@ def test_synthesized_view_matches_rendered_view_on_the_road(world, shift, yaw):
 @pytest.fixture(scope="module")
 def shipped_augment(tmp_path_factory) -> AugmentConfig:
     """The augmentation of the shipped profile `data`, parsed as `drive fit --config data` parses it."""
-    from drive.cli.fit import DriveCLI
     from drive.data.datamodule import DriveDataModule
+    from drive.train.launch import DriveCLI
     from drive.train.module import PolicyModule
 
     args = [

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from drive.cli.fit import lightning_main
-from drive.demo.run import DEFAULT_CONFIG
+from drive.demo.settings import DEFAULT_CONFIG
 from drive.sim.record import simulate
 
 STAGES = ("simulate", "train", "baselines", "drive", "saliency", "robustness", "closed_form", "export")

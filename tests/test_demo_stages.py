@@ -58,7 +58,7 @@ def test_missing_output_reruns_the_stage(tmp_path: Path) -> None:
 def test_unknown_baseline_family_is_named_before_any_training(tmp_path: Path) -> None:
     import pytest
 
-    from drive.demo.run import DemoSettings
+    from drive.demo.settings import DemoSettings
     from drive.demo.training import train_baselines
 
     with pytest.raises(ValueError, match=r"unknown families \['gru'\]"):
@@ -72,7 +72,7 @@ def test_a_bad_training_setting_is_one_error_line_naming_it(tmp_path: Path, caps
     """The demo trains through drive.train.launch: a bad value in its config is answered like any
     input error of `drive` (one line, exit 2), not with a traceback after the training stage."""
     from drive.cli import main
-    from drive.demo.run import DEFAULT_CONFIG
+    from drive.demo.settings import DEFAULT_CONFIG
 
     config = tmp_path / "bad.yaml"
     config.write_text(DEFAULT_CONFIG.read_text().replace("data:\n", "data:\n  augment_on: bogus\n", 1))

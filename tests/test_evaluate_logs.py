@@ -13,8 +13,8 @@ import pytest
 
 from drive.cli import main
 from drive.io.recording import Recording
+from drive.sim.camera import Camera
 from drive.sim.record import simulate
-from drive.sim.render import Camera
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compat"
 CKPT, EXPORT = FIXTURES / "ncp_ltc.ckpt", FIXTURES / "ncp_ltc.ts"  # trained on 200x78 frames at 10 Hz

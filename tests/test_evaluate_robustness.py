@@ -14,13 +14,13 @@ from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.cli import main as drive_main
 from drive.data.perturb import KINDS, Perturbation
 from drive.data.preprocess import Preprocessing
-from drive.drivers import PolicyDriver
 from drive.evaluate.report import COLUMNS, LEVEL_AXIS
 from drive.evaluate.robustness import RobustnessConfig, evaluate_model, robustness_report, sensitivity_profile
 from drive.io.recording import CameraCalibration, Recording, RecordingMeta, RecordingWriter
 from drive.nn import LSTM, LTC, lane_keeping_ncp
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
+from drive.policy_drivers import PolicyDriver
 
 FPS = 30.0
 

@@ -8,10 +8,10 @@ import torch
 
 from drive.checkpoint import policy_meta
 from drive.data.preprocess import Preprocessing
-from drive.drivers import PolicyDriver
 from drive.explain.live import SaliencyRecorder
 from drive.nn.heads import NCPConvHead
 from drive.nn.policy import Policy
+from drive.policy_drivers import PolicyDriver
 from drive.sim.appearance import sample_appearance
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.road import generate_road

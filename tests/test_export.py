@@ -15,7 +15,6 @@ import torch
 from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.cli import main as drive_main
 from drive.data.preprocess import Preprocessing
-from drive.drivers import PolicyDriver
 from drive.export import (
     STATUS,
     DeployedPolicy,
@@ -29,6 +28,7 @@ from drive.export.formats import _export_program
 from drive.nn.closed_form import convert
 from drive.nn.families import build_policy
 from drive.nn.policy import Policy
+from drive.policy_drivers import PolicyDriver
 
 FPS = 30.0
 

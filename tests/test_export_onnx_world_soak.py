@@ -9,10 +9,10 @@ import torch
 
 from drive.checkpoint import policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
-from drive.drivers import load_driver
 from drive.export import export_policy, load_exported, read_metadata
 from drive.export.soak import soak
 from drive.nn.families import build_policy
+from drive.policy_drivers import load_driver
 from drive.sim.closed_loop import evaluate
 
 pytestmark = pytest.mark.usefixtures("one_thread")

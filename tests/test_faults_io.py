@@ -19,8 +19,8 @@ from drive.checkpoint import policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
 from drive.io.atomic import WriteError, write_bytes, write_text
 from drive.nn.families import build_policy
+from drive.sim.camera import Camera
 from drive.sim.record import simulate
-from drive.sim.render import Camera
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

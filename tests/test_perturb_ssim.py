@@ -22,11 +22,11 @@ def test_noise_is_added_to_the_network_view_so_its_level_survives_a_large_camera
     network's view it keeps the requested std, in robustness, the world driver and saliency alike."""
     from drive.checkpoint import policy_meta
     from drive.data.preprocess import Preprocessing
-    from drive.drivers import PolicyDriver
     from drive.evaluate.measures import _frames_tensor
     from drive.explain.policy_saliency import policy_saliency
     from drive.nn.heads import NCPConvHead
     from drive.nn.policy import Policy
+    from drive.policy_drivers import PolicyDriver
 
     camera = np.full((312, 800, 3), 128, np.uint8)
     pre = Preprocessing(size=(78, 200))

@@ -10,9 +10,9 @@ import torch
 
 from drive.checkpoint import load_policy, policy_meta, save_policy
 from drive.data.preprocess import Preprocessing
-from drive.drivers import PolicyDriver, load_driver
 from drive.nn.families import build_policy
 from drive.nn.policy import Policy, build_rnn
+from drive.policy_drivers import PolicyDriver, load_driver
 
 FAMILIES = ["ncp_ltc", "cfc", "cnn"]
 

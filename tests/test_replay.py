@@ -14,11 +14,12 @@ from drive.io.recording import ArrayFrames, Recording, RecordingMeta
 from drive.replay import LogWorld, ViewSynthesis, reference_paths, replay_recording
 from drive.replay.path import MIN_SPEED_MPS
 from drive.sim.appearance import Appearance
+from drive.sim.camera import Camera
 from drive.sim.closed_loop import evaluate, summarize
 from drive.sim.driver import ConstantDriver
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.record import simulate
-from drive.sim.render import Camera, render_view
+from drive.sim.render import render_view
 from drive.sim.road import generate_road
 
 SEED, FPS = 5, 10.0

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from drive.cli import evaluate as evaluate_cli
-from drive.drivers import make_driver
+from drive.policy_drivers import make_driver
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.expert import PurePursuitExpert

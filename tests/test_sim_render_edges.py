@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from drive.sim.appearance import CONDITION_AXES, sample_appearance
-from drive.sim.render import _TEX, Camera, Renderer, _cell, _clamped_cell
+from drive.sim.camera import Camera
+from drive.sim.render import _TEX, Renderer, _cell, _clamped_cell
 from drive.sim.road import generate_road, uniform_road
 
 _TINY = (0.0, -0.0, 1e-9, -1e-9, 1e-6, -1e-6)

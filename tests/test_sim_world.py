@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from drive.sim.appearance import CONDITION_AXES, parse_conditions, sample_appearance
-from drive.sim.render import Camera, Renderer, render_view
+from drive.sim.camera import Camera
+from drive.sim.render import Renderer, render_view
 from drive.sim.road import MAX_CURVATURE_PER_M, TEST_SEED_OFFSET, generate_road, uniform_road, world_seed
 from drive.sim.vehicle import Vehicle, VehicleLimits, VehicleState
 

@@ -14,8 +14,8 @@ import torch
 
 from drive.checkpoint import load_policy
 from drive.data.sampling import RecordingShards
+from drive.sim.camera import Camera
 from drive.sim.record import simulate
-from drive.sim.render import Camera
 
 REPO = Path(__file__).resolve().parents[1]
 

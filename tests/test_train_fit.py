@@ -20,11 +20,11 @@ from drive.data.cache import display_name
 from drive.data.datamodule import DriveDataModule
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
-from drive.drivers import PolicyDriver
+from drive.policy_drivers import PolicyDriver
+from drive.sim.camera import Camera
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.record import simulate
-from drive.sim.render import Camera
 from drive.train.module import PolicyModule
 from drive.train.predictions import COLUMNS
 

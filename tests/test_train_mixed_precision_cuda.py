@@ -13,11 +13,11 @@ import torch
 
 from drive.checkpoint import load_policy
 from drive.data.datamodule import DriveDataModule
-from drive.drivers import PolicyDriver
+from drive.policy_drivers import PolicyDriver
+from drive.sim.camera import Camera
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.record import simulate
-from drive.sim.render import Camera
 from drive.train.module import PolicyModule
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -16,8 +16,8 @@ from typing import Dict, List
 import pytest
 import torch
 
+from drive.sim.camera import Camera
 from drive.sim.record import simulate
-from drive.sim.render import Camera
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent

@@ -22,7 +22,7 @@ import argparse
 import copy
 import json
 import warnings
-from typing import Dict
+from typing import Dict, List, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -61,7 +61,7 @@ def frozen(module: nn.Module) -> torch.jit.ScriptModule:
         return torch.jit.freeze(torch.jit.script(module.eval()), preserved_attrs=["step", "initial_state"])
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -86,39 +86,29 @@ def main() -> None:
         help="also time/score exact conversions with these substeps per step (e.g. 2 6)",
     )
     parser.add_argument("--json", help="write the results here")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    device = torch.device(args.device)
-    if args.ckpt:
-        from drive.checkpoint import load_policy
+    return parser.parse_args()
 
-        ltc = load_policy(args.ckpt)[0].rnn
+
+def load_ltc(ckpt: Optional[str], device: torch.device) -> Tuple[LTC, str]:
+    """The LTC inside a trained policy's checkpoint, else a random one on the lane-keeping NCP; and
+    what it is, in words."""
+    if ckpt:
+        from drive.checkpoint import load_policy  # start-up time: only with --ckpt
+
+        ltc = load_policy(ckpt)[0].rnn
         if not isinstance(ltc, LTC):
-            raise SystemExit(f"{args.ckpt}: the recurrent module is {type(ltc).__name__}, not an LTC")
-        source = args.ckpt
-    else:
-        ltc = LTC(lane_keeping_ncp())
-        source = "random LTC on the lane-keeping NCP (19 neurons, 32 inputs)"
-    ltc = ltc.to(device).eval()
-    models: Dict[str, nn.Module] = {
-        "ode": ltc,
-        "exact": convert(ltc, "exact"),
-        "approx": convert(ltc, "approx"),
-    }
-    models.update({f"exact/{k}": convert(ltc, "exact", substeps=k) for k in args.substeps})
+            raise SystemExit(f"{ckpt}: the recurrent module is {type(ltc).__name__}, not an LTC")
+        return ltc.to(device).eval(), ckpt
+    ltc = LTC(lane_keeping_ncp())
+    return ltc.to(device).eval(), "random LTC on the lane-keeping NCP (19 neurons, 32 inputs)"
+
+
+def time_models(
+    models: Dict[str, nn.Module], args: argparse.Namespace, device: torch.device
+) -> Dict[str, Dict[str, float]]:
+    """Forward (B=16, L=32) and batch-1 step times of every model, eager and frozen, interleaved."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    f_in = ltc.input_size
-
-    x_fid = smooth_inputs(64, 200, f_in, args.seed + 1, device)
-    with torch.no_grad():
-        y_ode = ltc(x_fid)[0]
-        fine = copy.deepcopy(ltc)
-        fine.ode_unfolds = 256  # the fused solver converged: the ODE's own solution
-        y_true = fine(x_fid)[0]
-    fid = {k: fidelity(y_ode, y_true, m, x_fid) for k, m in models.items()}
-
-    x = smooth_inputs(16, 32, f_in, args.seed + 2, device)
+    x = smooth_inputs(16, 32, models["ode"].input_size, args.seed + 2, device)
     x1 = x[:1, 0]
     dt1 = torch.ones(1, device=device)
     results: Dict[str, Dict[str, float]] = {}
@@ -139,23 +129,18 @@ def main() -> None:
             results[mode] = {
                 f"{k}_{what}_ms": t[k] for k in mods for what, t in (("forward", fwd), ("step", step))
             }
+    return results
 
-    print(
-        f"source: {source}; device {device}, {args.threads} thread(s), {args.statistic} of {args.rounds} "
-        "interleaved rounds"
-    )
+
+def report_rows(
+    results: Dict[str, Dict[str, float]], fid: Dict[str, Dict[str, float]], models: Dict[str, nn.Module]
+) -> List[Dict[str, object]]:
+    """Print the table, one row per model and mode, and return its rows."""
     print(
         f"{'model':<10}{'mode':<8}{'fwd B16 L32 ms':>16}{'x faster':>10}{'step B1 ms':>12}{'x faster':>10}"
         f"{'MSE vs ODE':>12}{'max |err|':>11}{'MSE vs true ODE':>17}"
     )
-    report: Dict[str, object] = {
-        "source": source,
-        "device": str(device),
-        "threads": args.threads,
-        "statistic": args.statistic,
-        "rounds": args.rounds,
-        "rows": [],
-    }
+    rows: List[Dict[str, object]] = []
     for mode, r in results.items():
         for k in models:
             fr = r["ode_forward_ms"] / r[f"{k}_forward_ms"]
@@ -164,7 +149,7 @@ def main() -> None:
                 f"{k:<10}{mode:<8}{r[f'{k}_forward_ms']:>16.3f}{fr:>10.2f}{r[f'{k}_step_ms']:>12.4f}{sr:>10.2f}"
                 f"{fid[k]['mse']:>12.3g}{fid[k]['max_abs_err']:>11.3g}{fid[k]['mse_vs_true_ode']:>17.3g}"
             )
-            report["rows"].append(
+            rows.append(
                 {
                     "model": k,
                     "mode": mode,
@@ -175,6 +160,43 @@ def main() -> None:
                     **fid[k],
                 }
             )
+    return rows
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    device = torch.device(args.device)
+    ltc, source = load_ltc(args.ckpt, device)
+    models: Dict[str, nn.Module] = {
+        "ode": ltc,
+        "exact": convert(ltc, "exact"),
+        "approx": convert(ltc, "approx"),
+    }
+    models.update({f"exact/{k}": convert(ltc, "exact", substeps=k) for k in args.substeps})
+
+    x_fid = smooth_inputs(64, 200, ltc.input_size, args.seed + 1, device)
+    with torch.no_grad():
+        y_ode = ltc(x_fid)[0]
+        fine = copy.deepcopy(ltc)
+        fine.ode_unfolds = 256  # the fused solver converged: the ODE's own solution
+        y_true = fine(x_fid)[0]
+    fid = {k: fidelity(y_ode, y_true, m, x_fid) for k, m in models.items()}
+    results = time_models(models, args, device)
+
+    print(
+        f"source: {source}; device {device}, {args.threads} thread(s), {args.statistic} of {args.rounds} "
+        "interleaved rounds"
+    )
+    report: Dict[str, object] = {
+        "source": source,
+        "device": str(device),
+        "threads": args.threads,
+        "statistic": args.statistic,
+        "rounds": args.rounds,
+        "rows": report_rows(results, fid, models),
+    }
     print(
         f"fidelity on 64 random-walk sequences of 200 steps (timespan 1): MSE against the ODE LTC "
         f"({ltc.ode_unfolds} unfolds) and against the true ODE (256 unfolds); ODE output variance "

@@ -149,6 +149,13 @@ def make_checkpoint(args, out: Path) -> Path:
     return save_policy(out / "bench.ckpt", policy, meta)
 
 
+_EXPORTS = {  # path name -> (file name, export format)
+    "torchscript": ("policy.ts", "torchscript"),
+    "aoti": ("policy.pt2", "aoti"),
+    "onnxruntime": ("policy.onnx", "onnx"),
+}
+
+
 def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
     """Every path, interleaved: each round runs every path (in a rotating order) and re-measures the
     sgemm floor, so a load change on a shared machine hits all of them alike. Ratios are taken per
@@ -161,30 +168,63 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
     frames = torch.randint(
         0, 256, (32, h, w, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)
     )
+    paths = cpu_paths(args, ckpt, work, eager)
+    flops = conv_flops(policy.head, policy.input_size)
+    per = max(1, args.steps // args.rounds)
+    runtime_models, raw = {}, None  # C++ runtime path -> model file
+    if args.runtime:
+        raw = work / "frames.rgb"  # one round's frames, in the order the Python paths step them
+        frames[torch.arange(per) % len(frames)].numpy().tofile(raw)
+        runtime_models = {f"{n}_cpp": work / _EXPORTS[n][0] for n in ("torchscript", "aoti") if n in paths}
+    rounds = interleaved_rounds(args, paths, runtime_models, raw, frames, eager, per, work)
+    floors = [(flops / (wall * 1e9) * 1e3, flops / (cpu * 1e9) * 1e3) for wall, cpu in rounds.gflops]
+    result = {
+        "device": "cpu",
+        "threads": args.threads,
+        "family": meta["family"],
+        "frame": [h, w],
+        "rounds": args.rounds,
+        "steps_per_round": per,
+        "conv_mflop_per_frame": flops / 1e6,
+    }
+    print(
+        f"\nbatch-1 step latency, {args.threads} thread(s), {meta['family']}, frame {w}x{h}, "
+        f"{args.rounds} interleaved rounds x {per} steps per path"
+    )
+    return cpu_report(result, rounds, floors, flops, list(runtime_models))
+
+
+def cpu_paths(args, ckpt: Path, work: Path, eager) -> Dict[str, Callable]:
+    """The step of every path: the eager module, and each format not skipped, exported and loaded."""
     paths: Dict[str, Callable] = {"eager": eager.step_with_status}
-    models = {"torchscript": "policy.ts", "aoti": "policy.pt2", "onnxruntime": "policy.onnx"}
-    formats = {"torchscript": "torchscript", "aoti": "aoti", "onnxruntime": "onnx"}
-    for name, file in models.items():
+    for name, (file, fmt) in _EXPORTS.items():
         if name in args.skip:
             continue
         t0 = time.perf_counter()
-        path = export_policy(ckpt, work / file, format=formats[name])
+        path = export_policy(ckpt, work / file, format=fmt)
         print(f"# exported {name} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         paths[name] = load_exported(path, threads=args.threads).step
         if name == "torchscript":  # the file as saved, without load-time specialisation
             paths["torchscript_portable"] = load_exported(path, optimize=False).step
-    flops = conv_flops(policy.head, policy.input_size)
-    per = max(1, args.steps // args.rounds)
-    runtime_models = {}  # C++ runtime path -> model file
-    if args.runtime:
-        raw = work / "frames.rgb"  # one round's frames, in the order the Python paths step them
-        frames[torch.arange(per) % len(frames)].numpy().tofile(raw)
-        runtime_models = {f"{n}_cpp": work / models[n] for n in ("torchscript", "aoti") if n in paths}
-    names = list(paths) + list(runtime_models)
-    wall: Dict[str, List[float]] = {n: [] for n in names}
-    cpu: Dict[str, List[float]] = {n: [] for n in names}
-    per_round: List[Dict[str, Tuple[float, float]]] = []
-    floors: List[Tuple[float, float]] = []
+    return paths
+
+
+class Rounds:
+    """Per path, every step's wall and CPU time; per round, each path's medians and the sgemm rate."""
+
+    def __init__(self, names: List[str]) -> None:
+        self.names = names
+        self.wall: Dict[str, List[float]] = {n: [] for n in names}
+        self.cpu: Dict[str, List[float]] = {n: [] for n in names}
+        self.per_round: List[Dict[str, Tuple[float, float]]] = []
+        self.gflops: List[Tuple[float, float]] = []
+
+
+def interleaved_rounds(args, paths, runtime_models, raw, frames, eager, per: int, work: Path) -> Rounds:
+    """``args.rounds`` rounds, each stepping every path ``per`` times in a rotating order, then the
+    sgemm rate; the C++ runtime (``runtime_models``) in a fresh process each round."""
+    rounds = Rounds(list(paths) + list(runtime_models))
+    names = rounds.names
     hidden = {n: eager.initial_state(1) for n in paths}
     for r in range(args.rounds):
         medians = {}
@@ -198,12 +238,19 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
                 wl, cl, hidden[name] = time_block(
                     paths[name], frames, hidden[name], per, args.warmup if r == 0 else 5, offset=r * per
                 )
-            wall[name] += wl
-            cpu[name] += cl
+            rounds.wall[name] += wl
+            rounds.cpu[name] += cl
             medians[name] = (median(wl), median(cl))
-        rate_wall, rate_cpu = sgemm_gflops(seconds=0.3)
-        floors.append((flops / (rate_wall * 1e9) * 1e3, flops / (rate_cpu * 1e9) * 1e3))
-        per_round.append(medians)
+        rounds.gflops.append(sgemm_gflops(seconds=0.3))
+        rounds.per_round.append(medians)
+    return rounds
+
+
+def cpu_report(
+    result: Dict, rounds: Rounds, floors: List[Tuple[float, float]], flops: float, runtime_names: List[str]
+) -> Dict:
+    """Each path against the floor and the ratios the targets name, printed and added to ``result``."""
+    wall, cpu, per_round, names = rounds.wall, rounds.cpu, rounds.per_round, rounds.names
     rows = {n: dict(summary(wall[n]), cpu_p50_ms=median(cpu[n]) if cpu[n] else None) for n in names}
     floor_ms = median([f[0] for f in floors])
     floor_cpu_ms = median([f[1] for f in floors])
@@ -216,38 +263,15 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
 
     for n in names:
         rows[n]["x_floor_wall"], rows[n]["x_floor_cpu"] = vs_floor(n, 0), vs_floor(n, 1)
-    result = {
-        "device": "cpu",
-        "threads": args.threads,
-        "family": meta["family"],
-        "frame": [h, w],
-        "rounds": args.rounds,
-        "steps_per_round": per,
-        "conv_mflop_per_frame": flops / 1e6,
-        "floor_ms": floor_ms,
-        "floor_cpu_ms": floor_cpu_ms,
-        "sgemm_gflops_1thread": flops / floor_ms / 1e6,
-        "paths": rows,
-    }
-    print(
-        f"\nbatch-1 step latency, {args.threads} thread(s), {meta['family']}, frame {w}x{h}, "
-        f"{args.rounds} interleaved rounds x {per} steps per path"
+    result.update(
+        floor_ms=floor_ms, floor_cpu_ms=floor_cpu_ms, sgemm_gflops_1thread=flops / floor_ms / 1e6, paths=rows
     )
     print(
         f"conv head {flops / 1e6:.1f} MFLOP/frame; sgemm {flops / floor_ms / 1e6:.1f} GFLOP/s wall, "
         f"{flops / floor_cpu_ms / 1e6:.1f} by CPU time -> floor {floor_ms:.3f} ms "
         f"(CPU time {floor_cpu_ms:.3f} ms)\n"
     )
-    print(f"{'path':<21} {'p50 ms':>7} {'p99 ms':>7} {'cpu p50':>8} {'x floor':>8} {'x floor cpu':>12}")
-
-    def num(x: Optional[float], width: int, digits: int) -> str:
-        return f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
-
-    for n, r in rows.items():
-        print(
-            f"{n:<21} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {num(r['cpu_p50_ms'], 8, 3)} "
-            f"{r['x_floor_wall']:8.2f} {num(r['x_floor_cpu'], 12, 2)}"
-        )
+    print_cpu_table(rows)
     fastest = min(rows, key=lambda n: rows[n]["x_floor_wall"])
     result["fastest"] = fastest
     result["fastest_vs_floor"] = rows[fastest]["x_floor_wall"]
@@ -267,10 +291,23 @@ def bench_cpu(args, ckpt: Path, work: Path) -> Dict:
             f"{result['torchscript_vs_onnxruntime_cpu']:.2f}x CPU time (target <= 1.2); "
             f"file as saved, unspecialised: {result['portable_torchscript_vs_onnxruntime']:.2f}x"
         )
-    for n in runtime_models:  # the C++ runtime against Python stepping the same file
+    for n in runtime_names:  # the C++ runtime against Python stepping the same file
         result[f"{n}_vs_python"] = ratio(n, n[: -len("_cpp")], 0)
         print(f"{n} / {n[: -len('_cpp')]} (Python): {result[f'{n}_vs_python']:.2f}x wall")
     return result
+
+
+def print_cpu_table(rows: Dict[str, Dict]) -> None:
+    print(f"{'path':<21} {'p50 ms':>7} {'p99 ms':>7} {'cpu p50':>8} {'x floor':>8} {'x floor cpu':>12}")
+
+    def num(x: Optional[float], width: int, digits: int) -> str:
+        return f"{x:{width}.{digits}f}" if x is not None else f"{'-':>{width}}"
+
+    for n, r in rows.items():
+        print(
+            f"{n:<21} {r['p50_ms']:7.3f} {r['p99_ms']:7.3f} {num(r['cpu_p50_ms'], 8, 3)} "
+            f"{r['x_floor_wall']:8.2f} {num(r['x_floor_cpu'], 12, 2)}"
+        )
 
 
 def bench_cuda(args, ckpt: Path, work: Path) -> Dict:

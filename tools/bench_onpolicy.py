@@ -31,8 +31,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 
-from drive.drivers import load_driver
 from drive.io.recording import Recording
+from drive.policy_drivers import load_driver
 from drive.replay import replay_recording
 from drive.sim.closed_loop import evaluate, summarize
 from drive.sim.poisson import format_rate, rates_differ_p

@@ -39,7 +39,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import cv2
 import torch
 
-from drive.drivers import make_driver
 from drive.evaluate.replay_proof import (
     FPS,
     BiasedExpert,
@@ -52,6 +51,7 @@ from drive.evaluate.replay_proof import (
     world_drive,
 )
 from drive.io.recording import Recording
+from drive.policy_drivers import make_driver
 from drive.replay import replay_recording
 from drive.sim.poisson import format_rate
 

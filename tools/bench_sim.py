@@ -20,10 +20,11 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import cv2
 
 from drive.sim.appearance import CONDITION_AXES, sample_appearance
+from drive.sim.camera import Camera
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
 from drive.sim.expert import PurePursuitExpert
-from drive.sim.render import Camera, Renderer
+from drive.sim.render import Renderer
 from drive.sim.road import generate_road
 
 TARGET_FPS = 500.0

@@ -1,8 +1,10 @@
 """The `drive` command: a thin dispatcher over the library.
 
-Every subcommand lives in this package (``drive.cli.<name>``), in a module exposing
-``add_arguments(parser)`` and ``run(args) -> int`` that parses, calls the library and prints.
-Modules are imported only when their subcommand runs, so ``drive --help`` stays instant.
+Every subcommand is one module (``drive/cli/<name>.py``, or a plugin named in ``DRIVE_PLUGINS``)
+declaring ``COMMAND`` (its name) and ``HELP`` (one line) and exposing ``add_arguments(parser)`` and
+``run(args) -> int`` that parses, calls the library and prints; there is no list to extend
+(:mod:`drive.cli.discover` reads the two strings from the modules' source). A module is imported
+only when its subcommand runs, so ``drive --help`` stays instant.
 
 The LightningCLI subcommands (fit / validate / test / predict) hand the rest of the command
 line to :mod:`drive.cli.fit`, which owns its own ``--help``.
@@ -20,34 +22,13 @@ import importlib
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
 from drive import __version__
+from drive.cli.discover import RESERVED, Command, find_commands
 from drive.cli.errors import INPUT_ERRORS, error_line, report_input_error
 
-__all__ = ["main", "COMMANDS", "INPUT_ERRORS", "error_line", "report_input_error"]
-
-# name -> (module, one-line help)
-COMMANDS: Dict[str, Tuple[str, str]] = {
-    "demo": (
-        "drive.cli.demo",
-        "the whole pipeline on built-in data: simulate, train, drive, explain, export",
-    ),
-    "simulate": ("drive.cli.simulate", "record driving logs in the built-in world"),
-    "evaluate": ("drive.cli.evaluate", "closed-loop driving of a policy (expert, checkpoint, exported file)"),
-    "data": ("drive.cli.data", "inspect or convert driving logs (`drive data inspect|convert`)"),
-    "saliency": ("drive.cli.saliency", "VisualBackProp saliency video of a policy on a recording"),
-    "robustness": (
-        "drive.cli.robustness",
-        "noise-robustness report: open loop, closed loop, saliency stability",
-    ),
-    "closed-form": (
-        "drive.cli.closed_form",
-        "convert a trained LTC policy to its closed form (no ODE solver)",
-    ),
-    "export": ("drive.cli.export", "export a policy for the vehicle (TorchScript, AOTInductor, ONNX)"),
-}
-LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+__all__ = ["main"]
 
 
 def _check_out(out: object) -> None:
@@ -72,41 +53,50 @@ def _debug(argv: List[str]) -> bool:
     return "--debug" in argv or os.environ.get("DRIVE_DEBUG", "") not in ("", "0")
 
 
-def _usage() -> str:
-    width = max(len(n) for n in list(COMMANDS) + list(LIGHTNING_COMMANDS))
+def _usage(commands: Dict[str, Command]) -> str:
+    width = max(len(n) for n in list(commands) + list(RESERVED))
     lines = ["usage: drive <command> [options]", "", "commands:"]
-    for name in LIGHTNING_COMMANDS:
+    for name in RESERVED:
         lines.append(f"  {name:<{width}}  {name} a policy with Lightning (`drive {name} --help`)")
-    for name, (_, text) in COMMANDS.items():
-        lines.append(f"  {name:<{width}}  {text}")
+    for name in sorted(commands):
+        lines.append(f"  {name:<{width}}  {commands[name].help}")
     lines += ["", "Run `drive <command> --help` for the options of one command."]
     return "\n".join(lines)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
-        return 0
-    if argv[0] == "--version":
+    if argv[:1] == ["--version"]:
         print(__version__)
         return 0
     debug = _debug(argv)
     argv = [a for a in argv if a != "--debug"]
-    if not argv:
-        print(_usage())
-        return 0
-    name, rest = argv[0], argv[1:]
-    if name in LIGHTNING_COMMANDS:
+    if argv and argv[0] in RESERVED:
         # imported when it runs: Lightning takes seconds to import, `drive --help` none
         from drive.cli.fit import lightning_main
 
-        return lightning_main([name, *rest], debug=debug)
-    if name not in COMMANDS:
-        print(f"drive: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return lightning_main(argv, debug=debug)
+    try:
+        commands = find_commands()
+    except (ImportError, ValueError, SyntaxError) as err:  # a plugin not found, a name declared twice
+        if debug:
+            raise
+        print(f"drive: error: {error_line(err)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"drive {name}", description=COMMANDS[name][1])
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage(commands))
+        return 0
+    if argv[0] not in commands:
+        print(f"drive: unknown command {argv[0]!r}\n\n{_usage(commands)}", file=sys.stderr)
+        return 2
+    return _run(commands[argv[0]], argv[1:], debug)
+
+
+def _run(command: Command, rest: List[str], debug: bool) -> int:
+    """Parse ``rest`` with the command's options, run it, and answer input errors in one line."""
+    name = command.name
+    module = importlib.import_module(command.module)
+    parser = argparse.ArgumentParser(prog=f"drive {name}", description=command.help)
     module.add_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     args = parser.parse_args(rest)

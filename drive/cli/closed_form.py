@@ -26,6 +26,8 @@ from pathlib import Path
 from drive.evaluate.closed_form_fidelity import closed_form_report, markdown_report
 from drive.export.closed_form import METHODS
 
+COMMAND = "closed-form"
+HELP = "convert a trained LTC policy to its closed form (no ODE solver)"
 __all__ = ["add_arguments", "run"]
 
 

@@ -22,6 +22,8 @@ from drive.cli.reader_args import add_reader_arguments, reader_options
 from drive.data.errors import DataError
 from drive.data.inspect import convert_logs, format_report, inspect_logs
 
+COMMAND = "data"
+HELP = "inspect or convert driving logs (`drive data inspect|convert`)"
 __all__ = ["add_arguments", "run"]
 
 

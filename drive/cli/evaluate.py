@@ -14,7 +14,7 @@ Writes ``metrics.json`` and ``drive.png`` (road, driven path, interventions) to 
 and ``drive.mp4`` with ``--video``. ``--env ID`` drives a Gymnasium env instead
 (:mod:`drive.sim.gym_eval`); ``--logs`` drives recorded logs by log replay
 (:mod:`drive.evaluate.log_replay`: ``metrics.json``, ``REPORT.md``, ``replay.png``, ``videos/``).
-Policies come from :func:`drive.drivers.make_driver`.
+Policies come from :func:`drive.policy_drivers.make_driver`.
 """
 
 from __future__ import annotations
@@ -29,12 +29,15 @@ from typing import Any, Dict
 from drive.cli.reader_args import add_reader_arguments, reader_options
 from drive.io.atomic import no_empty_dir_on_error
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
+from drive.sim.camera import Camera
 from drive.sim.closed_loop import Segment, evaluate
-from drive.sim.gym_eval import evaluate_env, load_mapping, make_env
+from drive.sim.gym_eval import evaluate_env, make_env
+from drive.sim.gym_mapping import load_mapping
 from drive.sim.record import check_world_settings
-from drive.sim.render import Camera
 from drive.sim.road import SPLITS
 
+COMMAND = "evaluate"
+HELP = "closed-loop driving of a policy (expert, checkpoint, exported file)"
 __all__ = ["add_arguments", "run"]
 
 
@@ -135,8 +138,7 @@ def run(args: argparse.Namespace) -> int:
         return _run_env(args)
     if getattr(args, "logs", None):
         return _run_logs(args)
-    from drive.data.perturb import Perturbation  # at run time: torch (seconds), --help needs none
-    from drive.drivers import camera_size, make_driver  # at run time: torch (seconds)
+    from drive.policy_drivers import camera_size, make_driver  # at run time: torch (seconds)
 
     try:
         parse_conditions(args.conditions)
@@ -150,9 +152,7 @@ def run(args: argparse.Namespace) -> int:
         driver = make_driver(args.policy, args.device, args.threads)
         args.fps = _camera_fps(driver, args.policy, args.fps)
         args.height, args.width = camera_size(driver, args.height, args.width)
-        perturb = Perturbation("gaussian", args.noise_std, seed=args.seed) if args.noise_std > 0 else None
-        if hasattr(driver, "view"):  # a checkpoint's PolicyDriver: noise on the network's view
-            driver.perturb, perturb = perturb, None
+        perturb = _noise(args, driver)
         out = Path(args.out)
 
         def progress(seg: Any) -> None:
@@ -199,58 +199,15 @@ WORLD_DEFAULTS = {
 
 def _run_env(args: argparse.Namespace) -> int:
     """``drive evaluate --env ID [--env-config YAML] --policy P --km K --out DIR`` (drive.sim.gym_eval)."""
-    from drive.data.perturb import Perturbation  # at run time: torch (seconds), --help needs none
-    from drive.drivers import camera_size, make_driver  # at run time: torch (seconds)
+    from drive.policy_drivers import make_driver  # at run time: torch (seconds)
 
     env = None
     try:
-        if args.policy == "expert":
-            raise ValueError(
-                "--policy expert needs the built-in world's road (privileged); with --env drive "
-                "a checkpoint, an exported file or constant:K"
-            )
-        for name in ("km", "segment_km", "speed_kmh", "fps"):
-            if getattr(args, name) is not None and not getattr(args, name) > 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-        if not args.noise_std >= 0:
-            raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
-        if getattr(args, "video", False):
-            raise ValueError("--video is not available with --env (record with the env's own render_mode)")
+        _check_env_args(args)
         mapping = load_mapping(args.env_config, args.env)
         driver = make_driver(args.policy, args.device, args.threads)
-        overrides: Dict[str, Any] = {}
-        if args.env.split(":")[-1] == "drive/LaneKeeping-v0":  # the world options of `drive evaluate` apply
-            fps = getattr(args, "fps", None)
-            if fps is None:  # no --fps given: the policy's own rate, else the world's default
-                nominal = getattr(driver, "nominal_dt_s", None)
-                fps = 1.0 / nominal if nominal else WORLD_DEFAULTS["fps"]
-            height, width = camera_size(driver, args.height, args.width)
-            overrides = dict(
-                seed=args.seed,
-                conditions=args.conditions,
-                fps=fps,
-                speed_kmh=args.speed_kmh,
-                split=args.split,
-                episode_km=args.segment_km,
-                width=width,
-                height=height,
-            )
-        else:  # another simulator: its options go in the mapping's env_kwargs, never silently dropped
-            given = [
-                f"--{k.replace('_', '-')}"
-                for k, default in WORLD_DEFAULTS.items()
-                if getattr(args, k, default) not in (default, None)
-            ]
-            if given:
-                raise ValueError(
-                    f"{', '.join(given)} set(s) up drive's own world; for --env {args.env} "
-                    f"put the env's options in env_kwargs of --env-config"
-                )
-        perturb = None
-        if args.noise_std > 0:
-            perturb = Perturbation("gaussian", args.noise_std, seed=args.seed)
-            if hasattr(driver, "view"):
-                driver.perturb, perturb = perturb, None
+        overrides = _world_overrides(args, driver)
+        perturb = _noise(args, driver)
         env = make_env(args.env, mapping, overrides)
 
         def progress(seg: Segment) -> None:
@@ -278,6 +235,71 @@ def _run_env(args: argparse.Namespace) -> int:
             env.close()
     result.metrics.update(policy=args.policy, image_noise_std=args.noise_std, env_config=args.env_config)
     return _summary(result.metrics, result.save(args.out, plot=False))
+
+
+def _check_env_args(args: argparse.Namespace) -> None:
+    """What ``--env`` refuses before anything loads: the expert, non-positive sizes, ``--video``."""
+    if args.policy == "expert":
+        raise ValueError(
+            "--policy expert needs the built-in world's road (privileged); with --env drive "
+            "a checkpoint, an exported file or constant:K"
+        )
+    for name in ("km", "segment_km", "speed_kmh", "fps"):
+        if getattr(args, name) is not None and not getattr(args, name) > 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if not args.noise_std >= 0:
+        raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
+    if getattr(args, "video", False):
+        raise ValueError("--video is not available with --env (record with the env's own render_mode)")
+
+
+def _world_overrides(args: argparse.Namespace, driver: Any) -> Dict[str, Any]:
+    """For drive's own env, the world options of ``drive evaluate`` as its keyword arguments; for
+    another simulator none, and a world option given is an error (its options go in the mapping's
+    ``env_kwargs``, never silently dropped)."""
+    from drive.policy_drivers import camera_size  # at run time: torch (seconds)
+
+    if args.env.split(":")[-1] != "drive/LaneKeeping-v0":
+        given = [
+            f"--{k.replace('_', '-')}"
+            for k, default in WORLD_DEFAULTS.items()
+            if getattr(args, k, default) not in (default, None)
+        ]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)} set(s) up drive's own world; for --env {args.env} "
+                f"put the env's options in env_kwargs of --env-config"
+            )
+        return {}
+    fps = getattr(args, "fps", None)
+    if fps is None:  # no --fps given: the policy's own rate, else the world's default
+        nominal = getattr(driver, "nominal_dt_s", None)
+        fps = 1.0 / nominal if nominal else WORLD_DEFAULTS["fps"]
+    height, width = camera_size(driver, args.height, args.width)
+    return dict(
+        seed=args.seed,
+        conditions=args.conditions,
+        fps=fps,
+        speed_kmh=args.speed_kmh,
+        split=args.split,
+        episode_km=args.segment_km,
+        width=width,
+        height=height,
+    )
+
+
+def _noise(args: argparse.Namespace, driver: Any) -> Any:
+    """``--noise-std`` as a perturbation: a checkpoint's PolicyDriver takes it on the network's view
+    (set on the driver, None returned); any other driver gets it on the camera frame (returned)."""
+    from drive.data.perturb import Perturbation  # at run time: torch (seconds), --help needs none
+
+    if not args.noise_std > 0:
+        return None
+    perturb = Perturbation("gaussian", args.noise_std, seed=args.seed)
+    if hasattr(driver, "view"):
+        driver.perturb = perturb
+        return None
+    return perturb
 
 
 def _run_logs(args: argparse.Namespace) -> int:

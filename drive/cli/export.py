@@ -24,6 +24,8 @@ from drive.export import export_policy, read_metadata
 from drive.export.vehicle import runtime_dir
 from drive.export.verify import verify_export
 
+COMMAND = "export"
+HELP = "export a policy for the vehicle (TorchScript, AOTInductor, ONNX)"
 __all__ = ["add_arguments", "run"]
 
 _SUFFIX_FORMAT = {".ts": "torchscript", ".pt2": "aoti", ".onnx": "onnx"}

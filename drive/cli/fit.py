@@ -26,9 +26,9 @@ import sys
 from typing import List, Optional
 
 from drive.cli.errors import INPUT_ERRORS, report_input_error
-from drive.train.launch import DriveCLI, launch
+from drive.train.launch import launch
 
-__all__ = ["DriveCLI", "lightning_main"]
+__all__ = ["lightning_main"]
 
 
 def lightning_main(argv: Optional[List[str]] = None, debug: bool = False) -> int:

@@ -13,6 +13,9 @@ from typing import Dict, List, Tuple
 from drive.data.perturb import KINDS, Perturbation
 from drive.evaluate.robustness import RobustnessConfig, robustness_report
 
+COMMAND = "robustness"
+HELP = "noise-robustness report: open loop, closed loop, saliency stability"
+
 DEFAULT_OTHER = "salt_pepper=0.05 blur=2 brightness=-0.3,0.3 occlusion=0.1"
 DEFAULT_KM = 1.0
 

@@ -20,6 +20,8 @@ from drive.explain.live import saliency_drive
 from drive.explain.video import saliency_still, saliency_video
 from drive.explain.visual_backprop import METHODS
 
+COMMAND = "saliency"
+HELP = "VisualBackProp saliency video of a policy on a recording"
 __all__ = ["add_arguments", "run"]
 
 DEFAULT_KM = 0.5

@@ -13,10 +13,12 @@ import sys
 
 from drive.io.atomic import no_empty_dir_on_error
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
+from drive.sim.camera import Camera
 from drive.sim.record import DEFAULT_NOISE_STD, check_world_settings, simulate
-from drive.sim.render import Camera
 from drive.sim.road import SPLITS, TEST_SEED_OFFSET
 
+COMMAND = "simulate"
+HELP = "record driving logs in the built-in world"
 __all__ = ["add_arguments", "run"]
 
 

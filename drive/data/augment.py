@@ -171,40 +171,10 @@ class Augmenter:
         x = frames.reshape(n, 3, h, w).float().div_(255.0)
         curvature = np.asarray(curvature, dtype=np.float64).reshape(n).copy()
         if cfg.needs_camera():
-            on = rng.random(units) < cfg.viewpoint_p
-            shift = rng.uniform(-cfg.max_shift_m, cfg.max_shift_m, units) * on
-            yaw = np.radians(rng.uniform(-cfg.max_yaw_deg, cfg.max_yaw_deg, units)) * on
-            if on.any():
-                sel = np.flatnonzero(on[unit])
-                warped = np.flatnonzero(on)  # units whose frames are warped
-                params = np.empty((len(warped), 15))
-                for j, u in enumerate(warped):
-                    camera, affine = geometry[u if not cfg.per_frame else u // t]
-                    if camera is None or affine is None:
-                        raise ValueError("viewpoint augmentation needs the recording's camera calibration")
-                    params[j] = warp_params(camera, affine, float(shift[u]), float(yaw[u]))
-                grids = warp_grids(torch.from_numpy(params).to(dev), (h, w))  # one per warped unit
-                slot = np.zeros(units, dtype=np.int64)
-                slot[warped] = np.arange(len(warped))
-                x[sel] = warp_frames(x[sel], grids[torch.from_numpy(slot[unit[sel]]).to(dev)])
-                curvature = corrected_curvature(
-                    curvature,
-                    shift[unit],
-                    yaw[unit],
-                    np.asarray(speed_mps).reshape(n),
-                    cfg.lookahead_s,
-                    cfg.min_lookahead_m,
-                )
+            curvature = self._viewpoint(x, curvature, speed_mps, rng, geometry, unit, units, t)
         photometric = rng.random(units) < cfg.photometric_p
         if photometric.any():
-            mats = np.tile(np.eye(3, 4), (units, 1, 1))
-            for u in np.flatnonzero(photometric):
-                mats[u] = color_matrix(*self._jitter(rng))
-            m = torch.from_numpy(mats[unit].astype(np.float32)).to(dev)
-            grey = torch.tensor(_GREY, device=dev).view(1, 3, 1, 1)
-            mean_grey = (x * grey).sum(1).mean((1, 2))  # [N]
-            x = torch.bmm(m[:, :, :3], x.view(n, 3, h * w)).view(n, 3, h, w)
-            x.add_((m[:, :, 3] * mean_grey[:, None])[..., None, None]).clamp_(0.0, 1.0)
+            x = self._colour(x, rng, photometric, unit)
         exponent = self._exponent(rng, units, unit, h, w, photometric, dev)
         if exponent is not None:
             x = x.clamp_(1e-6, 1.0).log_().mul_(exponent).exp_()  # x ** exponent, 3x faster than pow
@@ -233,6 +203,64 @@ class Augmenter:
             sel = torch.from_numpy(np.flatnonzero(unit == u)).to(dev)
             out[sel] = _jpeg(out[sel], int(quality[u]))
         return out.view(n_win, t, 3, h, w), curvature.reshape(n_win, t)
+
+    def _viewpoint(
+        self,
+        x: torch.Tensor,
+        curvature: np.ndarray,
+        speed_mps: np.ndarray,
+        rng: np.random.Generator,
+        geometry: Sequence[Geometry],
+        unit: np.ndarray,
+        units: int,
+        t: int,
+    ) -> np.ndarray:
+        """Viewpoint synthesis: each of the ``units`` drawn with ``viewpoint_p`` is warped in place in
+        ``x`` ([N, 3, H, W]; ``unit[i]``: frame i's unit) as seen from a shifted and yawed camera;
+        returns the curvature corrected for it."""
+        cfg = self.config
+        n, _, h, w = x.shape
+        on = rng.random(units) < cfg.viewpoint_p
+        shift = rng.uniform(-cfg.max_shift_m, cfg.max_shift_m, units) * on
+        yaw = np.radians(rng.uniform(-cfg.max_yaw_deg, cfg.max_yaw_deg, units)) * on
+        if not on.any():
+            return curvature
+        sel = np.flatnonzero(on[unit])
+        warped = np.flatnonzero(on)  # units whose frames are warped
+        params = np.empty((len(warped), 15))
+        for j, u in enumerate(warped):
+            camera, affine = geometry[u if not cfg.per_frame else u // t]
+            if camera is None or affine is None:
+                raise ValueError("viewpoint augmentation needs the recording's camera calibration")
+            params[j] = warp_params(camera, affine, float(shift[u]), float(yaw[u]))
+        grids = warp_grids(torch.from_numpy(params).to(x.device), (h, w))  # one per warped unit
+        slot = np.zeros(units, dtype=np.int64)
+        slot[warped] = np.arange(len(warped))
+        x[sel] = warp_frames(x[sel], grids[torch.from_numpy(slot[unit[sel]]).to(x.device)])
+        return corrected_curvature(
+            curvature,
+            shift[unit],
+            yaw[unit],
+            np.asarray(speed_mps).reshape(n),
+            cfg.lookahead_s,
+            cfg.min_lookahead_m,
+        )
+
+    def _colour(
+        self, x: torch.Tensor, rng: np.random.Generator, photometric: np.ndarray, unit: np.ndarray
+    ) -> torch.Tensor:
+        """Brightness, contrast, saturation and hue jitter of the units drawn (``photometric``): one
+        colour matrix per unit, contrast about each frame's mean grey."""
+        n, _, h, w = x.shape
+        dev = x.device
+        mats = np.tile(np.eye(3, 4), (len(photometric), 1, 1))
+        for u in np.flatnonzero(photometric):
+            mats[u] = color_matrix(*self._jitter(rng))
+        m = torch.from_numpy(mats[unit].astype(np.float32)).to(dev)
+        grey = torch.tensor(_GREY, device=dev).view(1, 3, 1, 1)
+        mean_grey = (x * grey).sum(1).mean((1, 2))  # [N]
+        x = torch.bmm(m[:, :, :3], x.view(n, 3, h * w)).view(n, 3, h, w)
+        return x.add_((m[:, :, 3] * mean_grey[:, None])[..., None, None]).clamp_(0.0, 1.0)
 
     def _jitter(self, rng: np.random.Generator) -> Tuple[float, float, float, float]:
         c = self.config

@@ -8,7 +8,7 @@ applies it to the **network's view** -- the frame after the checkpoint's crop an
 (:func:`perturb_views`) -- so a level means what it means in the papers, whose noise is added to
 the network's 200x78 input: noise on a larger camera frame would be averaged away by the resize
 (std 0.2 on a 920x360 crop reaches a 200x78 input as ~0.03). That is where robustness open loop,
-closed loop (:class:`drive.drivers.PolicyDriver` ``perturb=``), saliency stability and saliency
+closed loop (:class:`drive.policy_drivers.PolicyDriver` ``perturb=``), saliency stability and saliency
 videos put it. Randomness comes from a NumPy generator seeded by ``seed``; call :meth:`reset` to
 replay the same noise sequence (one frame after another, as a drive sees it).
 

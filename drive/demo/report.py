@@ -12,7 +12,7 @@ import csv
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from drive.io.atomic import save_figure, write_text
 from drive.sim.poisson import format_rate, rates_differ_p
@@ -84,31 +84,45 @@ def _robustness_cell(row: Dict[str, Any], key: str) -> str:
     return _fmt(row.get(key), 3)
 
 
+_STAGES = ("simulate", "train", "baselines", "drive", "saliency", "robustness", "closed_form", "export")
+
+
 def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     """Write ``out/REPORT.md`` and ``out/summary.json``; returns the summary with the acceptance verdict."""
     out = Path(out)
     drive = results["drive"]
-    policy = drive["ncp_ltc"]["metrics"]
-    stage_seconds = {
-        k: results[k].get("seconds", 0.0)
-        for k in (
-            "simulate",
-            "train",
-            "baselines",
-            "drive",
-            "saliency",
-            "robustness",
-            "closed_form",
-            "export",
-        )
-        if k in results
-    }
+    stage_seconds = {k: results[k].get("seconds", 0.0) for k in _STAGES if k in results}
     total_s = sum(stage_seconds.values())
-    acceptance = _acceptance(policy, results.get("export", {}).get("closed_loop"))
+    acceptance = _acceptance(drive["ncp_ltc"]["metrics"], results.get("export", {}).get("closed_loop"))
     acceptance["minutes"] = total_s / 60.0
     curve = training_curve(Path(results["train"]["metrics_csv"]), out / "training_curve.png")
+    lines = _head(results, acceptance, total_s) + _closed_loop_section(out, drive)
+    lines += _training_section(out, results["train"], curve)
+    lines += _saliency_section(out, results.get("saliency"))
+    lines += _robustness_section(out, results.get("robustness"), results["settings"])
+    lines += _closed_form_section(out, results.get("closed_form"))
+    lines += _export_section(out, results.get("export"), drive["ncp_ltc"]["metrics"])
+    lines += ["", "## Time per stage", "", "| stage | seconds |", "|---|---|"]
+    lines += [f"| {k} | {v:.0f} |" for k, v in stage_seconds.items()]
+    lines += [f"| **total** | **{total_s:.0f}** |", ""]
+    report = out / "REPORT.md"
+    write_text(report, "\n".join(lines) + "\n")
+    summary = {
+        "report": str(report),
+        "acceptance": acceptance,
+        "settings": results["settings"],
+        "training": {**curve, "steps": results["train"]["steps"]},
+        "stage_seconds": stage_seconds,
+        "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS},
+    }
+    write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
+    return summary
+
+
+def _head(results: Dict[str, Any], acceptance: Dict[str, Any], total_s: float) -> List[str]:
+    """The title, what was run, and the acceptance check."""
     s = results["settings"]
-    lines: List[str] = [
+    return [
         "# drive demo",
         "",
         f"Built-in world: {s['train_minutes']:g} min of expert logs with DART noise "
@@ -125,6 +139,12 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
         "on a quiet 2-core machine; reported, not judged)",
         "- verdict: "
         f"**{'PASSED' if acceptance['passed'] else 'FAILED: ' + '; '.join(acceptance['failed'])}**",
+    ]
+
+
+def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
+    """The drivers' table on held-out roads, whether the distance tells them apart, plots, video."""
+    lines = [
         "",
         "## Closed loop on held-out roads",
         "",
@@ -154,8 +174,11 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
             f"Camera view of the NCP-LTC's drive: [{_rel(drive['ncp_ltc']['video'], out)}]"
             f"({_rel(drive['ncp_ltc']['video'], out)})",
         ]
-    t = results["train"]
-    lines += [
+    return lines
+
+
+def _training_section(out: Path, t: Dict[str, Any], curve: Dict[str, Any]) -> List[str]:
+    return [
         "",
         "## Training",
         "",
@@ -167,22 +190,6 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
         "",
         "![training curve](training_curve.png)",
     ]
-    lines += _optional_sections(out, results)
-    lines += ["", "## Time per stage", "", "| stage | seconds |", "|---|---|"]
-    lines += [f"| {k} | {v:.0f} |" for k, v in stage_seconds.items()]
-    lines += [f"| **total** | **{total_s:.0f}** |", ""]
-    report = out / "REPORT.md"
-    write_text(report, "\n".join(lines) + "\n")
-    summary = {
-        "report": str(report),
-        "acceptance": acceptance,
-        "settings": s,
-        "training": {**curve, "steps": t["steps"]},
-        "stage_seconds": stage_seconds,
-        "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS},
-    }
-    write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
-    return summary
 
 
 def _told_apart(drive: Dict[str, Any]) -> List[str]:
@@ -237,100 +244,99 @@ def _acceptance(policy: Dict[str, Any], exported: Any) -> Dict[str, Any]:
     }
 
 
-def _optional_sections(out: Path, results: Dict[str, Any]) -> List[str]:
-    lines: List[str] = []
-    sal = results.get("saliency")
-    if sal:
+def _saliency_section(out: Path, sal: Optional[Dict[str, Any]]) -> List[str]:
+    if not sal:
+        return []
+    lines = [
+        "",
+        "## Saliency (VisualBackProp)",
+        "",
+        f"Where the policy looks, clean (top) and with Gaussian noise std {sal.get('noise')} (bottom), "
+        f"{sal.get('frames')} frames of a held-out recording: "
+        f"[{_rel(sal['video'], out)}]({_rel(sal['video'], out)})",
+    ]
+    if sal.get("contact_sheet"):
+        lines += ["", f"![saliency]({_rel(sal['contact_sheet'], out)})"]
+    return lines
+
+
+_ROBUSTNESS_KEYS = ("model", "kind", "level", "mse", "interventions_per_km", "ssim_mean", "lipschitz_max")
+_ROBUSTNESS_PLOTS = ("mse", "interventions_per_km", "ssim_mean")
+
+
+def _robustness_section(out: Path, rob: Optional[Dict[str, Any]], settings: Dict[str, Any]) -> List[str]:
+    if not rob:
+        return []
+    lines = [
+        "",
+        "## Robustness to camera noise",
+        "",
+        "Per model and perturbation: open-loop MSE on a held-out recording ((1/km)^2, hidden state "
+        "carried), closed-loop interventions per km on held-out roads with the camera perturbed, SSIM of "
+        "clean vs perturbed saliency maps, largest per-neuron sensitivity of the recurrent state. "
+        "Baselines are trained on the same data for "
+        f"{settings.get('baseline_steps', 0)} optimizer steps each. Full report: "
+        f"[{_rel(rob['report'], out)}]({_rel(rob['report'], out)})",
+        "",
+    ]
+    rows = rob.get("rows", [])
+    if rows:
+        keys = [k for k in _ROBUSTNESS_KEYS if k in rows[0]]
+        lines += ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+        lines += ["| " + " | ".join(_robustness_cell(r, k) for k in keys) + " |" for r in rows]
+    plots = [p for p in rob.get("plots", []) if Path(p).stem in _ROBUSTNESS_PLOTS]
+    return lines + [""] + [f"![robustness]({_rel(p, out)})" for p in plots]
+
+
+def _closed_form_section(out: Path, cf: Optional[Dict[str, Any]]) -> List[str]:
+    if not cf:
+        return []
+    fid = cf.get("fidelity", {})
+    ol, sp, cl = fid.get("open_loop", {}), fid.get("speed", {}), fid.get("closed_loop", {})
+    lines = [
+        "",
+        "## Closed-form LTC",
+        "",
+        f"The trained LTC converted to its closed form (`{fid.get('method')}`, no ODE solver): "
+        f"`{_rel(cf['converted'], out)}`.",
+        "",
+        "| | ODE LTC (6 unfolds) | closed form |",
+        "|---|---|---|",
+        f"| output MSE vs the ODE LTC, held-out recording ((1/km)^2) | 0 | {_fmt(ol.get('mse_vs_ode'), 3)} |",
+        f"| forward B=16 L=32 (ms, 1 thread) | {_fmt(sp.get('ode', {}).get('forward_ms'), 3)} | "
+        f"{_fmt(sp.get('closed_form', {}).get('forward_ms'), 3)} ({_fmt(sp.get('forward_speedup'))}x) |",
+        f"| step B=1 (ms) | {_fmt(sp.get('ode', {}).get('step_ms'), 4)} | "
+        f"{_fmt(sp.get('closed_form', {}).get('step_ms'), 4)} ({_fmt(sp.get('step_speedup'))}x) |",
+    ]
+    if cl:
+        lines.append(
+            f"| closed loop, {_fmt(cl.get('km'), 1)} km held-out: interventions/km | "
+            f"{format_rate(cl['ode']['interventions'], cl['ode']['km'])} | "
+            f"{format_rate(cl['closed_form']['interventions'], cl['closed_form']['km'])} |"
+        )
+    details = _rel(cf["converted"], out).rsplit(".", 1)[0] + ".fidelity.md"
+    return lines + ["", f"Details: [{details}]({details})"]
+
+
+def _export_section(out: Path, ex: Optional[Dict[str, Any]], checkpoint: Dict[str, Any]) -> List[str]:
+    """The exported file, its difference from the checkpoint and, when it drove, its closed loop beside
+    the checkpoint's (``checkpoint``: the NCP-LTC's closed-loop metrics)."""
+    if not ex:
+        return []
+    lines = [
+        "",
+        "## Export",
+        "",
+        f"TorchScript `{_rel(ex['file'], out)}` ({ex['bytes'] / 1e6:.2f} MB, "
+        "preprocessing inside); largest difference from the checkpoint over "
+        f"{ex['frames_compared']} frames of a held-out recording: {ex['max_abs_diff_per_km']:.2e} 1/km.",
+    ]
+    if ex.get("closed_loop"):
+        m, ref = ex["closed_loop"], checkpoint
         lines += [
             "",
-            "## Saliency (VisualBackProp)",
-            "",
-            f"Where the policy looks, clean (top) and with Gaussian noise std {sal.get('noise')} (bottom), "
-            f"{sal.get('frames')} frames of a held-out recording: "
-            f"[{_rel(sal['video'], out)}]({_rel(sal['video'], out)})",
+            f"The exported file drove the same {m['km']:.2f} km of held-out roads: "
+            f"{m['interventions']} intervention(s), lateral RMS {m['lateral_rms_m']:.3f} m "
+            f"(checkpoint: {ref['interventions']}, {ref['lateral_rms_m']:.3f} m).",
         ]
-        if sal.get("contact_sheet"):
-            lines += ["", f"![saliency]({_rel(sal['contact_sheet'], out)})"]
-    rob = results.get("robustness")
-    if rob:
-        lines += [
-            "",
-            "## Robustness to camera noise",
-            "",
-            "Per model and perturbation: open-loop MSE on a held-out recording ((1/km)^2, hidden state "
-            "carried), closed-loop interventions per km on held-out roads with the camera perturbed, SSIM of "
-            "clean vs perturbed saliency maps, largest per-neuron sensitivity of the recurrent state. "
-            "Baselines are trained on the same data for "
-            f"{results['settings'].get('baseline_steps', 0)} optimizer steps each. Full report: "
-            f"[{_rel(rob['report'], out)}]({_rel(rob['report'], out)})",
-            "",
-        ]
-        rows = rob.get("rows", [])
-        if rows:
-            keys = [
-                k
-                for k in (
-                    "model",
-                    "kind",
-                    "level",
-                    "mse",
-                    "interventions_per_km",
-                    "ssim_mean",
-                    "lipschitz_max",
-                )
-                if k in rows[0]
-            ]
-            lines += ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
-            lines += ["| " + " | ".join(_robustness_cell(r, k) for k in keys) + " |" for r in rows]
-        lines += [""] + [
-            f"![robustness]({_rel(p, out)})"
-            for p in rob.get("plots", [])
-            if Path(p).stem in ("mse", "interventions_per_km", "ssim_mean")
-        ]
-    cf = results.get("closed_form")
-    if cf:
-        fid = cf.get("fidelity", {})
-        ol, sp, cl = fid.get("open_loop", {}), fid.get("speed", {}), fid.get("closed_loop", {})
-        lines += [
-            "",
-            "## Closed-form LTC",
-            "",
-            f"The trained LTC converted to its closed form (`{fid.get('method')}`, no ODE solver): "
-            f"`{_rel(cf['converted'], out)}`.",
-            "",
-            "| | ODE LTC (6 unfolds) | closed form |",
-            "|---|---|---|",
-            "| output MSE vs the ODE LTC, held-out recording ((1/km)^2) | 0 "
-            f"| {_fmt(ol.get('mse_vs_ode'), 3)} |",
-            f"| forward B=16 L=32 (ms, 1 thread) | {_fmt(sp.get('ode', {}).get('forward_ms'), 3)} | "
-            f"{_fmt(sp.get('closed_form', {}).get('forward_ms'), 3)} ({_fmt(sp.get('forward_speedup'))}x) |",
-            f"| step B=1 (ms) | {_fmt(sp.get('ode', {}).get('step_ms'), 4)} | "
-            f"{_fmt(sp.get('closed_form', {}).get('step_ms'), 4)} ({_fmt(sp.get('step_speedup'))}x) |",
-        ]
-        if cl:
-            lines.append(
-                f"| closed loop, {_fmt(cl.get('km'), 1)} km held-out: interventions/km | "
-                f"{format_rate(cl['ode']['interventions'], cl['ode']['km'])} | "
-                f"{format_rate(cl['closed_form']['interventions'], cl['closed_form']['km'])} |"
-            )
-        details = _rel(cf["converted"], out).rsplit(".", 1)[0] + ".fidelity.md"
-        lines += ["", f"Details: [{details}]({details})"]
-    ex = results.get("export")
-    if ex:
-        lines += [
-            "",
-            "## Export",
-            "",
-            f"TorchScript `{_rel(ex['file'], out)}` ({ex['bytes'] / 1e6:.2f} MB, "
-            "preprocessing inside); largest difference from the checkpoint over "
-            f"{ex['frames_compared']} frames of a held-out recording: {ex['max_abs_diff_per_km']:.2e} 1/km.",
-        ]
-        if ex.get("closed_loop"):
-            m, ref = ex["closed_loop"], results["drive"]["ncp_ltc"]["metrics"]
-            lines += [
-                "",
-                f"The exported file drove the same {m['km']:.2f} km of held-out roads: "
-                f"{m['interventions']} intervention(s), lateral RMS {m['lateral_rms_m']:.3f} m "
-                f"(checkpoint: {ref['interventions']}, {ref['lateral_rms_m']:.3f} m).",
-            ]
     return lines

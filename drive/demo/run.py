@@ -40,22 +40,22 @@ import torch
 
 from drive.checkpoint import load_policy
 from drive.demo.report import write_report
-from drive.demo.settings import DEFAULT_CONFIG, DemoSettings
+from drive.demo.settings import DemoSettings
 from drive.demo.training import BASELINE_OVERRIDES, train_baselines, train_policy
-from drive.drivers import load_driver
 from drive.evaluate.closed_form_fidelity import closed_form_report
 from drive.evaluate.robustness import RobustnessConfig, robustness_report
 from drive.explain.video import saliency_video
 from drive.export import export_policy
 from drive.io.atomic import write_text
 from drive.io.recording import Recording
+from drive.policy_drivers import load_driver
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver, Observation
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.record import simulate
 from drive.train.profiles import resolve_config
 
-__all__ = ["DemoSettings", "run_demo", "DEFAULT_CONFIG", "BASELINE_OVERRIDES"]
+__all__ = ["run_demo"]
 
 
 class _Stages:

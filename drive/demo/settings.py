@@ -1,44 +1,75 @@
-"""``drive demo``'s settings: every field of :class:`DemoSettings` is a ``drive demo`` option
-(:mod:`drive.cli.demo`); :data:`DEFAULT_CONFIG` is the training profile it starts from (the shipped
+"""``drive demo``'s settings: every field of :class:`DemoSettings` is a ``drive demo`` option, written
+once here with its help (:func:`option`; :mod:`drive.cli.demo` builds the parser from the fields);
+:data:`DEFAULT_CONFIG` is the training profile it starts from (the shipped
 profile ``demo``, package data: ``drive demo`` runs from any folder, from a checkout or a wheel)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List
+from typing import Any, List
 
 from drive.train.profiles import profile_path
 
-__all__ = ["DemoSettings", "DEFAULT_CONFIG"]
+__all__ = ["DemoSettings", "DEFAULT_CONFIG", "option"]
 
 DEFAULT_CONFIG: Path = profile_path("demo")
 
 
+def option(default: Any, help: str) -> Any:
+    """A field that is a ``drive demo`` option: its default and its line in ``drive demo --help``
+    (``%(default)s`` is the default); the flag is the field's name with dashes, its type the field's."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class DemoSettings:
-    """What the demo does; every field is a ``drive demo`` option."""
+    """What the demo does; every field is a ``drive demo`` option (:mod:`drive.cli.demo` builds the
+    parser from these fields: name, type, default and ``metadata["help"]``)."""
 
-    out: str = "runs/demo"
-    config: str = "demo"  # a shipped profile's name or a YAML file
-    seed: int = 0
-    train_minutes: float = 30.0
-    val_minutes: float = 2.0
-    recording_minutes: float = 0.5
-    fps: float = 10.0
-    dart_noise: float = 0.015
-    km: float = 6.0
-    test_seeds: str = "0,1,2"
-    conditions: str = ""
-    max_steps: int = 0
-    threads: int = 2
-    baselines: str = "lstm,cnn"
-    baseline_steps: int = 300
-    robustness_km: float = 0.3
-    robustness_frames: int = 300
-    saliency_frames: int = 150
-    closed_form_km: float = 1.0
-    speed_rounds: int = 15
+    out: str = option("runs/demo", "output folder (default: %(default)s)")
+    config: str = option(
+        "demo",
+        "drive fit config of the policy: a shipped profile's name or a YAML file (default: %(default)s)",
+    )
+    seed: int = option(0, "world seed of the training roads and of training")
+    train_minutes: float = option(30.0, "minutes of training logs")
+    val_minutes: float = option(2.0, "minutes of validation logs")
+    recording_minutes: float = option(0.5, "minutes per recording")
+    fps: float = option(10.0, "camera rate of logs and closed loop (Hz)")
+    dart_noise: float = option(0.015, "DART steering noise std (1/m)")
+    km: float = option(6.0, "closed-loop kilometres per driver on held-out roads, spread over --test-seeds")
+    test_seeds: str = option(
+        "0,1,2", "comma-separated world seeds of the held-out test roads (default: %(default)s)"
+    )
+    conditions: str = option(
+        "",
+        "comma-separated condition names for training AND test roads, e.g. summer,noon "
+        "(default: every season, light and marking at random)",
+    )
+    max_steps: int = option(0, "override the config's optimizer-step budget (0: keep)")
+    threads: int = option(
+        2,
+        "torch threads for training (default %(default)s: the result is the same on every "
+        "machine with the same torch; 0: all cores, faster on big machines, other weights)",
+    )
+    baselines: str = option(
+        "lstm,cnn", "families trained beside the NCP-LTC for the robustness comparison ('' for none)"
+    )
+    baseline_steps: int = option(300, "optimizer steps per baseline (default: %(default)s)")
+    robustness_km: float = option(
+        0.3, "closed-loop km per model and noise level in the robustness stage (0: open loop only)"
+    )
+    robustness_frames: int = option(
+        300, "frames of the test recording in the open-loop robustness analysis (default: %(default)s)"
+    )
+    saliency_frames: int = option(150, "frames of the saliency video (default: %(default)s)")
+    closed_form_km: float = option(
+        1.0, "closed-loop km comparing the closed-form LTC with the ODE LTC (default: %(default)s)"
+    )
+    speed_rounds: int = option(
+        15, "timing rounds of the closed-form vs ODE speed comparison (default: %(default)s)"
+    )
 
     @property
     def seeds(self) -> List[int]:

@@ -23,11 +23,11 @@ from torch import Tensor
 
 from drive.bench import interleaved_medians
 from drive.data.preprocess import Preprocessing
-from drive.drivers import PolicyDriver
 from drive.export.closed_form import write_closed_form
 from drive.io.atomic import write_text
 from drive.io.recording import Recording
 from drive.nn.policy import Policy
+from drive.policy_drivers import PolicyDriver
 from drive.sim.closed_loop import evaluate
 from drive.sim.poisson import format_rate, rates_differ_p
 from drive.sim.record import simulate

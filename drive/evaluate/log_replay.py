@@ -28,8 +28,8 @@ import torch
 
 from drive.data.perturb import Perturbation
 from drive.data.readers import ReaderOptions, discover, no_log_message, read_logs
-from drive.drivers import make_driver
 from drive.io.recording import Recording
+from drive.policy_drivers import make_driver
 from drive.replay import RecordingReplay, replay_recording
 from drive.replay.video import ReplayVideo
 from drive.sim.closed_loop import TAKEOVER_S, summarize, summarize_with_conditions

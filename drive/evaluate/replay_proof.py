@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
@@ -24,6 +24,7 @@ import numpy as np
 from drive.io.recording import Recording
 from drive.replay import open_loop_errors, replay_recording
 from drive.sim.appearance import CONDITION_AXES, sample_appearance
+from drive.sim.camera import Camera
 from drive.sim.closed_loop import Segment, drive_segment, summarize
 from drive.sim.expert import PurePursuitExpert, SteeringNoise
 from drive.sim.record import record_drive
@@ -130,9 +131,12 @@ def _conditions(j: int) -> Dict[str, str]:
     }
 
 
-def record_logs(out: Path, seeds: Sequence[int], km: float, recording_km: float) -> List[Dict[str, Any]]:
+def record_logs(
+    out: Path, seeds: Sequence[int], km: float, recording_km: float, camera: Optional[Camera] = None
+) -> List[Dict[str, Any]]:
     """Noise-free expert logs on test roads of ``seeds`` (taking turns), ``km`` in recordings of
-    ``recording_km``; written once. One entry per recording: path, seed, road index, minutes, conditions."""
+    ``recording_km``, with ``camera`` (default: the world's); written once. One entry per recording:
+    path, seed, road index, minutes, conditions."""
     count = int(math.ceil(km / recording_km - 1e-9))
     minutes = recording_km * 1000.0 / DEFAULT_SPEED_MPS / 60.0
     logs = []

@@ -215,57 +215,72 @@ def write_report(
             default=float,
         ),
     )
-    noise_unit = _noise_unit(config)
-    present = [m for m in METRICS if any(m in r and not _isnan(r[m]) for r in rows)]
-    plots = []
-    gaussian = any(r["kind"] == "gaussian" for r in rows)
-    # another kind gets its own curve once the run measured it at two levels or more
-    curves = [k for k in LEVEL_AXIS if len({r["level"] for r in rows if r["kind"] == k}) >= 2]
-    for metric in present:
-        if gaussian:
-            plots.append(out_dir / f"{metric}.png")
-            _plot(
-                rows,
-                metric,
-                "gaussian",
-                METRICS[metric][0],
-                f"Gaussian noise {noise_unit} on [0, 1] pixels",
-                plots[-1],
-            )
-        for kind in curves:
-            plots.append(out_dir / f"{metric}_{kind}.png")
-            _plot(rows, metric, kind, METRICS[metric][0], LEVEL_AXIS[kind], plots[-1])
-    profiled = any(res["profile"] for res in results)
-    if profiled:
-        _plot_profiles(results, out_dir / PROFILE_PLOT)
-        plots.append(out_dir / PROFILE_PLOT)
+    study = _Study(rows, config)
+    plots = _draw(study, results, out_dir)
     md = [
         "# Robustness report",
         "",
         f"Models: {', '.join(res['name'] for res in results)}. Test recordings: {len(recordings)}. "
-        f"Gaussian levels are the noise {noise_unit} on [0, 1] pixels (clipped), seed {config.get('seed')}.",
+        f"Gaussian levels are the noise {study.noise_unit} on [0, 1] pixels (clipped), "
+        f"seed {config.get('seed')}.",
         "",
     ]
-    other_kinds = sorted({r["kind"] for r in rows} - {"gaussian"})
-    for metric in present:
-        title, better = METRICS[metric]
-        md += [f"## {title} ({better} is better)", ""]
-        if gaussian:
-            md += [*_table(rows, metric, ["gaussian"]), ""]
-        if metric == "interventions_per_km":
-            md += _distance_note(rows)
-        if other_kinds:
-            md += ["Other perturbations:", "", *_table(rows, metric, other_kinds), ""]
-        if gaussian:
-            md += [f"![{metric}]({metric}.png)", ""]
-        md += [f"![{metric}, {kind}]({metric}_{kind}.png)" for kind in curves] + ([""] if curves else [])
-    md += _profile_section(results, profiled)
+    for metric in study.present:
+        md += _metric_section(study, metric)
+    md += _profile_section(results, any(res["profile"] for res in results))
     md += [
         "Raw numbers: `results.csv` (one row per model x perturbation), `results.json` (with profiles).",
         "",
     ]
     write_text(out_dir / "REPORT.md", "\n".join(md))
     return {"rows": rows, "report": out_dir / "REPORT.md", "csv": out_dir / "results.csv", "plots": plots}
+
+
+class _Study:
+    """What a study's rows measured: the metrics present, whether Gaussian noise was swept, the
+    other kinds, and those measured at two levels or more (each of those gets its own curve)."""
+
+    def __init__(self, rows: List[Mapping[str, Any]], config: Mapping[str, Any]) -> None:
+        self.rows = rows
+        self.noise_unit = _noise_unit(config)
+        self.present = [m for m in METRICS if any(m in r and not _isnan(r[m]) for r in rows)]
+        self.gaussian = any(r["kind"] == "gaussian" for r in rows)
+        self.other_kinds = sorted({r["kind"] for r in rows} - {"gaussian"})
+        self.curves = [k for k in LEVEL_AXIS if len({r["level"] for r in rows if r["kind"] == k}) >= 2]
+
+
+def _draw(study: _Study, results: Sequence[Mapping[str, Any]], out_dir: Path) -> List[Path]:
+    """Every plot of the study: per metric the Gaussian curve and one per other kind's curve, and the
+    recurrent sensitivity profiles when measured."""
+    plots = []
+    for metric in study.present:
+        if study.gaussian:
+            plots.append(out_dir / f"{metric}.png")
+            axis = f"Gaussian noise {study.noise_unit} on [0, 1] pixels"
+            _plot(study.rows, metric, "gaussian", METRICS[metric][0], axis, plots[-1])
+        for kind in study.curves:
+            plots.append(out_dir / f"{metric}_{kind}.png")
+            _plot(study.rows, metric, kind, METRICS[metric][0], LEVEL_AXIS[kind], plots[-1])
+    if any(res["profile"] for res in results):
+        _plot_profiles(results, out_dir / PROFILE_PLOT)
+        plots.append(out_dir / PROFILE_PLOT)
+    return plots
+
+
+def _metric_section(study: _Study, metric: str) -> List[str]:
+    """One metric's tables (Gaussian levels, other perturbations), notes and plots."""
+    rows, gaussian, curves = study.rows, study.gaussian, study.curves
+    title, better = METRICS[metric]
+    md = [f"## {title} ({better} is better)", ""]
+    if gaussian:
+        md += [*_table(rows, metric, ["gaussian"]), ""]
+    if metric == "interventions_per_km":
+        md += _distance_note(rows)
+    if study.other_kinds:
+        md += ["Other perturbations:", "", *_table(rows, metric, study.other_kinds), ""]
+    if gaussian:
+        md += [f"![{metric}]({metric}.png)", ""]
+    return md + [f"![{metric}, {kind}]({metric}_{kind}.png)" for kind in curves] + ([""] if curves else [])
 
 
 def _isnan(v: Any) -> bool:

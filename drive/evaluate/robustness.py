@@ -37,7 +37,6 @@ import torch
 
 from drive.checkpoint import load_policy
 from drive.data.perturb import Perturbation
-from drive.drivers import PolicyDriver
 from drive.evaluate.measures import (
     drive_recording,
     neuron_count,
@@ -47,6 +46,7 @@ from drive.evaluate.measures import (
 )
 from drive.io.recording import Recording
 from drive.nn.policy import Policy
+from drive.policy_drivers import PolicyDriver
 from drive.sim.closed_loop import evaluate
 from drive.sim.poisson import format_rate
 

@@ -25,10 +25,10 @@ import torch
 from torch import nn
 
 from drive.data.perturb import Perturbation
-from drive.drivers import PolicyDriver
 from drive.explain.policy_saliency import SaliencyFrame
 from drive.explain.video import SaliencyVideoWriter
 from drive.explain.visual_backprop import visual_backprop
+from drive.policy_drivers import PolicyDriver
 from drive.sim.closed_loop import evaluate
 from drive.sim.expert import PurePursuitExpert
 
@@ -41,7 +41,7 @@ class SaliencyRecorder:
     """A ``Driver`` that drives like ``driver`` and records a saliency video of what it sees.
 
     Args:
-        driver_or_policy: a :class:`drive.drivers.PolicyDriver`, or a Policy (then ``meta`` is
+        driver_or_policy: a :class:`drive.policy_drivers.PolicyDriver`, or a Policy (then ``meta`` is
             required and a PolicyDriver is built from it).
         out_path: the ``.mp4`` to write (contact sheet beside it).
         meta: checkpoint metadata (preprocessing, fps) when a Policy is given.

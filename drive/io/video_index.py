@@ -118,25 +118,42 @@ def _stbl_samples(f, stbl: Tuple[int, int]) -> Optional[Tuple[np.ndarray, np.nda
     stco, co64 = table(b"stco"), table(b"co64")
     if stsz is None or stsc is None or (stco is None and co64 is None):
         return None
-    fixed, count = int.from_bytes(stsz[4:8], "big"), int.from_bytes(stsz[8:12], "big")
-    sizes = (
-        np.full(count, fixed, np.int64)
-        if fixed
-        else np.frombuffer(stsz[12 : 12 + 4 * count], ">u4").astype(np.int64)
-    )
-    if stco is not None:
-        n = int.from_bytes(stco[4:8], "big")
-        chunks = np.frombuffer(stco[8 : 8 + 4 * n], ">u4").astype(np.int64)
-    else:
-        n = int.from_bytes(co64[4:8], "big")
-        chunks = np.frombuffer(co64[8 : 8 + 8 * n], ">u8").astype(np.int64)
-    runs = (
+    sizes, count = _sample_sizes(stsz)
+    chunks, n = _chunk_offsets(stco, co64)
+    runs = (  # (first chunk, samples per chunk, description index) per run of chunks
         np.frombuffer(stsc[8 : 8 + 12 * int.from_bytes(stsc[4:8], "big")], ">u4")
         .reshape(-1, 3)
         .astype(np.int64)
     )
     if len(sizes) != count or len(chunks) != n or (count and len(runs) == 0):
         return None
+    offsets = _sample_offsets(runs, chunks, sizes)
+    if offsets is None:
+        return None
+    return offsets + sizes, _presentation_times(table(b"stts"), table(b"ctts"), count)
+
+
+def _sample_sizes(stsz: bytes) -> Tuple[np.ndarray, int]:
+    """Every sample's size (``stsz``: one size for all, or one per sample) and the declared count."""
+    fixed, count = int.from_bytes(stsz[4:8], "big"), int.from_bytes(stsz[8:12], "big")
+    if fixed:
+        return np.full(count, fixed, np.int64), count
+    return np.frombuffer(stsz[12 : 12 + 4 * count], ">u4").astype(np.int64), count
+
+
+def _chunk_offsets(stco: Optional[bytes], co64: Optional[bytes]) -> Tuple[np.ndarray, int]:
+    """Every chunk's file offset (``stco`` 32-bit, else ``co64`` 64-bit) and the declared count."""
+    if stco is not None:
+        n = int.from_bytes(stco[4:8], "big")
+        return np.frombuffer(stco[8 : 8 + 4 * n], ">u4").astype(np.int64), n
+    n = int.from_bytes(co64[4:8], "big")
+    return np.frombuffer(co64[8 : 8 + 8 * n], ">u8").astype(np.int64), n
+
+
+def _sample_offsets(runs: np.ndarray, chunks: np.ndarray, sizes: np.ndarray) -> Optional[np.ndarray]:
+    """Every sample's file offset: the chunks' samples laid end to end from each chunk's offset, as
+    many per chunk as its run says; None when the runs do not place every sample."""
+    count, n = len(sizes), len(chunks)
     offsets = np.empty(count, np.int64)
     sample = 0
     for r, (first, per_chunk, _) in enumerate(runs):
@@ -149,22 +166,27 @@ def _stbl_samples(f, stbl: Tuple[int, int]) -> Optional[Tuple[np.ndarray, np.nda
                 offsets[sample] = pos
                 pos += sizes[sample]
                 sample += 1
-    if sample != count:
-        return None
-    times = np.arange(count, dtype=np.int64)  # decode times (stts) plus composition offsets (ctts)
-    stts = table(b"stts")
+    return offsets if sample == count else None
+
+
+def _presentation_times(stts: Optional[bytes], ctts: Optional[bytes], count: int) -> np.ndarray:
+    """Decode times (``stts``) plus composition offsets (``ctts``); the decode index without them."""
+    times = np.arange(count, dtype=np.int64)
     if stts is not None and count:
-        entries = np.frombuffer(stts[8 : 8 + 8 * int.from_bytes(stts[4:8], "big")], ">u4").reshape(-1, 2)
-        deltas = np.repeat(entries[:, 1].astype(np.int64), entries[:, 0].astype(np.int64))[:count]
+        deltas = _per_sample(stts, ">u4", count)
         if len(deltas) == count:
             times = np.concatenate([[0], np.cumsum(deltas)[:-1]])
-    ctts = table(b"ctts")
     if ctts is not None and count:
-        entries = np.frombuffer(ctts[8 : 8 + 8 * int.from_bytes(ctts[4:8], "big")], ">i4").reshape(-1, 2)
-        shifts = np.repeat(entries[:, 1].astype(np.int64), entries[:, 0].astype(np.int64))[:count]
+        shifts = _per_sample(ctts, ">i4", count)
         if len(shifts) == count:
             times = times + shifts
-    return offsets + sizes, times
+    return times
+
+
+def _per_sample(box: bytes, dtype: str, count: int) -> np.ndarray:
+    """A run-length table of (sample count, value) entries (``stts``, ``ctts``), one value per sample."""
+    entries = np.frombuffer(box[8 : 8 + 8 * int.from_bytes(box[4:8], "big")], dtype).reshape(-1, 2)
+    return np.repeat(entries[:, 1].astype(np.int64), entries[:, 0].astype(np.int64))[:count]
 
 
 def _fragment_samples(
@@ -182,51 +204,65 @@ def _fragment_samples(
             return None
         f.seek(tfhd[0])
         head = f.read(tfhd[1] - tfhd[0])
-        flags = int.from_bytes(head[1:4], "big")
         if int.from_bytes(head[4:8], "big") != track_id:
             continue
-        pos, base, duration, size = 8, moof_start, 0, 0
-        if flags & 0x1:
-            base = int.from_bytes(head[pos : pos + 8], "big")
-            pos += 8
-        pos += 4 if flags & 0x2 else 0
-        if flags & 0x8:
-            duration = int.from_bytes(head[pos : pos + 4], "big")
-            pos += 4
-        if flags & 0x10:
-            size = int.from_bytes(head[pos : pos + 4], "big")
-        offset = base
+        defaults = _fragment_defaults(head, moof_start)
+        offset = defaults[0]
         for kind2, u, v in _boxes(f, x, y):
             if kind2 != b"trun":
                 continue
             f.seek(u)
-            run = f.read(v - u)
-            rflags, count = int.from_bytes(run[1:4], "big"), int.from_bytes(run[4:8], "big")
-            q = 8
-            if rflags & 0x1:
-                offset = base + int.from_bytes(run[q : q + 4], "big", signed=True)
-                q += 4
-            q += 4 if rflags & 0x4 else 0
-            for _ in range(count):
-                d, n, shift = duration, size, 0
-                if rflags & 0x100:
-                    d = int.from_bytes(run[q : q + 4], "big")
-                    q += 4
-                if rflags & 0x200:
-                    n = int.from_bytes(run[q : q + 4], "big")
-                    q += 4
-                q += 4 if rflags & 0x400 else 0
-                if rflags & 0x800:
-                    shift = int.from_bytes(run[q : q + 4], "big", signed=run[0] == 1)
-                    q += 4
-                if q > len(run):  # the run itself is cut short: its samples are not whole
-                    ends.append(1 << 62)
-                else:
-                    ends.append(offset + n)
-                times.append(clock + shift)
-                offset += n
-                clock += d
+            offset, clock = _track_run(f.read(v - u), defaults, offset, clock, ends, times)
     return np.asarray(ends, np.int64), np.asarray(times, np.int64), clock
+
+
+def _fragment_defaults(tfhd: bytes, moof_start: int) -> Tuple[int, int, int]:
+    """(base data offset, default sample duration, default sample size) of a ``tfhd``: the base is
+    the ``moof``'s start unless the box gives one."""
+    flags = int.from_bytes(tfhd[1:4], "big")
+    pos, base, duration, size = 8, moof_start, 0, 0
+    if flags & 0x1:
+        base = int.from_bytes(tfhd[pos : pos + 8], "big")
+        pos += 8
+    pos += 4 if flags & 0x2 else 0  # sample description index
+    if flags & 0x8:
+        duration = int.from_bytes(tfhd[pos : pos + 4], "big")
+        pos += 4
+    if flags & 0x10:
+        size = int.from_bytes(tfhd[pos : pos + 4], "big")
+    return base, duration, size
+
+
+def _track_run(
+    run: bytes, defaults: Tuple[int, int, int], offset: int, clock: int, ends: List[int], times: List[int]
+) -> Tuple[int, int]:
+    """Append a ``trun``'s samples (end offset, presentation time) to ``ends`` and ``times``; returns
+    the data offset and the decode time after its last sample. A sample whose entry the run's end
+    cuts short ends "past any file" (its bytes are not all there)."""
+    base, duration, size = defaults
+    rflags, count = int.from_bytes(run[1:4], "big"), int.from_bytes(run[4:8], "big")
+    q = 8
+    if rflags & 0x1:
+        offset = base + int.from_bytes(run[q : q + 4], "big", signed=True)
+        q += 4
+    q += 4 if rflags & 0x4 else 0  # first sample's flags
+    for _ in range(count):
+        d, n, shift = duration, size, 0
+        if rflags & 0x100:
+            d = int.from_bytes(run[q : q + 4], "big")
+            q += 4
+        if rflags & 0x200:
+            n = int.from_bytes(run[q : q + 4], "big")
+            q += 4
+        q += 4 if rflags & 0x400 else 0  # sample flags
+        if rflags & 0x800:
+            shift = int.from_bytes(run[q : q + 4], "big", signed=run[0] == 1)
+            q += 4
+        ends.append(1 << 62 if q > len(run) else offset + n)
+        times.append(clock + shift)
+        offset += n
+        clock += d
+    return offset, clock
 
 
 def _avi_complete_frames(f, size: int) -> Optional[int]:

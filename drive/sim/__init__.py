@@ -1,13 +1,14 @@
 """The built-in driving world: procedural roads, a forward camera, an expert, recordings, closed loop.
 
-See docs/world.md. Modules, upstream first: road -> appearance -> render (camera) -> vehicle
+See docs/world.md. Modules, upstream first: road -> appearance -> camera -> render -> vehicle
 -> driver (Observation, Driver protocol) -> expert -> world -> record / closed_loop.
+The camera has one import path, ``from drive.sim.camera import Camera``.
 """
 
 from drive.sim.appearance import CONDITION_AXES, Appearance, parse_conditions, sample_appearance
 from drive.sim.driver import ConstantDriver, Driver, Observation
 from drive.sim.expert import PurePursuitExpert, SteeringNoise
-from drive.sim.render import Camera, Renderer, render_view
+from drive.sim.render import Renderer, render_view
 from drive.sim.road import Road, generate_road, world_seed
 from drive.sim.vehicle import Vehicle, VehicleLimits, VehicleState
 from drive.sim.world import World
@@ -22,7 +23,6 @@ __all__ = [
     "Observation",
     "PurePursuitExpert",
     "SteeringNoise",
-    "Camera",
     "Renderer",
     "render_view",
     "Road",

@@ -35,10 +35,11 @@ import numpy as np
 
 from drive.io.atomic import write_text
 from drive.sim.appearance import condition_grid, parse_conditions, sample_appearance
+from drive.sim.camera import Camera
 from drive.sim.driver import Driver, needs_image
 from drive.sim.plot import DriveVideo, plot_drive
 from drive.sim.poisson import rate_interval
-from drive.sim.render import Camera, Renderer
+from drive.sim.render import Renderer
 from drive.sim.road import Road, generate_road
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 
@@ -50,6 +51,7 @@ __all__ = [
     "summarize_with_conditions",
     "drive_segment",
     "needs_takeover",
+    "SegmentTrace",
     "TAKEOVER_S",
 ]
 
@@ -62,7 +64,7 @@ class Segment:
 
     index: int
     conditions: Dict[str, str]
-    road: Road
+    road: Optional[Road]  # None where no road is known (another Gymnasium env)
     x_m: np.ndarray
     y_m: np.ndarray
     lateral_offset_m: np.ndarray
@@ -135,8 +137,52 @@ class ClosedLoopResult:
 
 def needs_takeover(world: Any, max_lateral_m: float, max_heading_rad: float) -> bool:
     """The safety driver's rule: the car is more than ``max_lateral_m`` off the lane (or recorded path)
-    or points more than ``max_heading_rad`` away from it."""
+    or points more than ``max_heading_rad`` away from it (``world``: anything with the two lane errors)."""
     return abs(world.lateral_offset_m) > max_lateral_m or abs(world.heading_error_rad) > max_heading_rad
+
+
+@dataclass
+class SegmentTrace:
+    """A segment while it is driven: one row per step, the takeovers (at the last row's position) and
+    the steps after which the driver was reset; :meth:`segment` makes the :class:`Segment`."""
+
+    xs: List[float] = field(default_factory=list)
+    ys: List[float] = field(default_factory=list)
+    lats: List[float] = field(default_factory=list)
+    heads: List[float] = field(default_factory=list)
+    cmds: List[float] = field(default_factory=list)
+    takeovers: List[List[float]] = field(default_factory=list)
+    resets: List[int] = field(default_factory=list)
+
+    def step(self, x_m: float, y_m: float, lateral_m: float, heading_rad: float, cmd: float) -> None:
+        self.xs.append(x_m), self.ys.append(y_m), self.cmds.append(cmd)
+        self.lats.append(lateral_m), self.heads.append(heading_rad)
+
+    def takeover(self, reset: bool) -> None:
+        """An intervention where the car is now; ``reset``: the drive goes on with a fresh driver state
+        (no steering rate is measured across it)."""
+        self.takeovers.append([self.xs[-1], self.ys[-1]])
+        if reset:
+            self.resets.append(len(self.cmds))
+
+    def segment(
+        self, index: int, conditions: Dict[str, str], road: Optional[Road], km: float, dt_s: float
+    ) -> Segment:
+        return Segment(
+            index,
+            conditions,
+            road,
+            np.asarray(self.xs),
+            np.asarray(self.ys),
+            np.asarray(self.lats),
+            np.asarray(self.heads),
+            np.asarray(self.cmds),
+            self.takeovers,
+            km,
+            len(self.cmds) * dt_s,
+            dt_s,
+            self.resets,
+        )
 
 
 def drive_segment(
@@ -157,11 +203,11 @@ def drive_segment(
     render = needs_image(driver) or video is not None
     start_s = world.s_m
     driver.reset()
-    xs, ys, lats, heads, cmds, takeovers, resets = [], [], [], [], [], [], []
+    trace = SegmentTrace()
     while world.s_m - start_s < length_m:
         obs = world.observe(with_image=render)
         if video is not None:
-            video(obs, len(takeovers))
+            video(obs, len(trace.takeovers))
         if perturb is not None and obs.image is not None:
             image = perturb(obs.image)
             if image.shape != obs.image.shape or image.dtype != np.uint8:
@@ -176,29 +222,12 @@ def drive_segment(
             raise ValueError(f"driver returned a non-finite curvature {cmd} at t={obs.timestamp_s:.2f} s")
         world.step(cmd)
         st = world.vehicle.state
-        xs.append(st.x_m), ys.append(st.y_m), cmds.append(cmd)
-        lats.append(world.lateral_offset_m), heads.append(world.heading_error_rad)
+        trace.step(st.x_m, st.y_m, world.lateral_offset_m, world.heading_error_rad, cmd)
         if needs_takeover(world, max_lateral_m, max_heading_rad):
-            takeovers.append([st.x_m, st.y_m])
-            resets.append(len(cmds))
+            trace.takeover(reset=True)
             world.place_on_lane(world.s_m)
             driver.reset()
-    steps = len(cmds)
-    return Segment(
-        index,
-        conditions,
-        world.road,
-        np.asarray(xs),
-        np.asarray(ys),
-        np.asarray(lats),
-        np.asarray(heads),
-        np.asarray(cmds),
-        takeovers,
-        (world.s_m - start_s) / 1000.0,
-        steps * world.dt_s,
-        world.dt_s,
-        resets,
-    )
+    return trace.segment(index, conditions, world.road, (world.s_m - start_s) / 1000.0, world.dt_s)
 
 
 def evaluate(

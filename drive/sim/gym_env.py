@@ -33,7 +33,8 @@ import numpy as np
 from gymnasium import spaces
 
 from drive.sim.appearance import condition_grid, parse_conditions, sample_appearance
-from drive.sim.render import Camera, Renderer
+from drive.sim.camera import Camera
+from drive.sim.render import Renderer
 from drive.sim.road import SPLITS, generate_road
 from drive.sim.vehicle import VehicleLimits
 from drive.sim.world import DEFAULT_FPS, World

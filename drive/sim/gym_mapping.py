@@ -163,43 +163,8 @@ class EnvMapping:
 
     @classmethod
     def from_dict(cls, d: Dict[str, Any], where: str = "mapping") -> "EnvMapping":
-        if not isinstance(d, dict):
-            raise ValueError(f"{where}: expected a mapping, got {type(d).__name__}")
-        known = {
-            "env_kwargs",
-            "import",
-            "dt_s",
-            "observation",
-            "action",
-            "info",
-            "speed_mps",
-            "max_lateral_m",
-            "max_heading_rad",
-        }
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(known)}")
-        info = d.get("info") or {}
-        info_known = {
-            "lateral_offset_m",
-            "heading_error_rad",
-            "speed_mps",
-            "distance_m",
-            "intervention",
-            "conditions",
-        }
-        if set(info) - info_known:
-            raise ValueError(
-                f"{where}: unknown info key(s) {sorted(set(info) - info_known)}; known: {sorted(info_known)}"
-            )
-        for need in ("lateral_offset_m", "heading_error_rad"):
-            if need not in info:
-                raise ValueError(f"{where}: info.{need} is required (the env's info key for it)")
-        obs = d.get("observation") or {}
-        if set(obs) - {"key", "order", "layout"}:
-            raise ValueError(
-                f"{where}: unknown observation key(s) {sorted(set(obs) - {'key', 'order', 'layout'})}"
-            )
+        _check_keys(d, where)
+        info, obs = d.get("info") or {}, d.get("observation") or {}
         action = d.get("action") or {}
         try:
             amap = ActionMap(**action)
@@ -227,14 +192,61 @@ class EnvMapping:
             imports=[imports] if isinstance(imports, str) else list(imports),
             where=where,
         )
-        if m.order not in ("rgb", "bgr") or m.layout not in ("hwc", "chw"):
+        m._check_values()
+        return m
+
+    def _check_values(self) -> None:
+        where = self.where
+        if self.order not in ("rgb", "bgr") or self.layout not in ("hwc", "chw"):
             raise ValueError(f"{where}: observation.order must be rgb|bgr and layout hwc|chw")
         for name in ("speed_mps", "max_lateral_m", "max_heading_rad"):
-            if not getattr(m, name) > 0:
-                raise ValueError(f"{where}: {name} must be positive, got {getattr(m, name)}")
-        if m.dt_s is not None and not m.dt_s > 0:
-            raise ValueError(f"{where}: dt_s must be positive, got {m.dt_s}")
-        return m
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{where}: {name} must be positive, got {getattr(self, name)}")
+        if self.dt_s is not None and not self.dt_s > 0:
+            raise ValueError(f"{where}: dt_s must be positive, got {self.dt_s}")
+
+
+_KEYS = {
+    "env_kwargs",
+    "import",
+    "dt_s",
+    "observation",
+    "action",
+    "info",
+    "speed_mps",
+    "max_lateral_m",
+    "max_heading_rad",
+}
+_INFO_KEYS = {
+    "lateral_offset_m",
+    "heading_error_rad",
+    "speed_mps",
+    "distance_m",
+    "intervention",
+    "conditions",
+}
+_OBSERVATION_KEYS = {"key", "order", "layout"}
+
+
+def _check_keys(d: Any, where: str) -> None:
+    """A mapping's keys, its ``info`` keys and its ``observation`` keys are known ones; the two lane
+    errors' info keys are given."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected a mapping, got {type(d).__name__}")
+    unknown = set(d) - _KEYS
+    if unknown:
+        raise ValueError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(_KEYS)}")
+    info = d.get("info") or {}
+    if set(info) - _INFO_KEYS:
+        raise ValueError(
+            f"{where}: unknown info key(s) {sorted(set(info) - _INFO_KEYS)}; known: {sorted(_INFO_KEYS)}"
+        )
+    for need in ("lateral_offset_m", "heading_error_rad"):
+        if need not in info:
+            raise ValueError(f"{where}: info.{need} is required (the env's info key for it)")
+    obs = d.get("observation") or {}
+    if set(obs) - _OBSERVATION_KEYS:
+        raise ValueError(f"{where}: unknown observation key(s) {sorted(set(obs) - _OBSERVATION_KEYS)}")
 
 
 # drive's own env reports everything under these names
@@ -272,14 +284,7 @@ def load_mapping(path: Optional[str], env_id: str) -> EnvMapping:
 
 def observation_frame(obs: Any, m: EnvMapping) -> np.ndarray:
     """The env's observation as uint8 RGB [H, W, 3]."""
-    if m.observation_key is not None:
-        if not isinstance(obs, dict) or m.observation_key not in obs:
-            have = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
-            raise ValueError(f"{m.where}: observation has no key {m.observation_key!r} ({have})")
-        obs = obs[m.observation_key]
-    elif isinstance(obs, dict):
-        raise ValueError(f"{m.where}: the observation is a dict ({sorted(obs)}); set observation.key")
-    img = np.asarray(obs)
+    img = _observed_image(obs, m)
     if img.ndim == 4 and m.layout == "hwc":  # a frame stack [H, W, C, K] (MetaDrive): the newest frame
         img = img[..., -1]
     if m.layout == "chw" and img.ndim == 3:
@@ -298,6 +303,19 @@ def observation_frame(obs: Any, m: EnvMapping) -> np.ndarray:
     if m.order == "bgr":
         img = img[:, :, ::-1]
     return np.ascontiguousarray(img)
+
+
+def _observed_image(obs: Any, m: EnvMapping) -> np.ndarray:
+    """The array the mapping names, as the env gives it: ``obs[observation.key]`` of a dict
+    observation, else ``obs``."""
+    if m.observation_key is not None:
+        if not isinstance(obs, dict) or m.observation_key not in obs:
+            have = sorted(obs) if isinstance(obs, dict) else type(obs).__name__
+            raise ValueError(f"{m.where}: observation has no key {m.observation_key!r} ({have})")
+        obs = obs[m.observation_key]
+    elif isinstance(obs, dict):
+        raise ValueError(f"{m.where}: the observation is a dict ({sorted(obs)}); set observation.key")
+    return np.asarray(obs)
 
 
 def info_conditions(info: Dict[str, Any], m: EnvMapping) -> Dict[str, str]:

@@ -12,7 +12,8 @@ import numpy as np
 
 from drive.io.atomic import commit, save_figure, write_image
 from drive.sim.appearance import CONDITION_AXES, sample_appearance
-from drive.sim.render import Camera, Renderer
+from drive.sim.camera import Camera
+from drive.sim.render import Renderer
 from drive.sim.road import generate_road
 
 __all__ = ["plot_drive", "DriveVideo", "conditions_sheet"]

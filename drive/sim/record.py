@@ -17,8 +17,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 from drive.sim.appearance import Appearance, condition_grid, parse_conditions, sample_appearance
+from drive.sim.camera import Camera
 from drive.sim.expert import PurePursuitExpert, SteeringNoise
-from drive.sim.render import Camera, Renderer
+from drive.sim.render import Renderer
 from drive.sim.road import generate_road
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 

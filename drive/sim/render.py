@@ -1,6 +1,6 @@
 """Rendering the built-in world's forward camera: a pinhole over a flat ground plane, vectorized numpy.
 
-Geometry. The camera (:class:`~drive.sim.camera.Camera`, re-exported here) is a pinhole on the
+Geometry. The camera (:class:`drive.sim.camera.Camera`) is a pinhole on the
 vehicle, pitched down; :mod:`drive.sim.camera` gives its frames and the projection of the ground.
 Every image row below the horizon sees one forward distance X(v) and every pixel a fixed (X, Y)
 ground point; the renderer precomputes them once per camera. Per frame it samples the road
@@ -33,7 +33,7 @@ from drive.sim.appearance import Appearance
 from drive.sim.camera import Camera
 from drive.sim.road import Road
 
-__all__ = ["Camera", "Renderer", "render_view"]
+__all__ = ["Renderer", "render_view"]
 
 _FAR_M = 250.0  # road sampled this far ahead; beyond, haze covers the ground
 _SHADOW_RES = 0.15  # m per shadow-map cell

@@ -12,8 +12,9 @@ from typing import Optional
 import numpy as np
 
 from drive.sim.appearance import Appearance
+from drive.sim.camera import Camera
 from drive.sim.driver import Observation
-from drive.sim.render import Camera, Renderer
+from drive.sim.render import Renderer
 from drive.sim.road import Road
 from drive.sim.vehicle import Vehicle, VehicleLimits, VehicleState
 

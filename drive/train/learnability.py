@@ -19,8 +19,8 @@ import lightning.pytorch as pl
 import numpy as np
 
 from drive.data.datamodule import DriveDataModule
+from drive.sim.camera import Camera
 from drive.sim.record import simulate
-from drive.sim.render import Camera
 from drive.sim.synthetic import LaneScene, write_synthetic_lanes
 from drive.train.module import PolicyModule
 from drive.train.monitor import NotLearningWarning

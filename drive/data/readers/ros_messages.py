@@ -76,63 +76,56 @@ def typestore(ros1: bool = False) -> Any:
     return store
 
 
+# raw Image encodings: bytes per pixel, and OpenCV's conversion to RGB (None: already RGB)
+_RAW: Dict[str, Tuple[int, Optional[int]]] = {
+    "rgb8": (3, None),
+    "8uc3": (3, None),
+    "bgr8": (3, cv2.COLOR_BGR2RGB),
+    "rgba8": (4, cv2.COLOR_RGBA2RGB),
+    "bgra8": (4, cv2.COLOR_BGRA2RGB),
+    "mono8": (1, cv2.COLOR_GRAY2RGB),
+    "8uc1": (1, cv2.COLOR_GRAY2RGB),
+    "yuv422": (2, cv2.COLOR_YUV2RGB_UYVY),
+    "uyvy": (2, cv2.COLOR_YUV2RGB_UYVY),
+    "yuv422_yuy2": (2, cv2.COLOR_YUV2RGB_YUY2),
+    "yuyv": (2, cv2.COLOR_YUV2RGB_YUY2),
+    **{name: (1, code) for name, code in _BAYER.items()},
+}
+
+
 def decode_image(msg: Any, msgtype: str) -> np.ndarray:
     """An image message as uint8 RGB [H, W, 3]; ValueError says what is wrong."""
     if msgtype.endswith("CompressedImage"):
-        data = (
-            np.frombuffer(bytes(msg.data), dtype=np.uint8)
-            if not isinstance(msg.data, np.ndarray)
-            else msg.data
-        )
-        if "compressedDepth" in str(msg.format):
-            raise ValueError(f"format {msg.format!r} is a depth image, not a camera frame")
-        image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
-        if image is None:
-            raise ValueError(f"compressed image (format {msg.format!r}, {data.size} bytes) cannot be decoded")
-        return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+        return _decode_compressed(msg)
     enc = str(msg.encoding).lower()
     h, w, step = int(msg.height), int(msg.width), int(msg.step)
     data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
-    channels = {
-        "rgb8": 3,
-        "bgr8": 3,
-        "rgba8": 4,
-        "bgra8": 4,
-        "mono8": 1,
-        "8uc1": 1,
-        "8uc3": 3,
-        "yuv422": 2,
-        "uyvy": 2,
-        "yuv422_yuy2": 2,
-        "yuyv": 2,
-        **{b: 1 for b in _BAYER},
-    }.get(enc)
-    if channels is None:
+    if enc not in _RAW:
         raise ValueError(
             f"image encoding {msg.encoding!r} is not supported (rgb8, bgr8, rgba8, bgra8, mono8, "
             f"bayer_*8, yuv422, yuv422_yuy2)"
         )
+    channels, to_rgb = _RAW[enc]
     if h <= 0 or w <= 0 or step < w * channels or data.size < step * h:
         raise ValueError(
             f"{msg.encoding} image {w}x{h} with step {step} needs {step * h} bytes, has {data.size}"
         )
     rows = data[: step * h].reshape(h, step)[:, : w * channels]
     img = np.ascontiguousarray(rows.reshape(h, w, channels) if channels > 1 else rows.reshape(h, w))
-    if enc in ("rgb8", "8uc3"):
-        return img
-    if enc == "bgr8":
-        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-    if enc == "rgba8":
-        return cv2.cvtColor(img, cv2.COLOR_RGBA2RGB)
-    if enc == "bgra8":
-        return cv2.cvtColor(img, cv2.COLOR_BGRA2RGB)
-    if enc in ("mono8", "8uc1"):
-        return cv2.cvtColor(img, cv2.COLOR_GRAY2RGB)
-    if enc in ("yuv422", "uyvy"):
-        return cv2.cvtColor(img, cv2.COLOR_YUV2RGB_UYVY)
-    if enc in ("yuv422_yuy2", "yuyv"):
-        return cv2.cvtColor(img, cv2.COLOR_YUV2RGB_YUY2)
-    return cv2.cvtColor(img, _BAYER[enc])
+    return img if to_rgb is None else cv2.cvtColor(img, to_rgb)
+
+
+def _decode_compressed(msg: Any) -> np.ndarray:
+    """A CompressedImage (JPEG, PNG, anything OpenCV decodes) as uint8 RGB; a depth image is refused."""
+    data = (
+        np.frombuffer(bytes(msg.data), dtype=np.uint8) if not isinstance(msg.data, np.ndarray) else msg.data
+    )
+    if "compressedDepth" in str(msg.format):
+        raise ValueError(f"format {msg.format!r} is a depth image, not a camera frame")
+    image = cv2.imdecode(data, cv2.IMREAD_COLOR) if data.size else None
+    if image is None:
+        raise ValueError(f"compressed image (format {msg.format!r}, {data.size} bytes) cannot be decoded")
+    return cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
 
 
 @dataclass

@@ -1,0 +1,162 @@
+"""``runs/demo/REPORT.md`` from a demo run's results (drive.demo.report), without running the demo:
+every section from results written here, the acceptance verdict, and summary.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from drive.demo.report import write_report
+from drive.demo.settings import DemoSettings
+
+
+def _metrics(km: float, interventions: int) -> Dict[str, Any]:
+    return {
+        "km": km,
+        "interventions": interventions,
+        "interventions_per_km": interventions / km,
+        "autonomy_pct": 99.0 - interventions,
+        "lateral_rms_m": 0.1 + 0.01 * interventions,
+        "heading_rms_rad": 0.02,
+        "steering_rate_rms": 0.003,
+    }
+
+
+def results(out: Path, policy_interventions: int = 1, export_interventions: int = 1) -> Dict[str, Any]:
+    """What run_demo hands write_report: one entry per stage, paths inside ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    csv = out / "metrics.csv"
+    rows = ["step,train/loss_step,val/mse_km,val/mae_km"]
+    rows += [f"{s},{1.0 / (s + 1):.4f},," for s in range(0, 50, 5)]
+    rows += ["49,,12.5,2.5"]
+    csv.write_text("\n".join(rows) + "\n")
+    return {
+        "settings": asdict(DemoSettings(out=str(out))),
+        "simulate": {"seconds": 30.0},
+        "train": {
+            "seconds": 300.0,
+            "steps": 50,
+            "metrics_csv": str(csv),
+            "checkpoint": str(out / "models" / "ncp_ltc.ckpt"),
+            "best_checkpoint": str(out / "models" / "best.ckpt"),
+        },
+        "baselines": {"seconds": 60.0},
+        "drive": {
+            "seconds": 120.0,
+            "ncp_ltc": {
+                "metrics": _metrics(6.0, policy_interventions),
+                "plot": str(out / "drive" / "ncp.png"),
+                "video": str(out / "drive" / "ncp.mp4"),
+            },
+            "expert": {"metrics": _metrics(6.0, 0), "plot": str(out / "drive" / "expert.png")},
+            "constant": {"metrics": _metrics(6.0, 40)},
+        },
+        "saliency": {
+            "seconds": 20.0,
+            "noise": 0.1,
+            "frames": 150,
+            "video": str(out / "saliency.mp4"),
+            "contact_sheet": str(out / "saliency.png"),
+        },
+        "robustness": {
+            "seconds": 90.0,
+            "report": str(out / "robustness" / "REPORT.md"),
+            "rows": [
+                {"model": "ncp_ltc", "kind": "gaussian", "level": 0.1, "mse": 20.0, "ssim_mean": 0.9},
+                {
+                    "model": "lstm",
+                    "kind": "gaussian",
+                    "level": 0.1,
+                    "mse": 30.0,
+                    "ssim_mean": 0.8,
+                    "interventions": 2,
+                    "closed_loop_km": 0.3,
+                    "interventions_per_km": 2 / 0.3,
+                },
+            ],
+            "plots": [str(out / "robustness" / f"{n}.png") for n in ("mse", "ssim_mean", "other")],
+        },
+        "closed_form": {
+            "seconds": 40.0,
+            "converted": str(out / "models" / "closed_form.ckpt"),
+            "fidelity": {
+                "method": "exact",
+                "open_loop": {"mse_vs_ode": 0.004},
+                "speed": {
+                    "ode": {"forward_ms": 9.0, "step_ms": 0.2},
+                    "closed_form": {"forward_ms": 3.0, "step_ms": 0.1},
+                    "forward_speedup": 3.0,
+                    "step_speedup": 2.0,
+                },
+                "closed_loop": {
+                    "km": 1.0,
+                    "ode": {"interventions": 0, "km": 1.0},
+                    "closed_form": {"interventions": 1, "km": 1.0},
+                },
+            },
+        },
+        "export": {
+            "seconds": 25.0,
+            "file": str(out / "models" / "ncp_ltc.ts"),
+            "bytes": 2_500_000,
+            "frames_compared": 300,
+            "max_abs_diff_per_km": 1.5e-5,
+            "closed_loop": _metrics(6.0, export_interventions),
+        },
+    }
+
+
+def test_every_section_and_the_verdict(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    summary = write_report(out, results(out))
+    text = (out / "REPORT.md").read_text()
+    sections = [line for line in text.splitlines() if line.startswith("#")]
+    assert sections == [
+        "# drive demo",
+        "## Acceptance",
+        "## Closed loop on held-out roads",
+        "## Training",
+        "## Saliency (VisualBackProp)",
+        "## Robustness to camera noise",
+        "## Closed-form LTC",
+        "## Export",
+        "## Time per stage",
+    ]
+    assert summary["acceptance"]["passed"] and "verdict: **PASSED**" in text
+    assert "| NCP-LTC (learned, camera only) | 6.00 | 1 |" in text
+    assert "![training curve](training_curve.png)" in text and (out / "training_curve.png").is_file()
+    assert "MSE 12.5 (1/km)^2, MAE 2.50 1/km" in text
+    assert "`models/ncp_ltc.ckpt`" in text and "(`models/best.ckpt`)." in text
+    assert "| model | kind | level | mse | ssim_mean |" in text  # the keys the first row has
+    assert "![robustness](robustness/mse.png)" in text and "robustness/other.png" not in text
+    assert "Details: [models/closed_form.fidelity.md](models/closed_form.fidelity.md)" in text
+    assert "TorchScript `models/ncp_ltc.ts` (2.50 MB, preprocessing inside)" in text
+    assert "| **total** | **685** |" in text
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved["stage_seconds"]["train"] == 300.0 and saved["training"]["steps"] == 50
+    assert set(saved["closed_loop"]) == {"ncp_ltc", "expert", "constant"}
+
+
+@pytest.mark.parametrize(
+    ("policy", "exported", "failed"),
+    [(4, 1, ["NCP-LTC 0.67 interventions/km > 0.5"]), (1, 5, ["exported file 0.83 interventions/km > 0.5"])],
+)
+def test_a_failed_criterion_is_named(tmp_path: Path, policy: int, exported: int, failed: list) -> None:
+    out = tmp_path / "demo"
+    summary = write_report(out, results(out, policy, exported))
+    assert summary["acceptance"]["failed"] == failed
+    assert f"verdict: **FAILED: {failed[0]}**" in (out / "REPORT.md").read_text()
+
+
+def test_optional_stages_left_out_leave_their_sections_out(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    full = results(out)
+    for stage in ("saliency", "robustness", "closed_form", "export"):
+        del full[stage]
+    write_report(out, full)
+    text = (out / "REPORT.md").read_text()
+    assert "## Saliency" not in text and "## Export" not in text and "## Time per stage" in text
