@@ -1,6 +1,7 @@
 """Exact resume with the shipped profiles users run: ``drive fit --config ncp_ltc --config
 trainer/cpu`` (``max_epochs`` set: the case that replayed a killed epoch before 6db9e9a) and
-``--config demo`` (a step budget, viewpoint augmentation), SIGKILLed right after a mid-epoch
+``--config demo`` (a step budget, viewpoint augmentation), also with on-policy data from log replay
+(``--onpolicy.*``: killed while a round of rollouts is out), SIGKILLed right after a mid-epoch
 checkpoint and resumed with ``--ckpt_path last``, end bitwise equal to an uninterrupted run on the
 same machine: every weight, buffer and optimizer state, with 0 and 2 DataLoader workers.
 
@@ -30,9 +31,13 @@ MAX_STEPS, EVERY = 30, 3
 # profile -> (its --config options, the step whose checkpoint the kill follows, where that is)
 # ncp_ltc: stride 4 -> 44 windows, 22 batches an epoch: step 27 is batch 5 of epoch 1;
 # demo: stride 8 -> 22 windows, 11 batches an epoch: step 15 is batch 4 of epoch 1.
+# demo + on-policy data: a round of rollouts starts at steps 10 and 20 and lands 5 steps later; the
+# kill after step 12's checkpoint falls while the first round is out (its weight snapshot is saved).
+ONPOLICY = ["--onpolicy.every_n_steps", "10", "--onpolicy.episodes", "2", "--onpolicy.episode_s", "4"]
 PROFILES = {
     "ncp_ltc": (["--config", "ncp_ltc", "--config", "trainer/cpu"], 27, {"epoch": 1, "batches": 5}),
     "demo": (["--config", "demo"], 15, {"epoch": 1, "batches": 4}),
+    "demo_onpolicy": (["--config", "demo", *ONPOLICY], 12, {"epoch": 1, "batches": 1}),
 }
 
 
