@@ -71,10 +71,15 @@ def train(out: Path, demo: Path, data: Dict[str, List[str]], name: str, extra: L
     argv += ["--data.train", json.dumps(data["train"]), "--data.val", json.dumps(data["val"])]
     argv += ["--data.cache_dir", str(demo / "cache"), "--trainer.default_root_dir", str(root)]
     argv += ["--trainer.max_steps", str(steps), "--trainer.enable_progress_bar", "false", *extra]
+    if last.exists():  # an arm killed part-way resumes exactly where it stopped (a fresh run beside
+        argv += ["--ckpt_path", str(last)]  # it would write last-v1.ckpt and leave this one stale)
     torch.set_num_threads(2)
     started = time.perf_counter()
     launch(argv)
     (root / "train_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}\n")
+    step = int(torch.load(last, weights_only=True)["global_step"])
+    if step < steps:
+        raise RuntimeError(f"{last}: step {step} after training to {steps}; not measuring a stale checkpoint")
     return last
 
 
