@@ -100,6 +100,21 @@ def test_on_policy_windows_replace_the_stated_share_of_a_batch_and_survive_a_che
         np.testing.assert_array_equal(restored.rounds[0].to_dict()[key], value)
 
 
+def test_windows_outside_the_offset_envelope_are_not_trained_on(cached):
+    (path,) = cached_paths(cached)
+    worlds = [cached_world(cached, path, 10.0, s) for s in (0.0, 100.0)]
+    done = rollout(worlds, [0, 0], lambda v, e, s: np.full(len(e), 0.004), steps=60)  # drifts left
+    assert np.abs(done.left_m).max() > 0.3
+    cb = OnPolicyData(every_n_steps=10, max_offset_m=0.3, max_yaw_deg=3.0)
+    cb.seq_len = 8
+    starts = cb._window_starts(done)
+    unlimited = OnPolicyData(every_n_steps=10)
+    unlimited.seq_len = 8
+    assert 0 < len(starts) < len(unlimited._window_starts(done))
+    steps = starts[:, None] + np.arange(8)
+    assert np.abs(done.left_m[steps]).max() <= 0.3 and np.abs(done.yaw_rad[steps]).max() <= np.radians(3.0)
+
+
 def test_on_policy_settings_out_of_range_are_refused():
     with pytest.raises(ValueError, match="0 < share < 1"):
         OnPolicyData(every_n_steps=10, share=1.5)

@@ -7,7 +7,9 @@ Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training 
 
 - ``bc``:       behaviour cloning with viewpoint augmentation (today's demo);
 - ``onpolicy``: on-policy data from log replay (``--onpolicy.*``), no viewpoint augmentation;
-- ``both``:     the two combined.
+- ``both``:     the two combined;
+- ``both_envelope``: both, on-policy windows only within 0.6 m and 4 deg of the recorded frame's camera
+  (viewpoint augmentation's envelope; not in the default ``--arms``).
 
 Data: ``small`` = 5 minutes of built-in logs (``drive simulate --minutes 5 --seed 0 --fps 10
 --noise-std 0.015``) with the demo's validation logs; ``full`` = the demo's 30 minutes (its ``bc`` arm
@@ -44,6 +46,8 @@ ARMS: Dict[str, List[str]] = {
     "bc": [],
     "onpolicy": [*ONPOLICY, "--data.augment.viewpoint_p", "0"],
     "both": ONPOLICY,
+    # on-policy windows only inside viewpoint augmentation's envelope (0.6 m, 4 deg)
+    "both_envelope": [*ONPOLICY, "--onpolicy.max_offset_m", "0.6", "--onpolicy.max_yaw_deg", "4"],
 }
 
 
@@ -147,7 +151,7 @@ def main() -> None:
     by = {(n, a): r for n, a, r in rows}
     for name in args.data.split(","):
         base = by.get((name, "bc"))
-        for arm in ("onpolicy", "both"):
+        for arm in [a for a in ARMS if a != "bc"]:
             other = by.get((name, arm))
             if base and other:
                 pw = rates_differ_p(

@@ -93,6 +93,11 @@ def run_round(
     return done.to_dict()
 
 
+def _count_in_windows(flags: np.ndarray, t: int) -> np.ndarray:
+    """How many of ``flags[i : i + t]`` are set, for every full window i."""
+    return np.convolve(flags.astype(np.int64), np.ones(t, np.int64), "valid")
+
+
 class OnPolicyData(L.Callback):
     """On-policy rollouts in log replay, mixed into the training batches (module docstring).
 
@@ -104,6 +109,9 @@ class OnPolicyData(L.Callback):
         keep_rounds: rounds kept in the buffer (0 = all: DAgger's aggregate).
         process: roll out in a separate process while training goes on (else in the training process).
         seed: the rollouts' and draws' seed.
+        max_offset_m, max_yaw_deg: train only on windows whose every step lies within this lateral
+            offset and heading error from the recorded frame's camera (0 = no limit), e.g. the
+            envelope of viewpoint augmentation, where the re-rendered views are most faithful.
     """
 
     def __init__(
@@ -115,12 +123,17 @@ class OnPolicyData(L.Callback):
         keep_rounds: int = 0,
         process: bool = True,
         seed: int = 0,
+        max_offset_m: float = 0.0,
+        max_yaw_deg: float = 0.0,
     ) -> None:
         if every_n_steps < 0 or episodes < 1 or not episode_s > 0 or not 0.0 < share < 1.0 or keep_rounds < 0:
             raise ValueError(
                 "onpolicy: every_n_steps >= 0, episodes >= 1, episode_s > 0, 0 < share < 1 and "
                 f"keep_rounds >= 0, got {every_n_steps}, {episodes}, {episode_s}, {share}, {keep_rounds}"
             )
+        if max_offset_m < 0 or max_yaw_deg < 0:
+            raise ValueError(f"onpolicy: max_offset_m, max_yaw_deg >= 0, got {max_offset_m}, {max_yaw_deg}")
+        self.max_offset_m, self.max_yaw_rad = float(max_offset_m), float(np.radians(max_yaw_deg))
         self.every, self.episodes, self.episode_s = int(every_n_steps), int(episodes), float(episode_s)
         self.share, self.keep, self.process, self.seed = float(share), int(keep_rounds), process, int(seed)
         self.rounds: List[Rollout] = []
@@ -195,16 +208,22 @@ class OnPolicyData(L.Callback):
 
     # -- batches -------------------------------------------------------------------------------
     def _window_starts(self, data: Rollout) -> np.ndarray:
-        """Steps that begin ``seq_len`` consecutive steps of one episode with no takeover after the first."""
+        """Steps that begin ``seq_len`` consecutive steps of one episode with no takeover after the
+        first (and, with a limit, no step outside ``max_offset_m`` / ``max_yaw_deg``)."""
         t = self.seq_len
         n = len(data)
         if n < t:
             return np.zeros(0, np.int64)
-        same = data.episode[t - 1 :] == data.episode[: n - t + 1]
-        inner = (
-            np.convolve(data.start[1:].astype(np.int64), np.ones(t - 1, np.int64), "valid") if t > 1 else None
-        )
-        ok = same if inner is None else same & (inner[: n - t + 1] == 0)
+        ok = data.episode[t - 1 :] == data.episode[: n - t + 1]
+        if t > 1:
+            ok &= _count_in_windows(data.start[1:], t - 1)[: n - t + 1] == 0
+        outside = np.zeros(n, bool)
+        if self.max_offset_m > 0:
+            outside |= np.abs(data.left_m) > self.max_offset_m
+        if self.max_yaw_rad > 0:
+            outside |= np.abs(data.yaw_rad) > self.max_yaw_rad
+        if outside.any():
+            ok &= _count_in_windows(outside, t) == 0
         return np.flatnonzero(ok)
 
     def _mix(self, batch: Dict[str, torch.Tensor], step: int) -> None:
