@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -117,8 +118,8 @@ def _jpeg(frames: torch.Tensor, quality: int) -> torch.Tensor:
         try:
             data = torchvision.io.encode_jpeg(list(frames), quality=quality)
             return torch.stack(torchvision.io.decode_jpeg([d.cpu() for d in data], device=frames.device))
-        except RuntimeError:  # a torchvision built without nvJPEG: the stated CPU fallback
-            pass
+        except RuntimeError as err:  # a torchvision built without nvJPEG: the CPU codec, said once
+            warnings.warn(f"JPEG augmentation on the CPU codec: nvJPEG failed on CUDA ({err})", stacklevel=2)
     return TF.jpeg(frames.cpu(), quality).to(frames.device)
 
 
