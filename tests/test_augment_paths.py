@@ -126,6 +126,8 @@ def _device_path(tmp_path, device: str) -> np.ndarray:
     return np.concatenate(rows)
 
 
+# the CPU JPEG codec (torchvision.transforms.v2.functional.jpeg) warns on every call since 0.29
+pytestmark = pytest.mark.filterwarnings("ignore:The image decoding and encoding:DeprecationWarning")
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
