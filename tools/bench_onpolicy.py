@@ -16,8 +16,9 @@ Data: ``small`` = 5 minutes of built-in logs (``drive simulate --minutes 5 --see
 is the demo's own policy when ``--steps`` is the demo's). Measured: interventions per km with the exact
 95 % interval in the built-in world's closed loop on ``--km`` of held-out roads over the test seeds
 ``--seeds``, and in log replay on held-out noise-free expert logs (``tools/bench_replay.py``'s, or
-recorded here). The throughput cost of the rollouts is printed from the training logs (steps per
-second of each arm). Results are cached per arm under ``--out``.
+recorded here). Results are cached per arm under ``--out``. ``--throughput N`` instead times N
+training steps with and without on-policy rounds, one after the other on this machine: the rollouts'
+cost to training speed (run it with nothing else running).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -87,6 +89,32 @@ def train(out: Path, demo: Path, data: Dict[str, List[str]], name: str, extra: L
     return last
 
 
+def throughput(out: Path, demo: Path, data: Dict[str, List[str]], steps: int) -> str:
+    """Training frames/s of ``drive fit`` with and without on-policy rounds (``bc`` vs ``onpolicy``
+    arms' settings, viewpoint augmentation on in both), from :mod:`drive.train.throughput`, in turn
+    on the same machine: the cost of the rollouts (their process shares the CPU with training)."""
+    from drive.train.launch import launch
+
+    rates = {}
+    for arm, extra in (("bc", []), ("onpolicy", ONPOLICY)):
+        root = out / "throughput" / arm
+        shutil.rmtree(root, ignore_errors=True)  # a fresh run each time
+        argv = ["fit", "--config", "demo", "--seed_everything", "0"]
+        argv += ["--data.train", json.dumps(data["train"]), "--data.val_split", "none"]
+        argv += ["--data.cache_dir", str(demo / "cache"), "--trainer.default_root_dir", str(root)]
+        argv += ["--trainer.max_steps", str(steps), "--trainer.enable_progress_bar", "false"]
+        argv += ["--trainer.logger", "false", *extra, "--throughput.skip_steps", "20"]
+        argv += ["--throughput.path", str(root / "throughput.json")]
+        torch.set_num_threads(2)
+        launch(argv)
+        rates[arm] = json.loads((root / "throughput.json").read_text())["frames_per_s"]
+    slower = 100 * (1 - rates["onpolicy"] / rates["bc"])
+    return (
+        f"training frames/s over steps 20-{steps}: bc {rates['bc']:.0f}, with on-policy rounds every "
+        f"{ONPOLICY[1]} steps {rates['onpolicy']:.0f} ({slower:.0f} % slower)"
+    )
+
+
 def measure(ckpt: Path, seeds: List[int], km: float, logs: List[Path], cache: Path) -> Dict[str, Any]:
     """World closed loop over the test seeds and log replay on the held-out logs (cached)."""
     if cache.exists():
@@ -124,8 +152,14 @@ def main() -> None:
     p.add_argument("--km", type=float, default=24.0, help="world closed-loop distance per arm")
     p.add_argument("--seeds", default="31,32,33,77,78,79", help="held-out test seeds of the world")
     p.add_argument("--replay-logs", default=str(ROOT / "runs" / "bench_replay" / "logs"))
+    p.add_argument(
+        "--throughput", type=int, default=0, help="only time N training steps with and without rounds"
+    )
     args = p.parse_args()
     out, demo = Path(args.out), Path(args.demo)
+    if args.throughput:
+        print(throughput(out, demo, datasets(demo, out)["small"], args.throughput))
+        return
     seeds = [int(s) for s in args.seeds.split(",")]
     logs = sorted(p for p in Path(args.replay_logs).iterdir() if p.is_dir())
     data = datasets(demo, out)
