@@ -4,6 +4,7 @@ and `drive test` / `drive predict` on a checkpoint."""
 from __future__ import annotations
 
 import csv
+import json
 import warnings
 from pathlib import Path
 from typing import List, Tuple
@@ -27,6 +28,7 @@ from drive.sim.driver import ConstantDriver
 from drive.sim.record import simulate
 from drive.train.module import PolicyModule
 from drive.train.predictions import COLUMNS
+from drive.train.throughput import Throughput
 
 FPS = 10.0
 SMALL = Camera.default(width=100, height=40)  # a quarter of the pixels keeps CI training short
@@ -371,3 +373,20 @@ def test_missing_checkpoint_is_named_on_stderr_before_any_work(
     assert f"drive {command}: error: --ckpt_path {missing}: no such checkpoint file" in captured.err
     assert str(missing) not in captured.out
     assert not (tmp_path / "run").exists()  # no cache, no logs: refused before anything was built
+
+
+def test_throughput_counts_the_frames_of_the_steps_after_the_warm_up(logs: Path, tmp_path: Path) -> None:
+    """`drive fit --throughput.path`: frames/s over the steps after ``skip_steps``, every frame of
+    every window (batch x seq_len) counted, written atomically when training ends."""
+    pl.seed_everything(0)
+    meter = Throughput(skip_steps=2, path=str(tmp_path / "throughput.json"))
+    module = PolicyModule(family="ncp_ltc", input_hw=(40, 100))
+    _trainer(tmp_path, [meter], max_steps=5, limit_val_batches=0).fit(
+        module, datamodule=_datamodule(logs, tmp_path / "c", batch_size=4)
+    )
+    got = json.loads((tmp_path / "throughput.json").read_text())
+    assert got["steps"] == 3 and got["frames"] == 3 * 4 * 16 and got["skip_steps"] == 2
+    assert got["seconds"] > 0 and got["frames_per_s"] == pytest.approx(got["frames"] / got["seconds"])
+    assert not list(tmp_path.glob(".*tmp*"))
+    with pytest.raises(ValueError, match="skip_steps"):
+        Throughput(skip_steps=-1)
