@@ -23,13 +23,13 @@ import numpy as np
 
 from drive.io.recording import Recording
 from drive.replay import open_loop_errors, replay_recording
-from drive.sim.appearance import CONDITION_AXES, sample_appearance
+from drive.sim.appearance import CONDITION_AXES, Appearance, sample_appearance
 from drive.sim.camera import Camera
 from drive.sim.closed_loop import Segment, drive_segment, summarize
 from drive.sim.expert import PurePursuitExpert, SteeringNoise
 from drive.sim.record import record_drive
 from drive.sim.render import Renderer
-from drive.sim.road import generate_road
+from drive.sim.road import Road, generate_road
 from drive.sim.world import DEFAULT_SPEED_MPS, World
 
 __all__ = [
@@ -159,11 +159,16 @@ def record_logs(
     return logs
 
 
-def world_drive(driver: Any, log: Dict[str, Any], length_m: float, fps: float) -> Segment:
-    """The true closed loop on a log's own road and appearance (record_drive's road and start)."""
+def log_scene(log: Dict[str, Any]) -> Tuple[Road, Appearance]:
+    """The road and appearance a log of :func:`record_logs` was recorded on (record_drive's)."""
     n_frames = int(round(log["minutes"] * 60.0 * FPS))
     road = generate_road(log["seed"], n_frames / FPS * DEFAULT_SPEED_MPS + 300.0, "test", log["index"])
-    app = sample_appearance(log["seed"], "test", log["index"], log["conditions"])
+    return road, sample_appearance(log["seed"], "test", log["index"], log["conditions"])
+
+
+def world_drive(driver: Any, log: Dict[str, Any], length_m: float, fps: float) -> Segment:
+    """The true closed loop on a log's own road and appearance (record_drive's road and start)."""
+    road, app = log_scene(log)
     world = World(road, app, Renderer(), fps=fps, start_s_m=5.0)
     return drive_segment(world, driver, length_m, None, 1.0, math.pi / 10, None, log["index"], {})
 
