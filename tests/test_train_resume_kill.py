@@ -15,6 +15,7 @@ from typing import Dict, List
 
 import pytest
 import torch
+from resume_state import checkpoint_state
 
 from drive.sim.camera import Camera
 from drive.sim.record import simulate
@@ -92,16 +93,6 @@ def _fit(logs: Path, root: Path, workers: int, *extra: str) -> subprocess.Comple
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
 
 
-def _state(path: Path) -> Dict[str, torch.Tensor]:
-    ckpt = torch.load(path, weights_only=True, map_location="cpu")
-    flat = {f"model.{k}": v for k, v in ckpt["state_dict"].items()}
-    for i, opt in enumerate(ckpt["optimizer_states"]):
-        for pid, st in opt["state"].items():
-            flat.update({f"opt{i}.{pid}.{k}": torch.as_tensor(v) for k, v in st.items()})
-    flat["global_step"] = torch.tensor(ckpt["global_step"])
-    return flat
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(logs: Path, tmp_path_factory) -> Dict[int, Dict[str, torch.Tensor]]:
     out = {}
@@ -109,7 +100,7 @@ def uninterrupted(logs: Path, tmp_path_factory) -> Dict[int, Dict[str, torch.Ten
         root = tmp_path_factory.mktemp(f"full{workers}") / "run"
         done = _fit(logs, root, workers)
         assert done.returncode == 0, done.stderr[-3000:]
-        out[workers] = _state(root / "checkpoints" / "last.ckpt")
+        out[workers] = checkpoint_state(root / "checkpoints" / "last.ckpt")
     # the reference itself is reproducible: two workers' settings give the same run
     for name, value in out[0].items():
         assert torch.equal(value, out[2][name]), name
@@ -139,7 +130,7 @@ def test_killed_and_resumed_run_ends_bitwise_equal_to_an_uninterrupted_one(
     assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [saved]
     resumed = _fit(logs, root, workers, "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    final = _state(root / "checkpoints" / "last.ckpt")
+    final = checkpoint_state(root / "checkpoints" / "last.ckpt")
     reference = uninterrupted[workers]
     assert final.keys() == reference.keys()
     differ: List[str] = [k for k, v in reference.items() if not torch.equal(v, final[k])]

@@ -22,6 +22,7 @@ from typing import Dict, List
 
 import pytest
 import torch
+from resume_state import checkpoint_state
 
 from drive.sim.record import simulate
 
@@ -81,20 +82,6 @@ def _fit(profile: str, logs: Path, root: Path, workers: int, *extra: str) -> sub
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
 
 
-def _state(path: Path) -> Dict[str, torch.Tensor]:
-    """Every weight and buffer, every optimizer state tensor and the step count of a checkpoint."""
-    ckpt = torch.load(path, weights_only=True, map_location="cpu")
-    flat = {f"model.{k}": v for k, v in ckpt["state_dict"].items()}
-    for i, opt in enumerate(ckpt["optimizer_states"]):
-        for pid, st in opt["state"].items():
-            flat.update({f"opt{i}.{pid}.{k}": torch.as_tensor(v) for k, v in st.items()})
-    for i, sched in enumerate(ckpt["lr_schedulers"]):
-        flat[f"sched{i}.last_epoch"] = torch.tensor(sched["last_epoch"])
-        flat.update({f"sched{i}.lr{j}": torch.tensor(lr) for j, lr in enumerate(sched["_last_lr"])})
-    flat["global_step"] = torch.tensor(ckpt["global_step"])
-    return flat
-
-
 @pytest.fixture(scope="module")
 def uninterrupted(logs: Path, tmp_path_factory) -> Dict[str, Dict[str, torch.Tensor]]:
     """Each profile's run never killed (0 workers: workers change speed, never the batches)."""
@@ -103,7 +90,7 @@ def uninterrupted(logs: Path, tmp_path_factory) -> Dict[str, Dict[str, torch.Ten
         root = tmp_path_factory.mktemp(f"full-{profile}") / "run"
         done = _fit(profile, logs, root, 0)
         assert done.returncode == 0, done.stderr[-3000:]
-        out[profile] = _state(root / "checkpoints" / "last.ckpt")
+        out[profile] = checkpoint_state(root / "checkpoints" / "last.ckpt")
         assert int(out[profile]["global_step"]) == MAX_STEPS
     return out
 
@@ -134,7 +121,7 @@ def test_a_shipped_profile_killed_mid_epoch_resumes_bitwise_on_the_same_machine(
     assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [saved]  # mid-epoch
     resumed = _fit(profile, logs, root, workers, "--ckpt_path", "last")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    final = _state(root / "checkpoints" / "last.ckpt")
+    final = checkpoint_state(root / "checkpoints" / "last.ckpt")
     reference = uninterrupted[profile]
     assert final.keys() == reference.keys()
     differ: List[str] = [k for k, v in reference.items() if not torch.equal(v, final[k])]
