@@ -65,6 +65,13 @@ def datasets(demo: Path, out: Path) -> Dict[str, Dict[str, List[str]]]:
     }
 
 
+def _fit_argv(demo: Path, train_logs: List[str], root: Path, steps: int, extra: List[str]) -> List[str]:
+    """``drive fit`` of the demo profile, training seed 0, on the demo's cache, for ``steps`` steps."""
+    argv = ["fit", "--config", "demo", "--seed_everything", "0", "--data.train", json.dumps(train_logs)]
+    argv += ["--data.cache_dir", str(demo / "cache"), "--trainer.default_root_dir", str(root)]
+    return argv + ["--trainer.max_steps", str(steps), "--trainer.enable_progress_bar", "false", *extra]
+
+
 def train(out: Path, demo: Path, data: Dict[str, List[str]], name: str, extra: List[str], steps: int) -> Path:
     """One arm through ``drive fit`` (cached); returns its final checkpoint."""
     from drive.train.launch import launch  # here: Lightning's import only where something trains
@@ -73,10 +80,7 @@ def train(out: Path, demo: Path, data: Dict[str, List[str]], name: str, extra: L
     last = root / "checkpoints" / "last.ckpt"
     if last.exists() and int(torch.load(last, weights_only=True)["global_step"]) >= steps:
         return last
-    argv = ["fit", "--config", "demo", "--seed_everything", "0"]
-    argv += ["--data.train", json.dumps(data["train"]), "--data.val", json.dumps(data["val"])]
-    argv += ["--data.cache_dir", str(demo / "cache"), "--trainer.default_root_dir", str(root)]
-    argv += ["--trainer.max_steps", str(steps), "--trainer.enable_progress_bar", "false", *extra]
+    argv = _fit_argv(demo, data["train"], root, steps, extra) + ["--data.val", json.dumps(data["val"])]
     if last.exists():  # an arm killed part-way resumes exactly where it stopped (a fresh run beside
         argv += ["--ckpt_path", str(last)]  # it would write last-v1.ckpt and leave this one stale)
     torch.set_num_threads(2)
@@ -99,12 +103,9 @@ def throughput(out: Path, demo: Path, data: Dict[str, List[str]], steps: int) ->
     for arm, extra in (("bc", []), ("onpolicy", ONPOLICY)):
         root = out / "throughput" / arm
         shutil.rmtree(root, ignore_errors=True)  # a fresh run each time
-        argv = ["fit", "--config", "demo", "--seed_everything", "0"]
-        argv += ["--data.train", json.dumps(data["train"]), "--data.val_split", "none"]
-        argv += ["--data.cache_dir", str(demo / "cache"), "--trainer.default_root_dir", str(root)]
-        argv += ["--trainer.max_steps", str(steps), "--trainer.enable_progress_bar", "false"]
-        argv += ["--trainer.logger", "false", *extra, "--throughput.skip_steps", "20"]
-        argv += ["--throughput.path", str(root / "throughput.json")]
+        argv = _fit_argv(demo, data["train"], root, steps, extra)
+        argv += ["--data.val_split", "none", "--trainer.logger", "false"]
+        argv += ["--throughput.skip_steps", "20", "--throughput.path", str(root / "throughput.json")]
         torch.set_num_threads(2)
         launch(argv)
         rates[arm] = json.loads((root / "throughput.json").read_text())["frames_per_s"]
