@@ -22,7 +22,9 @@ from drive.data.datamodule import DriveDataModule
 from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 
 CAM = CameraCalibration(fx=80, fy=80, cx=79.5, cy=39.5, height_m=1.4, pitch_rad=0.05)
-FULL = AugmentConfig(jpeg_p=0.3, blur_p=0.3)  # data.yaml's settings; JPEG and blur more often, to see them
+FULL = AugmentConfig(
+    jpeg_p=0.3, blur_p=0.3, lookahead_s=2.0
+)  # data.yaml's settings; JPEG and blur more often, to see them
 EPOCHS = 3
 
 

@@ -99,7 +99,7 @@ def test_augmented_batches_are_reproducible_with_workers(tmp_path):
             seq_len=8,
             batch_size=4,
             reader={"camera": cam},
-            augment=AugmentConfig(viewpoint_p=1.0),
+            augment=AugmentConfig(viewpoint_p=1.0, lookahead_s=2.0),
             val_split="none",
             seed=5,
         )

@@ -80,7 +80,7 @@ def test_viewpoint_synthesis_on_a_log_without_calibration(tmp_path: Path, camera
 
     _folder_log(tmp_path / "run", _labels(40))
     augment = AugmentConfig(
-        viewpoint_p=1.0, photometric_p=0.0, shadow_p=0.0, blur_p=0.0, noise_p=0.0, jpeg_p=0.0
+        viewpoint_p=1.0, photometric_p=0.0, shadow_p=0.0, blur_p=0.0, noise_p=0.0, jpeg_p=0.0, lookahead_s=2.0
     )
     kw = dict(
         train=[str(tmp_path / "run")],

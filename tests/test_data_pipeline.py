@@ -196,7 +196,7 @@ def test_datamodule_batch_contract_with_two_workers(tmp_path):
         cache_dir=str(tmp_path / "cache"),
         batch_size=4,
         num_workers=2,
-        augment=AugmentConfig(),
+        augment=AugmentConfig(lookahead_s=2.0),
         seq_len=8,
         stride=4,
     )
@@ -232,7 +232,7 @@ def test_device_side_augmentation_replaces_frames_labels_and_weights(tmp_path):
         batch_size=4,
         num_workers=0,
         seq_len=8,
-        augment=AugmentConfig(viewpoint_p=1.0, max_shift_m=0.5),
+        augment=AugmentConfig(viewpoint_p=1.0, max_shift_m=0.5, lookahead_s=2.0),
         augment_on="device",
         val_split="none",
     )

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-from drive.data.augment import AugmentConfig
 from drive.data.viewpoint import corrected_curvature, road_region_error, warp_frames, warp_grid
 from drive.sim.appearance import sample_appearance
 from drive.sim.camera import Camera
@@ -48,37 +47,26 @@ def test_synthesized_view_matches_rendered_view_on_the_road(world, shift, yaw):
     assert err < 3.0 and err < 0.15 * baseline
 
 
-@pytest.fixture(scope="module")
-def shipped_augment(tmp_path_factory) -> AugmentConfig:
-    """The augmentation of the shipped profile `data`, parsed as `drive fit --config data` parses it."""
+def test_the_shipped_profile_fits_the_label_look_ahead_on_the_logs(tmp_path):
+    """Profile `data`, parsed as `drive fit --config data` parses it, leaves the look-ahead to the fit
+    on the training logs (drive.replay.labels)."""
     from drive.data.datamodule import DriveDataModule
     from drive.train.launch import DriveCLI
     from drive.train.module import PolicyModule
 
-    args = [
-        "--config",
-        str(profile_path("data")),
-        "--seed_everything",
-        "false",
-        "--trainer.logger",
-        "false",
-        "--trainer.default_root_dir",
-        str(tmp_path_factory.mktemp("cli")),
-    ]
-    return DriveCLI(PolicyModule, DriveDataModule, args=args, run=False).datamodule.augment
+    args = ["--config", str(profile_path("data")), "--seed_everything", "false", "--trainer.logger", "false"]
+    args += ["--trainer.default_root_dir", str(tmp_path)]
+    shipped = DriveCLI(PolicyModule, DriveDataModule, args=args, run=False).datamodule.augment
+    assert shipped.lookahead_s == "fit" and shipped.viewpoint_p > 0
 
 
-@pytest.mark.parametrize("lookahead", ["expert", "profile data"])
+@pytest.mark.parametrize("lookahead", [(0.9, 6.0), (2.0, 5.0)], ids=["expert", "longest candidate"])
 @pytest.mark.parametrize("shift,yaw", POSES)
-def test_corrected_label_agrees_with_expert_at_the_shifted_pose(world, shift, yaw, lookahead, request):
-    """At the expert's own look-ahead (0.9 s) and at the one training uses (profile `data`), the
+def test_corrected_label_agrees_with_expert_at_the_shifted_pose(world, shift, yaw, lookahead):
+    """At the recording expert's own look-ahead (0.9 s) and at the longest the fit chooses (2 s), the
     corrected label matches an expert with that look-ahead driving from the shifted pose."""
     road, _ = world
-    if lookahead == "expert":
-        expert = PurePursuitExpert()
-    else:
-        shipped = request.getfixturevalue("shipped_augment")
-        expert = PurePursuitExpert(shipped.lookahead_s, shipped.min_lookahead_m)
+    expert = PurePursuitExpert(*lookahead)
     s, v = 100.0, 10.0
 
     def command(lat, psi):

@@ -22,6 +22,7 @@ from drive.data.datamodule import DriveDataModule
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
 from drive.policy_drivers import PolicyDriver
+from drive.replay.labels import CANDIDATES_S
 from drive.sim.camera import Camera
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
@@ -144,7 +145,8 @@ class _Steps(pl.Callback):
 def test_resume_after_kill_continues_exactly_where_the_run_stopped(logs: Path, tmp_path: Path) -> None:
     """Killed mid-epoch in the second epoch and resumed from last.ckpt, the run ends with the
     weights of the run that was never interrupted, on the same machine: same step, LR schedule,
-    batches and augmentation (2 persistent workers), and Lightning sees a resumable loader."""
+    batches and augmentation (2 persistent workers, the label look-ahead fitted on the logs in each
+    run), and Lightning sees a resumable loader."""
 
     def dm() -> DriveDataModule:
         return _datamodule(
@@ -153,7 +155,7 @@ def test_resume_after_kill_continues_exactly_where_the_run_stopped(logs: Path, t
             batch_size=16,
             stride=16,
             num_workers=2,
-            augment=AugmentConfig(viewpoint_p=0.5, max_shift_m=0.3),
+            augment=AugmentConfig(viewpoint_p=0.5, max_shift_m=0.3, lookahead_s="fit"),
         )
 
     def module() -> PolicyModule:
@@ -172,6 +174,7 @@ def test_resume_after_kill_continues_exactly_where_the_run_stopped(logs: Path, t
         killed.fit(module(), datamodule=dm())
     saved = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert saved["global_step"] == 9
+    assert saved["drive"]["label_lookahead_s"] in CANDIDATES_S  # fitted on the DART logs, both runs
     assert saved["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches": 2}]
 
     resumed = _Steps()

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -66,8 +66,13 @@ class AugmentConfig:
     viewpoint_p: float = 0.5
     max_shift_m: float = 0.6
     max_yaw_deg: float = 4.0
-    lookahead_s: float = 2.0
+    lookahead_s: Union[float, str] = "fit"  # fitted on the training logs by drive fit, or seconds
     min_lookahead_m: float = 5.0
+
+    def __post_init__(self) -> None:
+        la = self.lookahead_s
+        if la != "fit" and not (isinstance(la, (int, float)) and not isinstance(la, bool) and la > 0):
+            raise ValueError(f"augment.lookahead_s: a number of seconds > 0 or 'fit', got {la!r}")
 
     @classmethod
     def from_any(cls, value: Optional[object]) -> Optional["AugmentConfig"]:
@@ -238,6 +243,11 @@ class Augmenter:
         slot = np.zeros(units, dtype=np.int64)
         slot[warped] = np.arange(len(warped))
         x[sel] = warp_frames(x[sel], grids[torch.from_numpy(slot[unit[sel]]).to(x.device)])
+        if cfg.lookahead_s == "fit":
+            raise ValueError(
+                "augment.lookahead_s 'fit' is fitted on the training logs by drive fit before the first "
+                "batch; give a number of seconds to augment outside drive fit"
+            )
         return corrected_curvature(
             curvature,
             shift[unit],

@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 
 from drive.checkpoint import policy_meta
@@ -39,6 +40,7 @@ from drive.nn.families import DEFAULT_INPUT_HW, build_policy, family_options
 from drive.nn.init import data_init, sample_frames
 from drive.nn.policy import Policy
 from drive.train.hparams import checkpoint_hparams, option_groups, plain
+from drive.train.label_lookahead import resolve_lookahead
 from drive.train.label_stats import curvature_limit, label_range, readout_scale_km
 from drive.train.monitor import LearningMonitor
 from drive.train.schedule import lr_factor
@@ -146,6 +148,7 @@ class PolicyModule(StatefulEvalModule):
         self.monitor = LearningMonitor(check_after_steps)
         self.label_range: Optional[List[float]] = None  # training labels' [min, max] 1/m, spikes left out
         self.curvature_limit: Optional[float] = None  # the export's clamp, from label_range
+        self.label_lookahead_s: Optional[float] = None  # fitted on the training logs (lookahead_s: fit)
 
     # -- data description (from the datamodule, stored in checkpoints) ------------------------
     def setup(self, stage: str) -> None:
@@ -176,6 +179,11 @@ class PolicyModule(StatefulEvalModule):
             period_s = float(np.median([median_dt(r.timestamp_s) for r in recordings]))
             self.fps = round(1.0 / period_s, 6)  # timestamps are rounded: 10 Hz, not 10.000000000014
             self.policy.frame_period_s = 1.0 / self.fps
+        if stage == "fit" and "train" in datasets:
+            fit = resolve_lookahead(datamodule, self.fps)
+            if fit is not None:
+                self.label_lookahead_s = fit.lookahead_s
+                rank_zero_info(fit.summary())
 
     def _label_limits(self, curvatures: List[np.ndarray]) -> None:
         """The training labels' range and the export's curvature limit (:mod:`drive.train.label_stats`)."""
@@ -193,6 +201,8 @@ class PolicyModule(StatefulEvalModule):
             extra["label_range_per_m"] = [float(v) for v in self.label_range]
         if self.curvature_limit is not None:
             extra["curvature_limit_per_m"] = float(self.curvature_limit)
+        if self.label_lookahead_s is not None:
+            extra["label_lookahead_s"] = float(self.label_lookahead_s)
         return policy_meta(self.policy, self.preprocessing, self.fps, self.hparams.family, **extra)
 
     @classmethod

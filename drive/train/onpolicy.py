@@ -42,8 +42,10 @@ from drive.data.augment import AugmentConfig
 from drive.data.cache import CachedRecording, model_camera
 from drive.data.dataset import sample_weights
 from drive.nn.policy import Policy
+from drive.replay.labels import CANDIDATES_S
 from drive.replay.rollout import Rollout, cached_paths, cached_world, rollout
 from drive.replay.view import ViewSynthesis
+from drive.train.label_lookahead import fit_on_recordings
 
 __all__ = ["OnPolicyData", "run_round"]
 
@@ -158,7 +160,12 @@ class OnPolicyData(L.Callback):
                 f"{missing[:3]}; give the reader option camera (docs/data.md) or turn onpolicy off"
             )
         aug = dm.augment or AugmentConfig()
-        self.lookahead = [aug.lookahead_s, aug.min_lookahead_m]
+        lookahead_s = aug.lookahead_s
+        if lookahead_s == "fit":  # no augmentation for PolicyModule's set-up to have fitted it in
+            fps = 1.0 / pl_module.policy.frame_period_s
+            fit = fit_on_recordings(self.recordings, fps, aug.min_lookahead_m)
+            lookahead_s = fit.lookahead_s if fit else CANDIDATES_S[0]
+        self.lookahead = [lookahead_s, aug.min_lookahead_m]
         self.curve_factor, self.seq_len = dm.curve_factor, dm.seq_len
         if self.process:
             self._pool = futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))

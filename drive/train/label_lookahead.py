@@ -1,0 +1,45 @@
+"""``lookahead_s: fit`` (the default of ``data.augment``): the corrected label's look-ahead fitted on the
+training logs before the first step (:func:`drive.replay.labels.fit_lookahead`: the longest whose
+labels, driven as a controller on the logs' own paths, keep them). :class:`~drive.train.module.PolicyModule`
+resolves it in its ``fit`` set-up (:func:`resolve_lookahead`), before viewpoint augmentation or
+on-policy rollouts use it; on-policy rollouts without augmentation fit it themselves
+(:func:`fit_on_recordings`). A resumed run fits the same logs to the same value."""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from drive.data.cache import CachedRecording, model_camera
+from drive.replay.labels import CANDIDATES_S, LookaheadFit, fit_lookahead
+from drive.replay.rollout import cached_paths, cached_world
+
+__all__ = ["fit_on_recordings", "resolve_lookahead"]
+
+_MIN_PATH_M = 30.0  # shorter recorded stretches say little about the demonstrator's gain
+
+
+def fit_on_recordings(
+    recordings: Sequence[CachedRecording], fps: float, min_lookahead_m: float
+) -> Optional[LookaheadFit]:
+    """The fit on the reference paths of ``recordings`` that have camera calibration (the others'
+    labels are never corrected) and a 30 m stretch; None where none has."""
+    worlds = [
+        cached_world(r, p, fps, 0.0)
+        for r in recordings
+        if model_camera(r.info) is not None
+        for p in cached_paths(r)
+        if p.length_m > _MIN_PATH_M
+    ]
+    return fit_lookahead(worlds, min_lookahead_m) if worlds else None
+
+
+def resolve_lookahead(datamodule: Any, fps: float) -> Optional[LookaheadFit]:
+    """Replace ``datamodule.augment.lookahead_s == "fit"`` by the value fitted on its training
+    recordings, in place (the training dataset shares the config); the longest candidate where
+    nothing can be fitted. Returns the fit, or None."""
+    aug = getattr(datamodule, "augment", None)
+    if aug is None or aug.lookahead_s != "fit":
+        return None
+    fit = fit_on_recordings(datamodule.datasets["train"].recordings, fps, aug.min_lookahead_m)
+    aug.lookahead_s = fit.lookahead_s if fit is not None else CANDIDATES_S[0]
+    return fit

@@ -1,0 +1,73 @@
+"""The corrected label's look-ahead fitted on the logs (drive.replay.labels): on logs with DART
+recoveries the labels of a look-ahead longer than the recording expert's leave the logs' own paths
+and the fit lands near the expert's (0.9 s); on logs without recoveries nothing is identified and
+2 s is kept. Through drive fit, ``lookahead_s: fit`` reaches the augmentation and the checkpoint."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from drive.data.augment import AugmentConfig, Augmenter
+from drive.data.cache import cache_recordings
+from drive.data.preprocess import Preprocessing
+from drive.data.readers import read_logs
+from drive.replay.labels import fit_lookahead, track_with_labels
+from drive.replay.rollout import cached_paths, cached_world
+from drive.sim.expert import PurePursuitExpert
+from drive.sim.record import simulate
+
+SIZE = (39, 100)
+
+
+def _worlds(root, noise_std: float):
+    simulate(root / "logs", minutes=2.0, seed=11, fps=10.0, noise_std=noise_std, recording_minutes=1.0)
+    recs = cache_recordings(read_logs(str(root / "logs")), Preprocessing(size=SIZE), root / "cache")
+    return [cached_world(r, p, 10.0, 0.0) for r in recs for p in cached_paths(r) if p.length_m > 30]
+
+
+@pytest.fixture(scope="module")
+def dart(tmp_path_factory):
+    return _worlds(tmp_path_factory.mktemp("dart"), 0.015)
+
+
+def test_on_logs_with_recoveries_long_labels_leave_the_path_and_the_fit_finds_the_expert(dart):
+    expert = PurePursuitExpert()  # the recording expert: 0.9 s, at least 6 m
+    two_s = [track_with_labels(w, 2.0, expert.min_lookahead_m, margin_m=1.0) for w in dart]
+    assert not all(kept for _, _, kept in two_s)  # today's 2 s under-corrects: its labels leave a path
+    for w in dart:
+        w.place_on_lane(0.0)
+    own = [track_with_labels(w, expert.lookahead_s, expert.min_lookahead_m, margin_m=1.0) for w in dart]
+    assert all(kept for _, _, kept in own)  # the expert's own gain keeps them all
+
+    fit = fit_lookahead(dart, expert.min_lookahead_m)
+    assert fit.identified and fit.trials[0].lookahead_s == 2.0 and not fit.trials[0].kept
+    assert 0.59 <= fit.lookahead_s <= 1.19  # the candidates next to the expert's 0.9 s
+    assert fit.trials[-1].kept and all(not t.kept for t in fit.trials[:-1])
+    assert "label look-ahead" in fit.summary()
+
+
+def test_on_logs_without_recoveries_nothing_is_identified_and_2_s_is_kept(tmp_path):
+    fit = fit_lookahead(_worlds(tmp_path, 0.0), 5.0)
+    assert fit.lookahead_s == 2.0 and not fit.identified and len(fit.trials) == 1
+    assert fit.trials[0].max_offset_m < 0.05  # the recorded commands drive the recorded path
+
+
+def test_lookahead_setting_is_a_positive_number_or_fit():
+    assert AugmentConfig(lookahead_s="fit").lookahead_s == "fit"
+    for bad in (0.0, -1.0, "auto", True):
+        with pytest.raises(ValueError, match="lookahead_s"):
+            AugmentConfig(lookahead_s=bad)
+    unresolved = Augmenter(AugmentConfig(lookahead_s="fit", viewpoint_p=1.0))
+    import torch
+
+    camera = dict(fx=50.0, fy=50.0, cx=49.5, cy=19.0, height_m=1.5, pitch_rad=0.15)
+    with pytest.raises(ValueError, match="fitted on the training logs by drive fit"):
+        unresolved(
+            torch.zeros(2, 3, *SIZE, dtype=torch.uint8),
+            np.zeros(2),
+            np.full(2, 8.0),
+            np.random.default_rng(0),
+            camera,
+            np.eye(3),
+        )
