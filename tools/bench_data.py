@@ -106,7 +106,7 @@ def _worker_job_rate(tmp: Path, windows: int) -> float:
         seq_len=16,
         stride=4,
         num_workers=0,
-        augment=AugmentConfig(),
+        augment=AugmentConfig(lookahead_s=2.0),
         val_split="none",
     )
     dm.setup("fit")
@@ -145,11 +145,19 @@ def main() -> None:
             )
         _write(tmp / "train", args.train_frames, "frames", 78, 200)
         rates = {}
-        for name, augment in (("no augmentation (bound)", None), ("full augmentation", AugmentConfig())):
+        for name, augment in (
+            ("no augmentation (bound)", None),
+            ("full augmentation", AugmentConfig(lookahead_s=2.0)),
+        ):
             rates[name] = _loader_rate(tmp, augment, args.workers, args.batches, torch.device(args.device))
             print(f"training loop, {name}, {args.workers} workers: {rates[name]:8.1f} frames/s")
         on_device = _loader_rate(
-            tmp, AugmentConfig(), args.workers, args.batches, torch.device(args.device), "device"
+            tmp,
+            AugmentConfig(lookahead_s=2.0),
+            args.workers,
+            args.batches,
+            torch.device(args.device),
+            "device",
         )
         print(
             f"training loop, full augmentation on {args.device} after transfer (augment_on=device): "
