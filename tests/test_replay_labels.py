@@ -51,6 +51,8 @@ def test_on_logs_without_recoveries_nothing_is_identified_and_2_s_is_kept(tmp_pa
     fit = fit_lookahead(_worlds(tmp_path, 0.0), 5.0)
     assert fit.lookahead_s == 2.0 and not fit.identified and len(fit.trials) == 1
     assert fit.trials[0].max_offset_m < 0.05  # the recorded commands drive the recorded path
+    nothing = fit_lookahead([], 5.0)  # no path of 30 m: nothing tried, the longest kept
+    assert nothing.lookahead_s == 2.0 and not nothing.trials and "no reference path" in nothing.summary()
 
 
 def test_lookahead_setting_is_a_positive_number_or_fit():

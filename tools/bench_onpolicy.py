@@ -5,20 +5,23 @@ steps and seeds, on little and on full data, driven in the true closed loop and 
 
 Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training seed 0):
 
-- ``bc``:       behaviour cloning with viewpoint augmentation (today's demo);
+- ``bc``:       behaviour cloning with viewpoint augmentation (the demo), labels at the look-ahead
+  fitted on the training logs (``lookahead_s: fit``, :mod:`drive.replay.labels`);
 - ``onpolicy``: on-policy data from log replay (``--onpolicy.*``), no viewpoint augmentation;
 - ``both``:     the two combined;
-- ``both_envelope``: both, on-policy windows only within 0.6 m and 4 deg of the recorded frame's camera
-  (viewpoint augmentation's envelope; not in the default ``--arms``).
+- ``*_2s``:     the same with the labels' look-ahead at 2 s, the default before it was fitted
+  (``both_envelope_2s``: on-policy windows only within 0.6 m and 4 deg of the recorded frame's camera);
+- ``*_la09``:   the same at the recording expert's own look-ahead (0.9 s, at least 6 m).
 
 Data: ``small`` = 5 minutes of built-in logs (``drive simulate --minutes 5 --seed 0 --fps 10
 --noise-std 0.015``) with the demo's validation logs; ``full`` = the demo's 30 minutes (its ``bc`` arm
-is the demo's own policy when ``--steps`` is the demo's). Measured: interventions per km with the exact
-95 % interval in the built-in world's closed loop on ``--km`` of held-out roads over the test seeds
-``--seeds``, and in log replay on held-out noise-free expert logs (``tools/bench_replay.py``'s, or
-recorded here). Results are cached per arm under ``--out``. ``--throughput N`` instead times N
-training steps with and without on-policy rounds, one after the other on this machine: the rollouts'
-cost to training speed (run it with nothing else running).
+is the demo's own policy when ``--steps`` is the demo's and it was trained with a fitted look-ahead).
+Measured: interventions per km with the exact 95 % interval in the built-in world's closed loop on
+``--km`` of held-out roads over the test seeds ``--seeds``, and in log replay on held-out noise-free
+expert logs (``tools/bench_replay.py``'s, or recorded here). Results are cached per arm under
+``--out`` (an arm measured before is not trained again). ``--throughput N`` instead times N training
+steps with and without on-policy rounds, one after the other on this machine: the rollouts' cost to
+training speed (run it with nothing else running).
 """
 
 from __future__ import annotations
@@ -38,30 +41,64 @@ import torch
 from drive.io.recording import Recording
 from drive.policy_drivers import load_driver
 from drive.replay import replay_recording
+from drive.sim.camera import Camera
 from drive.sim.closed_loop import evaluate, summarize
 from drive.sim.poisson import format_rate, rates_differ_p
 from drive.sim.record import simulate
+from drive.sim.world import DEFAULT_SPEED_MPS
 
 ROOT = Path(__file__).resolve().parents[1]
 ONPOLICY = ["--onpolicy.every_n_steps", "100", "--onpolicy.episodes", "16", "--onpolicy.episode_s", "20"]
+LABELS_2S = ["--data.augment.lookahead_s", "2.0"]  # the label look-ahead before it was fitted
+EXPERT_LA = ["--data.augment.lookahead_s", "0.9", "--data.augment.min_lookahead_m", "6"]  # the recorder's
+ENVELOPE = ["--onpolicy.max_offset_m", "0.6", "--onpolicy.max_yaw_deg", "4"]
 ARMS: Dict[str, List[str]] = {
     "bc": [],
     "onpolicy": [*ONPOLICY, "--data.augment.viewpoint_p", "0"],
     "both": ONPOLICY,
-    # on-policy windows only inside viewpoint augmentation's envelope (0.6 m, 4 deg)
-    "both_envelope": [*ONPOLICY, "--onpolicy.max_offset_m", "0.6", "--onpolicy.max_yaw_deg", "4"],
+    "bc_2s": LABELS_2S,
+    "onpolicy_2s": [*ONPOLICY, "--data.augment.viewpoint_p", "0", *LABELS_2S],
+    "both_2s": [*ONPOLICY, *LABELS_2S],
+    "both_envelope_2s": [*ONPOLICY, *ENVELOPE, *LABELS_2S],
+    "bc_la09": EXPERT_LA,
+    "both_la09": [*ONPOLICY, *EXPERT_LA],
 }
 
 
-def datasets(demo: Path, out: Path) -> Dict[str, Dict[str, List[str]]]:
-    """name -> {"train": [...], "val": [...]} recording folders."""
+# the second, differently made dataset: a low, wide camera (1.0 m, 110 deg, pitch 0.05 rad, 160x60;
+# bench_learn's world_low_wide) at 12 m/s instead of the demo's 1.5 m, 80 deg, 200x78 at 30 km/h
+SECOND_CAMERA = dict(width=160, height=60, hfov_deg=110.0, height_m=1.0, pitch_rad=0.05)
+SECOND_SPEED_MPS = 12.0
+
+
+def _recorded(folder: Path, minutes: float, seed: int, **kw: Any) -> List[str]:
+    """Recordings under ``folder``, written once (a stamp marks a finished set)."""
+    if not (folder / ".done").exists():
+        simulate(folder, minutes, seed=seed, fps=10.0, overwrite=True, **kw)
+        (folder / ".done").write_text("")
+    return sorted(str(p) for p in folder.iterdir() if p.is_dir())
+
+
+def dataset(name: str, demo: Path, out: Path) -> Dict[str, Any]:
+    """{"train", "val": recording folders; "camera", "speed_mps": the world's for the closed loop
+    (None: the defaults); "replay": held-out logs (None: ``--replay-logs``)} of data ``name``,
+    recorded on first use."""
     full = json.loads((demo / "stages" / "simulate.json").read_text())["result"]
-    small = out / "data" / "small"
-    if not small.exists():
-        simulate(small, 5.0, seed=0, fps=10.0, noise_std=0.015, recording_minutes=0.5)
+    same = {"val": full["val"], "camera": None, "speed_mps": None, "replay": None}
+    if name == "full":
+        return {"train": full["train"], **same}
+    if name == "small":
+        train = _recorded(out / "data" / "small", 5.0, 0, noise_std=0.015, recording_minutes=0.5)
+        return {"train": train, **same}
+    if name != "camera":
+        raise ValueError(f"--data: unknown dataset {name!r}; choose from small, full, camera")
+    root = out / "data" / "camera"
+    other = dict(camera=Camera.default(**SECOND_CAMERA), speed_mps=SECOND_SPEED_MPS)
     return {
-        "small": {"train": sorted(str(p) for p in small.iterdir() if p.is_dir()), "val": full["val"]},
-        "full": {"train": full["train"], "val": full["val"]},
+        "train": _recorded(root / "train", 5.0, 0, noise_std=0.015, recording_minutes=0.5, **other),
+        "val": _recorded(root / "val", 2.0, 404, split="test", noise_std=0.0, **other),
+        "replay": _recorded(root / "heldout", 8.0, 505, split="test", noise_std=0.0, **other),
+        **other,
     }
 
 
@@ -70,6 +107,11 @@ def _fit_argv(demo: Path, train_logs: List[str], root: Path, steps: int, extra: 
     argv = ["fit", "--config", "demo", "--seed_everything", "0", "--data.train", json.dumps(train_logs)]
     argv += ["--data.cache_dir", str(demo / "cache"), "--trainer.default_root_dir", str(root)]
     return argv + ["--trainer.max_steps", str(steps), "--trainer.enable_progress_bar", "false", *extra]
+
+
+def _fitted(ckpt: Path) -> bool:
+    """A checkpoint trained with the label look-ahead fitted on its logs (today's demo)."""
+    return ckpt.exists() and "label_lookahead_s" in torch.load(ckpt, weights_only=True)["drive"]
 
 
 def train(out: Path, demo: Path, data: Dict[str, List[str]], name: str, extra: List[str], steps: int) -> Path:
@@ -116,13 +158,22 @@ def throughput(out: Path, demo: Path, data: Dict[str, List[str]], steps: int) ->
     )
 
 
-def measure(ckpt: Path, seeds: List[int], km: float, logs: List[Path], cache: Path) -> Dict[str, Any]:
-    """World closed loop over the test seeds and log replay on the held-out logs (cached)."""
-    if cache.exists():
-        return json.loads(cache.read_text())
+def measure(
+    ckpt: Path, seeds: List[int], km: float, logs: List[Path], cache: Path, data: Dict[str, Any]
+) -> Dict[str, Any]:
+    """World closed loop over the test seeds (with ``data``'s camera and speed) and log replay on the
+    held-out logs, written to ``cache``."""
     torch.set_num_threads(1)
     driver = load_driver(ckpt)
-    world = evaluate(driver, km=km, seed=seeds, split="test", fps=1.0 / driver.nominal_dt_s).metrics
+    world = evaluate(
+        driver,
+        km=km,
+        seed=seeds,
+        split="test",
+        fps=1.0 / driver.nominal_dt_s,
+        camera=data["camera"],
+        speed_mps=data["speed_mps"] or DEFAULT_SPEED_MPS,
+    ).metrics
     replay = summarize(
         [s for log in logs for s in replay_recording(Recording.open(log), driver, 10.0).segments]
     )
@@ -148,7 +199,7 @@ def main() -> None:
     p.add_argument("--demo", default=str(ROOT / "runs" / "demo"))
     p.add_argument("--out", default=str(ROOT / "runs" / "bench_onpolicy"))
     p.add_argument("--steps", type=int, default=1800, help="optimizer steps per arm (the demo's: 1800)")
-    p.add_argument("--data", default="small,full")
+    p.add_argument("--data", default="small,full,camera")
     p.add_argument("--arms", default="bc,onpolicy,both")
     p.add_argument("--km", type=float, default=24.0, help="world closed-loop distance per arm")
     p.add_argument("--seeds", default="31,32,33,77,78,79", help="held-out test seeds of the world")
@@ -159,20 +210,25 @@ def main() -> None:
     args = p.parse_args()
     out, demo = Path(args.out), Path(args.demo)
     if args.throughput:
-        print(throughput(out, demo, datasets(demo, out)["small"], args.throughput))
+        print(throughput(out, demo, dataset("small", demo, out), args.throughput))
         return
     seeds = [int(s) for s in args.seeds.split(",")]
     logs = sorted(p for p in Path(args.replay_logs).iterdir() if p.is_dir())
-    data = datasets(demo, out)
+    data = {name: dataset(name, demo, out) for name in args.data.split(",")}
     rows = []
     for name in args.data.split(","):
         for arm in args.arms.split(","):
             tag = f"{name}-{arm}"
+            cached = out / "results" / f"{tag}.json"
+            if cached.exists():  # measured before: its table row, without training it again
+                rows.append((name, arm, json.loads(cached.read_text())))
+                continue
             demo_ckpt = demo / "train" / "checkpoints" / "last.ckpt"
-            reuse = name == "full" and arm == "bc" and args.steps == 1800 and demo_ckpt.exists()
+            reuse = name == "full" and arm == "bc" and args.steps == 1800 and _fitted(demo_ckpt)
             ckpt = demo_ckpt if reuse else train(out, demo, data[name], tag, ARMS[arm], args.steps)
             print(f"{tag}: measuring {ckpt}", flush=True)
-            rows.append((name, arm, measure(ckpt, seeds, args.km, logs, out / "results" / f"{tag}.json")))
+            held_out = [Path(p) for p in data[name]["replay"]] if data[name]["replay"] else logs
+            rows.append((name, arm, measure(ckpt, seeds, args.km, held_out, cached, data[name])))
     lines = [
         f"| data | arm | world /km, {args.km:g} km over seeds {args.seeds} | log replay /km | train s |",
         "|---|---|---|---|---|",

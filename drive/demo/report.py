@@ -178,14 +178,21 @@ def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
 
 
 def _training_section(out: Path, t: Dict[str, Any], curve: Dict[str, Any]) -> List[str]:
+    lookahead = t.get("label_lookahead_s")
+    labels = (
+        f"Corrected labels at a look-ahead of {lookahead:g} s, fitted on the training logs (docs/data.md). "
+        if lookahead
+        else ""
+    )
     return [
         "",
         "## Training",
         "",
         f"{t['steps']} optimizer steps; last validation (whole recordings, hidden state carried): "
         f"MSE {_fmt(curve['val_mse_km'], 1)} (1/km)^2, MAE {_fmt(curve['val_mae_km'])} 1/km. "
-        f"Policy: the final weights, `{_rel(t['checkpoint'], out)}` (loads alone: policy config with wiring, "
-        "preprocessing, fps); the best-validation checkpoint is kept beside it"
+        + labels
+        + f"Policy: the final weights, `{_rel(t['checkpoint'], out)}` (loads alone: policy config with "
+        "wiring, preprocessing, fps); the best-validation checkpoint is kept beside it"
         + (f" (`{_rel(t['best_checkpoint'], out)}`)." if t.get("best_checkpoint") else "."),
         "",
         "![training curve](training_curve.png)",

@@ -95,6 +95,7 @@ def train_policy(
         "best_checkpoint": str(best[-1]) if best else "",
         "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
         "steps": _global_step(last),
+        "label_lookahead_s": _label_lookahead(last),
         "_outputs": [last],
     }
 
@@ -102,6 +103,11 @@ def train_policy(
 def _global_step(ckpt: Path) -> int:
     """Optimizer steps a Lightning checkpoint had taken."""
     return int(torch.load(ckpt, map_location="cpu", weights_only=True)["global_step"])
+
+
+def _label_lookahead(ckpt: Path) -> Optional[float]:
+    """The label look-ahead fitted on the training logs (``lookahead_s: fit``), None if pinned."""
+    return torch.load(ckpt, map_location="cpu", weights_only=True).get("drive", {}).get("label_lookahead_s")
 
 
 def _val_interval(config: str) -> int:

@@ -60,9 +60,11 @@ class LookaheadFit:
     def identified(self) -> bool:
         """Whether the logs show the demonstrator's gain (the longest look-ahead did not keep the path
         exactly); without it the longest candidate is kept."""
-        return self.trials[0].max_offset_m > _NO_RECOVERY_M
+        return bool(self.trials) and self.trials[0].max_offset_m > _NO_RECOVERY_M
 
     def summary(self) -> str:
+        if not self.trials:
+            return f"label look-ahead {self.lookahead_s:g} s: no reference path of 30 m to fit it on"
         tried = ", ".join(
             f"{t.lookahead_s:g} s {'kept' if t.kept else 'left'} (max {t.max_offset_m:.2f} m)"
             for t in self.trials
@@ -107,9 +109,9 @@ def fit_lookahead(
     """The longest of ``candidates`` whose labels keep every one of ``worlds``, each driven from the
     start of its reference path (and left where it stopped). A look-ahead is dropped at its first
     departure, so only the chosen one drives all the paths; when none keeps them all, the one that
-    drove farthest is chosen."""
+    drove farthest is chosen. Without a path nothing is tried and the longest is kept."""
     if not worlds:
-        raise ValueError("fitting the label look-ahead needs at least one reference path")
+        return LookaheadFit(float(max(candidates)), [])
     trials: List[LookaheadTrial] = []
     for lookahead_s in sorted(candidates, reverse=True):
         worst, km, kept = 0.0, 0.0, True

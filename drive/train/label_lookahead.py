@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from drive.data.cache import CachedRecording, model_camera
-from drive.replay.labels import CANDIDATES_S, LookaheadFit, fit_lookahead
+from drive.replay.labels import LookaheadFit, fit_lookahead
 from drive.replay.rollout import cached_paths, cached_world
 
 __all__ = ["fit_on_recordings", "resolve_lookahead"]
@@ -20,9 +20,9 @@ _MIN_PATH_M = 30.0  # shorter recorded stretches say little about the demonstrat
 
 def fit_on_recordings(
     recordings: Sequence[CachedRecording], fps: float, min_lookahead_m: float
-) -> Optional[LookaheadFit]:
+) -> LookaheadFit:
     """The fit on the reference paths of ``recordings`` that have camera calibration (the others'
-    labels are never corrected) and a 30 m stretch; None where none has."""
+    labels are never corrected) and a 30 m stretch; with none, the longest candidate."""
     worlds = [
         cached_world(r, p, fps, 0.0)
         for r in recordings
@@ -30,16 +30,16 @@ def fit_on_recordings(
         for p in cached_paths(r)
         if p.length_m > _MIN_PATH_M
     ]
-    return fit_lookahead(worlds, min_lookahead_m) if worlds else None
+    return fit_lookahead(worlds, min_lookahead_m)
 
 
 def resolve_lookahead(datamodule: Any, fps: float) -> Optional[LookaheadFit]:
     """Replace ``datamodule.augment.lookahead_s == "fit"`` by the value fitted on its training
-    recordings, in place (the training dataset shares the config); the longest candidate where
-    nothing can be fitted. Returns the fit, or None."""
+    recordings, in place (the training dataset shares the config). Returns the fit, or None where
+    there was nothing to fit."""
     aug = getattr(datamodule, "augment", None)
     if aug is None or aug.lookahead_s != "fit":
         return None
     fit = fit_on_recordings(datamodule.datasets["train"].recordings, fps, aug.min_lookahead_m)
-    aug.lookahead_s = fit.lookahead_s if fit is not None else CANDIDATES_S[0]
+    aug.lookahead_s = fit.lookahead_s
     return fit

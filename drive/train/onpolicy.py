@@ -42,7 +42,6 @@ from drive.data.augment import AugmentConfig
 from drive.data.cache import CachedRecording, model_camera
 from drive.data.dataset import sample_weights
 from drive.nn.policy import Policy
-from drive.replay.labels import CANDIDATES_S
 from drive.replay.rollout import Rollout, cached_paths, cached_world, rollout
 from drive.replay.view import ViewSynthesis
 from drive.train.label_lookahead import fit_on_recordings
@@ -163,8 +162,7 @@ class OnPolicyData(L.Callback):
         lookahead_s = aug.lookahead_s
         if lookahead_s == "fit":  # no augmentation for PolicyModule's set-up to have fitted it in
             fps = 1.0 / pl_module.policy.frame_period_s
-            fit = fit_on_recordings(self.recordings, fps, aug.min_lookahead_m)
-            lookahead_s = fit.lookahead_s if fit else CANDIDATES_S[0]
+            lookahead_s = fit_on_recordings(self.recordings, fps, aug.min_lookahead_m).lookahead_s
         self.lookahead = [lookahead_s, aug.min_lookahead_m]
         self.curve_factor, self.seq_len = dm.curve_factor, dm.seq_len
         if self.process:
