@@ -118,3 +118,39 @@ def test_windows_outside_the_offset_envelope_are_not_trained_on(cached):
 def test_on_policy_settings_out_of_range_are_refused():
     with pytest.raises(ValueError, match="0 < share < 1"):
         OnPolicyData(every_n_steps=10, share=1.5)
+
+
+def test_without_augmentation_rollouts_label_at_the_look_ahead_fitted_on_the_logs(tmp_path):
+    """`drive fit` with `--data.augment null`: the on-policy rounds fit the label look-ahead on the
+    training logs themselves (DART logs: shorter than 2 s), and every kept step's label is the
+    recorded command corrected at that look-ahead."""
+    from drive.checkpoint import read_checkpoint
+    from drive.cli import main
+    from drive.data.viewpoint import corrected_curvature
+    from drive.train.label_lookahead import fit_on_recordings
+
+    simulate(tmp_path / "logs", minutes=1.0, seed=11, fps=10.0, noise_std=0.015, recording_minutes=1.0)
+    root = tmp_path / "run"
+    argv = ["fit", "--config", "demo", "--data.augment", "null", "--data.train", f"[{tmp_path / 'logs'}]"]
+    argv += [
+        "--data.cache_dir",
+        str(tmp_path / "cache"),
+        "--data.val_split",
+        "none",
+        "--data.num_workers",
+        "0",
+    ]
+    argv += ["--data.batch_size", "2", "--trainer.max_steps", "4", "--trainer.default_root_dir", str(root)]
+    argv += ["--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
+    argv += ["--onpolicy.every_n_steps", "2", "--onpolicy.episodes", "2", "--onpolicy.episode_s", "3"]
+    assert main([*argv, "--onpolicy.process", "false"]) == 0
+    state = read_checkpoint(root / "checkpoints" / "last.ckpt")["callbacks"]
+    (rounds,) = [v["rounds"] for k, v in state.items() if k.startswith("OnPolicyData")]
+    done = {k: v.numpy() for k, v in rounds[0].items()}
+    (rec,) = cache_recordings(read_logs(str(tmp_path / "logs")), Preprocessing(size=SIZE), tmp_path / "cache")
+    lookahead_s = fit_on_recordings([rec], 10.0, 5.0).lookahead_s
+    assert lookahead_s < 2.0
+    recorded = rec.curvature[done["frame"]]
+    args = (done["left_m"], done["yaw_rad"], done["speed_mps"])
+    np.testing.assert_allclose(done["label_per_m"], corrected_curvature(recorded, *args, lookahead_s, 5.0))
+    assert not np.allclose(done["label_per_m"], corrected_curvature(recorded, *args, 2.0, 5.0))
