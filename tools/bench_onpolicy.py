@@ -207,6 +207,7 @@ def main() -> None:
     p.add_argument(
         "--throughput", type=int, default=0, help="only time N training steps with and without rounds"
     )
+    p.add_argument("--table", action="store_true", help="only print the arms measured before; train nothing")
     args = p.parse_args()
     out, demo = Path(args.out), Path(args.demo)
     if args.throughput:
@@ -222,6 +223,8 @@ def main() -> None:
             cached = out / "results" / f"{tag}.json"
             if cached.exists():  # measured before: its table row, without training it again
                 rows.append((name, arm, json.loads(cached.read_text())))
+                continue
+            if args.table:
                 continue
             demo_ckpt = demo / "train" / "checkpoints" / "last.ckpt"
             reuse = name == "full" and arm == "bc" and args.steps == 1800 and _fitted(demo_ckpt)
