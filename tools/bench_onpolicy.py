@@ -7,6 +7,7 @@ Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training 
 
 - ``bc``:       behaviour cloning with viewpoint augmentation (the demo), labels at the look-ahead
   fitted on the training logs (``lookahead_s: fit``, :mod:`drive.replay.labels`);
+- ``bc_noview``: behaviour cloning on the logs' DART recoveries only (no viewpoint augmentation);
 - ``onpolicy``: on-policy data from log replay (``--onpolicy.*``), no viewpoint augmentation;
 - ``both``:     the two combined;
 - ``*_2s``:     the same with the labels' look-ahead at 2 s, the default before it was fitted
@@ -54,6 +55,7 @@ EXPERT_LA = ["--data.augment.lookahead_s", "0.9", "--data.augment.min_lookahead_
 ENVELOPE = ["--onpolicy.max_offset_m", "0.6", "--onpolicy.max_yaw_deg", "4"]
 ARMS: Dict[str, List[str]] = {
     "bc": [],
+    "bc_noview": ["--data.augment.viewpoint_p", "0"],  # DART recoveries only: the onpolicy arm's base
     "onpolicy": [*ONPOLICY, "--data.augment.viewpoint_p", "0"],
     "both": ONPOLICY,
     "bc_2s": LABELS_2S,
