@@ -225,6 +225,11 @@ class Augmenter:
         ``x`` ([N, 3, H, W]; ``unit[i]``: frame i's unit) as seen from a shifted and yawed camera;
         returns the curvature corrected for it."""
         cfg = self.config
+        if cfg.lookahead_s == "fit":
+            raise ValueError(
+                "augment.lookahead_s 'fit' is fitted on the training logs by drive fit before the first "
+                "batch; give a number of seconds to augment outside drive fit"
+            )
         n, _, h, w = x.shape
         on = rng.random(units) < cfg.viewpoint_p
         shift = rng.uniform(-cfg.max_shift_m, cfg.max_shift_m, units) * on
@@ -243,11 +248,6 @@ class Augmenter:
         slot = np.zeros(units, dtype=np.int64)
         slot[warped] = np.arange(len(warped))
         x[sel] = warp_frames(x[sel], grids[torch.from_numpy(slot[unit[sel]]).to(x.device)])
-        if cfg.lookahead_s == "fit":
-            raise ValueError(
-                "augment.lookahead_s 'fit' is fitted on the training logs by drive fit before the first "
-                "batch; give a number of seconds to augment outside drive fit"
-            )
         return corrected_curvature(
             curvature,
             shift[unit],

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, List, Sequence
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -29,7 +29,17 @@ from drive.replay.path import ReferencePath, paths_from_log
 from drive.replay.world import LogWorld
 from drive.sim.closed_loop import needs_takeover
 
-__all__ = ["Rollout", "rollout", "CachedFrames", "cached_paths", "cached_world"]
+__all__ = [
+    "MIN_PATH_M",
+    "CachedFrames",
+    "Rollout",
+    "cached_paths",
+    "cached_world",
+    "drivable_paths",
+    "rollout",
+]
+
+MIN_PATH_M = 30.0  # shorter recorded stretches are not driven on (on-policy rounds, the look-ahead fit)
 
 
 @dataclass
@@ -83,6 +93,11 @@ def cached_paths(cached: CachedRecording) -> List[ReferencePath]:
     if cached.poses is not None:
         log.update({c: cached.poses[:, i] for i, c in enumerate(POSE_COLUMNS)})
     return paths_from_log(log, cached.name, cached.valid)
+
+
+def drivable_paths(cached: Sequence[CachedRecording]) -> List[Tuple[int, ReferencePath]]:
+    """(index into ``cached``, reference path) of every path longer than :data:`MIN_PATH_M`."""
+    return [(i, p) for i, r in enumerate(cached) for p in cached_paths(r) if p.length_m > MIN_PATH_M]
 
 
 def cached_world(cached: CachedRecording, path: ReferencePath, fps: float, start_s_m: float) -> LogWorld:

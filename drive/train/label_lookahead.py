@@ -11,11 +11,9 @@ from typing import Any, Optional, Sequence
 
 from drive.data.cache import CachedRecording, model_camera
 from drive.replay.labels import LookaheadFit, fit_lookahead
-from drive.replay.rollout import cached_paths, cached_world
+from drive.replay.rollout import cached_world, drivable_paths
 
 __all__ = ["fit_on_recordings", "resolve_lookahead"]
-
-_MIN_PATH_M = 30.0  # shorter recorded stretches say little about the demonstrator's gain
 
 
 def fit_on_recordings(
@@ -23,13 +21,8 @@ def fit_on_recordings(
 ) -> LookaheadFit:
     """The fit on the reference paths of ``recordings`` that have camera calibration (the others'
     labels are never corrected) and a 30 m stretch; with none, the longest candidate."""
-    worlds = [
-        cached_world(r, p, fps, 0.0)
-        for r in recordings
-        if model_camera(r.info) is not None
-        for p in cached_paths(r)
-        if p.length_m > _MIN_PATH_M
-    ]
+    calibrated = [r for r in recordings if model_camera(r.info) is not None]
+    worlds = [cached_world(calibrated[i], p, fps, 0.0) for i, p in drivable_paths(calibrated)]
     return fit_lookahead(worlds, min_lookahead_m)
 
 

@@ -42,13 +42,11 @@ from drive.data.augment import AugmentConfig
 from drive.data.cache import CachedRecording, model_camera
 from drive.data.dataset import sample_weights
 from drive.nn.policy import Policy
-from drive.replay.rollout import Rollout, cached_paths, cached_world, rollout
+from drive.replay.rollout import Rollout, cached_world, drivable_paths, rollout
 from drive.replay.view import ViewSynthesis
 from drive.train.label_lookahead import fit_on_recordings
 
 __all__ = ["OnPolicyData", "run_round"]
-
-_MIN_PATH_M = 30.0  # shorter recorded stretches are not rolled out on
 
 
 def run_round(
@@ -67,7 +65,7 @@ def run_round(
     policy.load_state_dict(weights)
     policy.eval()
     recs = [CachedRecording(d) for d in caches]
-    paths = [(i, p) for i, r in enumerate(recs) for p in cached_paths(r) if p.length_m > _MIN_PATH_M]
+    paths = drivable_paths(recs)
     if not paths:
         raise ValueError("on-policy rollouts: no training recording has a drivable stretch of 30 m")
     rng = np.random.default_rng([seed, 0x0B])
