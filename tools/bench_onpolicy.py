@@ -15,7 +15,9 @@ Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training 
 - ``*_la09``:   the same at the recording expert's own look-ahead (0.9 s, at least 6 m).
 
 Data: ``small`` = 5 minutes of built-in logs (``drive simulate --minutes 5 --seed 0 --fps 10
---noise-std 0.015``) with the demo's validation logs; ``full`` = the demo's 30 minutes (its ``bc`` arm
+--noise-std 0.015``) with the demo's validation logs; ``clean`` = the same without DART noise (an
+autopilot logged without recoveries: the labels' look-ahead cannot be fitted and stays 2 s);
+``full`` = the demo's 30 minutes (its ``bc`` arm
 is the demo's own policy when ``--steps`` is the demo's and it was trained with a fitted look-ahead).
 Measured: interventions per km with the exact 95 % interval in the built-in world's closed loop on
 ``--km`` of held-out roads over the test seeds ``--seeds``, and in log replay on held-out noise-free
@@ -89,11 +91,12 @@ def dataset(name: str, demo: Path, out: Path) -> Dict[str, Any]:
     same = {"val": full["val"], "camera": None, "speed_mps": None, "replay": None}
     if name == "full":
         return {"train": full["train"], **same}
-    if name == "small":
-        train = _recorded(out / "data" / "small", 5.0, 0, noise_std=0.015, recording_minutes=0.5)
+    if name in ("small", "clean"):  # clean: an autopilot logged without recoveries (no DART noise)
+        noise = 0.015 if name == "small" else 0.0
+        train = _recorded(out / "data" / name, 5.0, 0, noise_std=noise, recording_minutes=0.5)
         return {"train": train, **same}
     if name != "camera":
-        raise ValueError(f"--data: unknown dataset {name!r}; choose from small, full, camera")
+        raise ValueError(f"--data: unknown dataset {name!r}; choose from small, clean, full, camera")
     root = out / "data" / "camera"
     other = dict(camera=Camera.default(**SECOND_CAMERA), speed_mps=SECOND_SPEED_MPS)
     return {
