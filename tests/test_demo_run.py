@@ -16,7 +16,17 @@ from drive.cli.fit import lightning_main
 from drive.demo.settings import DEFAULT_CONFIG
 from drive.sim.record import simulate
 
-STAGES = ("simulate", "train", "baselines", "drive", "saliency", "robustness", "closed_form", "export")
+STAGES = (
+    "simulate",
+    "train",
+    "onpolicy",
+    "baselines",
+    "drive",
+    "saliency",
+    "robustness",
+    "closed_form",
+    "export",
+)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +106,8 @@ def test_reduced_demo_runs_every_stage_and_names_the_failed_criteria(tmp_path: P
         "0.25",
         "--max-steps",
         "4",
+        "--onpolicy-steps",
+        "2",
         "--baseline-steps",
         "2",
         "--km",
@@ -131,6 +143,19 @@ def test_reduced_demo_runs_every_stage_and_names_the_failed_criteria(tmp_path: P
     assert "per km (exact 95 % interval)" in report and "told apart at this distance?" in report
     stamps = {n: json.loads((out / "stages" / f"{n}.json").read_text())["result"] for n in STAGES}
     assert stamps["export"]["closed_loop"]["km"] == pytest.approx(0.3, abs=0.01)
+    # the on-policy arm: the run branched at step 2, a round of rollouts landed and changed its batches
+    arm = stamps["onpolicy"]
+    assert arm["branch_step"] == 2 and arm["steps"] == 4 and arm["rounds"] == 1 and arm["visited_steps"] > 0
+    main, other = (
+        torch.load(p, weights_only=True)["state_dict"]
+        for p in (stamps["train"]["checkpoint"], arm["checkpoint"])
+    )
+    assert any(not torch.equal(main[k], other[k]) for k in main)
+    # no round was started that could only land after the last step (training would wait for it)
+    state = torch.load(arm["checkpoint"], weights_only=True)["callbacks"]["OnPolicyData"]
+    assert state["pending"] is None and len(state["rounds"]) == 1
+    assert (out / "drive" / "ncp_ltc_onpolicy" / "metrics.json").is_file()
+    assert "## On-policy data (the other arm)" in report and "NCP-LTC + on-policy data" in report
     assert any(r.get("interventions_per_km") is not None for r in stamps["robustness"]["rows"])
     # a second run finds every stage done and redoes nothing
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -115,6 +115,8 @@ def test_a_reduced_demo_runs_from_the_installed_wheel_in_any_folder(installed: P
         "0.1",
         "--max-steps",
         "2",
+        "--onpolicy-steps",
+        "1",
         "--baselines",
         "",
         "--km",

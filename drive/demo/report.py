@@ -25,6 +25,7 @@ ACCEPT_INTERVENTIONS_PER_KM = 0.5
 ACCEPT_MINUTES = 15.0  # target on a quiet 2-core machine; reported, not judged
 _DRIVERS = (
     ("ncp_ltc", "NCP-LTC (learned, camera only)"),
+    ("ncp_ltc_onpolicy", "NCP-LTC + on-policy data (the other arm)"),
     ("expert", "expert (pure pursuit, privileged)"),
     ("constant", "constant steering (straight ahead)"),
 )
@@ -84,20 +85,31 @@ def _robustness_cell(row: Dict[str, Any], key: str) -> str:
     return _fmt(row.get(key), 3)
 
 
-_STAGES = ("simulate", "train", "baselines", "drive", "saliency", "robustness", "closed_form", "export")
+_STAGES = (
+    "simulate",
+    "train",
+    "onpolicy",
+    "baselines",
+    "drive",
+    "saliency",
+    "robustness",
+    "closed_form",
+    "export",
+)
 
 
 def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     """Write ``out/REPORT.md`` and ``out/summary.json``; returns the summary with the acceptance verdict."""
     out = Path(out)
     drive = results["drive"]
-    stage_seconds = {k: results[k].get("seconds", 0.0) for k in _STAGES if k in results}
+    stage_seconds = {k: results[k].get("seconds", 0.0) for k in _STAGES if results.get(k)}
     total_s = sum(stage_seconds.values())
     acceptance = _acceptance(drive["ncp_ltc"]["metrics"], results.get("export", {}).get("closed_loop"))
     acceptance["minutes"] = total_s / 60.0
     curve = training_curve(Path(results["train"]["metrics_csv"]), out / "training_curve.png")
     lines = _head(results, acceptance, total_s) + _closed_loop_section(out, drive)
     lines += _training_section(out, results["train"], curve)
+    lines += _onpolicy_section(results.get("onpolicy"), drive)
     lines += _saliency_section(out, results.get("saliency"))
     lines += _robustness_section(out, results.get("robustness"), results["settings"])
     lines += _closed_form_section(out, results.get("closed_form"))
@@ -113,7 +125,7 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
         "settings": results["settings"],
         "training": {**curve, "steps": results["train"]["steps"]},
         "stage_seconds": stage_seconds,
-        "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS},
+        "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS if k in drive},
     }
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     return summary
@@ -157,6 +169,8 @@ def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for key, label in _DRIVERS:
+        if key not in drive:
+            continue
         m = drive[key]["metrics"]
         lines.append(
             f"| {label} | {m['km']:.2f} | {m['interventions']} | "
@@ -166,7 +180,11 @@ def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
         )
     lines += ["", *_told_apart(drive), ""]
     lines += [
-        *(f"![{key}]({_rel(drive[key]['plot'], out)})" for key, _ in _DRIVERS if drive[key].get("plot"))
+        *(
+            f"![{key}]({_rel(drive[key]['plot'], out)})"
+            for key, _ in _DRIVERS
+            if drive.get(key, {}).get("plot")
+        )
     ]
     if drive["ncp_ltc"].get("video"):
         lines += [
@@ -199,12 +217,38 @@ def _training_section(out: Path, t: Dict[str, Any], curve: Dict[str, Any]) -> Li
     ]
 
 
+def _onpolicy_section(arm: Optional[Dict[str, Any]], drive: Dict[str, Any]) -> List[str]:
+    """What the on-policy arm is and how it drove beside the NCP-LTC (docs/training.md)."""
+    if not arm or "ncp_ltc_onpolicy" not in drive:
+        return []
+    a, b = drive["ncp_ltc"]["metrics"], drive["ncp_ltc_onpolicy"]["metrics"]
+    p = rates_differ_p(a["interventions"], a["km"], b["interventions"], b["km"])
+    return [
+        "",
+        "## On-policy data (the other arm)",
+        "",
+        f"The same run resumed from its step-{arm['branch_step']} checkpoint and trained to step "
+        f"{arm['steps']} again with on-policy data: every {arm['every_n_steps']} steps the current "
+        "policy drove the training logs in log replay, and windows of the states it visited, with "
+        "labels corrected back to the recorded path, replaced a quarter of every batch "
+        f"({arm['rounds']} rounds, {arm['visited_steps']} visited steps). Same seeds, data order, "
+        "learning-rate schedule and step budget; only the last steps' batches differ (docs/training.md, "
+        '"On-policy data from log replay").',
+        "",
+        f"- without: {format_rate(a['interventions'], a['km'])}, lateral RMS {a['lateral_rms_m']:.3f} m; "
+        f"with: {format_rate(b['interventions'], b['km'])}, lateral RMS {b['lateral_rms_m']:.3f} m "
+        f"(same {b['km']:.2f} km of held-out roads); told apart at this distance? "
+        + ("yes" if p <= 0.05 else "**no**")
+        + f" (p = {p:.2g})",
+    ]
+
+
 def _told_apart(drive: Dict[str, Any]) -> List[str]:
     """Whether the distance driven tells the NCP-LTC apart from each other driver (exact test of two
     Poisson rates); a "no" means the table's difference may be chance at this distance."""
     m = drive["ncp_ltc"]["metrics"]
     lines = []
-    for key, label in _DRIVERS[1:]:
+    for key, label in _DRIVERS[2:]:  # the on-policy arm is compared in its own section
         o = drive[key]["metrics"]
         p = rates_differ_p(m["interventions"], m["km"], o["interventions"], o["km"])
         verdict = "yes" if p <= 0.05 else "**no**: too short a distance to tell them apart"

@@ -11,9 +11,11 @@ outputs still exist; changing a setting re-runs that stage and everything downst
    recording for the open-loop analyses.
 2. **train** -- ``drive fit`` (:func:`drive.train.launch.launch`) with the shipped profile ``demo``
    (NCP conv head + 19-neuron NCP LTC).
+   **onpolicy** -- the same run branched ``--onpolicy-steps`` steps before its end and trained to
+   the same step with on-policy data from log replay (:mod:`drive.train.onpolicy`), the other arm.
    **baselines** -- the same data and profile for the LSTM and the feed-forward PilotNet CNN (at
    78x200, single frames), each capped at ``--baseline-minutes``, for the robustness comparison.
-3. **drive** -- closed loop on held-out TEST-split roads: the NCP-LTC, the expert and a
+3. **drive** -- closed loop on held-out TEST-split roads: the NCP-LTC (both arms), the expert and a
    constant-steering (straight ahead) policy, ``--km`` each.
 4. **saliency** -- VisualBackProp video of the policy on the test recording (drive.explain).
 5. **robustness** -- open-loop error, closed-loop interventions and saliency stability under camera
@@ -41,7 +43,7 @@ import torch
 from drive.checkpoint import load_policy
 from drive.demo.report import write_report
 from drive.demo.settings import DemoSettings
-from drive.demo.training import BASELINE_OVERRIDES, train_baselines, train_policy
+from drive.demo.training import BASELINE_OVERRIDES, train_baselines, train_onpolicy_arm, train_policy
 from drive.evaluate.closed_form_fidelity import closed_form_report
 from drive.evaluate.robustness import RobustnessConfig, robustness_report
 from drive.explain.video import saliency_video
@@ -131,11 +133,17 @@ def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
     }
 
 
-def _drive(s: DemoSettings, out: Path, ckpt: str) -> Dict[str, Any]:
+def _drive(s: DemoSettings, out: Path, arms: Dict[str, str]) -> Dict[str, Any]:
+    """Closed loop on the held-out roads: the trained arms (name -> checkpoint), the expert and
+    constant steering."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # batch-1 steps: one thread is fastest and leaves a core to the renderer
     results: Dict[str, Any] = {}
-    drivers = {"ncp_ltc": load_driver(ckpt), "expert": PurePursuitExpert(), "constant": ConstantDriver(0.0)}
+    drivers = {
+        **{name: load_driver(path) for name, path in arms.items()},
+        "expert": PurePursuitExpert(),
+        "constant": ConstantDriver(0.0),
+    }
     for name, driver in drivers.items():
         folder = out / "drive" / name
 
@@ -269,7 +277,7 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    stage = _Stages(out, total=8)
+    stage = _Stages(out, total=8 + bool(s.onpolicy_steps))
     sim_keys = [
         "seed",
         "train_minutes",
@@ -284,10 +292,15 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
     config_text = Path(s.config).read_text()
     trained = stage(
         "train",
-        {"config": config_text, "max_steps": s.max_steps, "threads": s.threads},
+        {"config": config_text, "max_steps": s.max_steps, "threads": s.threads, "branch": s.onpolicy_steps},
         lambda: train_policy(s, out, data),
     )
     ckpt = trained["checkpoint"]
+    onpolicy = (
+        stage("onpolicy", {"steps": s.onpolicy_steps}, lambda: train_onpolicy_arm(s, out, data, trained))
+        if s.onpolicy_steps
+        else {}
+    )
     baselines = stage(
         "baselines",
         {
@@ -302,9 +315,11 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
         "settings": asdict(s),
         "simulate": data,
         "train": trained,
+        "onpolicy": onpolicy,
         "baselines": baselines,
     }
-    results["drive"] = stage("drive", {"km": s.km, "conditions": s.conditions}, lambda: _drive(s, out, ckpt))
+    arms = {"ncp_ltc": ckpt, **({"ncp_ltc_onpolicy": onpolicy["checkpoint"]} if onpolicy else {})}
+    results["drive"] = stage("drive", {"km": s.km, "conditions": s.conditions}, lambda: _drive(s, out, arms))
     results["saliency"] = stage(
         "saliency",
         {"frames": s.saliency_frames},

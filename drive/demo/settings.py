@@ -53,6 +53,12 @@ class DemoSettings:
         "torch threads for training (default %(default)s: the result is the same on every "
         "machine with the same torch; 0: all cores, faster on big machines, other weights)",
     )
+    onpolicy_steps: int = option(
+        300,
+        "the on-policy arm: the NCP-LTC's run branches this many optimizer steps before its end and "
+        "trains them again with on-policy data from log replay on the training logs, driven beside "
+        "it on the same roads (default: %(default)s; 0: no arm)",
+    )
     baselines: str = option(
         "lstm,cnn", "families trained beside the NCP-LTC for the robustness comparison ('' for none)"
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -18,7 +19,14 @@ import yaml
 from drive.demo.settings import DemoSettings
 from drive.train.launch import launch
 
-__all__ = ["BASELINE_OVERRIDES", "train_policy", "train_baselines"]
+__all__ = [
+    "BASELINE_OVERRIDES",
+    "ONPOLICY_ROUNDS",
+    "branch_step",
+    "train_policy",
+    "train_onpolicy_arm",
+    "train_baselines",
+]
 
 
 # What a baseline changes in the demo profile (the shipped profile `demo`): PilotNet's VALID convolutions need
@@ -45,6 +53,11 @@ BASELINE_OVERRIDES: Dict[str, List[str]] = {
 }
 
 
+# rounds of the on-policy arm over its --onpolicy-steps (300: a round every 100 steps, the rate
+# tools/bench_onpolicy.py measured)
+ONPOLICY_ROUNDS = 3
+
+
 def _accelerator() -> List[str]:
     """Trainer overrides that put training on a CUDA GPU when there is one (said once, here)."""
     if not torch.cuda.is_available():
@@ -53,12 +66,11 @@ def _accelerator() -> List[str]:
     return ["--trainer.accelerator", "gpu", "--trainer.devices", "1"]
 
 
-def train_policy(
-    s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None
-) -> Dict[str, Any]:
-    """``drive fit`` on the demo data: the NCP-LTC (``family=None``) or a baseline, each on a step budget."""
-    root = out / "train" if family is None else out / "baselines" / family
-    shutil.rmtree(root, ignore_errors=True)
+def _fit_argv(
+    s: DemoSettings, out: Path, data: Dict[str, Any], root: Path, steps: int, val_every: int
+) -> List[str]:
+    """``drive fit`` of ``s.config`` on the demo data into ``root``; ``steps`` > 0 overrides the
+    budget, validating every ``val_every`` steps."""
     argv = [
         "fit",
         "--config",
@@ -75,29 +87,108 @@ def train_policy(
         str(root),
         *_accelerator(),
     ]
-    steps = s.baseline_steps if family is not None else s.max_steps
-    if family is not None:
-        argv += BASELINE_OVERRIDES[family]
     if steps:
         argv += ["--trainer.max_steps", str(steps)]
-        # a baseline is validated once, at the end; a shortened NCP run at least at its end
-        interval = steps if family is not None else min(steps, _val_interval(s.config))
-        argv += ["--trainer.val_check_interval", str(interval), "--trainer.check_val_every_n_epoch", "null"]
-    if s.threads:
-        torch.set_num_threads(s.threads)
-    launch(argv)  # an error of input (a bad config value, unreadable logs) propagates, naming it
+        argv += ["--trainer.val_check_interval", str(val_every), "--trainer.check_val_every_n_epoch", "null"]
+    return argv
+
+
+def train_policy(
+    s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None
+) -> Dict[str, Any]:
+    """``drive fit`` on the demo data: the NCP-LTC (``family=None``) or a baseline, each on a step budget.
+    The NCP-LTC's run also keeps its checkpoint at the on-policy arm's branch step (:func:`branch_step`)."""
+    root = out / "train" if family is None else out / "baselines" / family
+    shutil.rmtree(root, ignore_errors=True)
+    steps = s.baseline_steps if family is not None else s.max_steps
+    # a baseline is validated once, at the end; a shortened NCP run at least at its end
+    argv = _fit_argv(s, out, data, root, steps, steps if family is not None else min(steps, _val_interval(s)))
+    if family is not None:
+        argv += BASELINE_OVERRIDES[family]
+    branch = branch_step(s) if family is None else 0
+    if branch:
+        argv += _branch_checkpoint(root, branch)
+    _launch(s, argv)  # an error of input (a bad config value, unreadable logs) propagates, naming it
     # the policy is the final weights (the end of the learning-rate decay); the best-validation
     # checkpoint stays beside it for comparison
     last = root / "checkpoints" / "last.ckpt"
     best = sorted((root / "checkpoints").glob("best*.ckpt"))
+    branched = root / "branch" / f"step{branch}.ckpt"
     return {
         "checkpoint": str(last),
         "best_checkpoint": str(best[-1]) if best else "",
+        "branch_checkpoint": str(branched) if branch else "",
         "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
         "steps": _global_step(last),
         "label_lookahead_s": _label_lookahead(last),
+        "_outputs": [last, *([branched] if branch else [])],
+    }
+
+
+def train_onpolicy_arm(
+    s: DemoSettings, out: Path, data: Dict[str, Any], trained: Dict[str, Any]
+) -> Dict[str, Any]:
+    """The on-policy arm: the NCP-LTC's own run resumed from its checkpoint at :func:`branch_step`
+    and trained to the same final step with on-policy data from log replay on the training logs
+    (``--onpolicy.*``, :mod:`drive.train.onpolicy`): the same seeds, data order, learning-rate
+    schedule and step budget; only the last ``--onpolicy-steps`` steps' batches differ."""
+    root = out / "train_onpolicy"
+    shutil.rmtree(root, ignore_errors=True)
+    branch = branch_step(s)
+    every = max(1, s.onpolicy_steps // ONPOLICY_ROUNDS)
+    argv = _fit_argv(s, out, data, root, s.max_steps, min(s.max_steps, _val_interval(s)))
+    argv += _branch_checkpoint(root, branch)  # the callbacks of the run it resumes (none saves here)
+    argv += ["--onpolicy.every_n_steps", str(every), "--ckpt_path", trained["branch_checkpoint"]]
+    with warnings.catch_warnings():  # the resumed checkpoints' folders are new on purpose
+        warnings.filterwarnings("ignore", message="The dirpath has changed")
+        _launch(s, argv)
+    last = root / "checkpoints" / "last.ckpt"
+    rounds = torch.load(last, map_location="cpu", weights_only=True)["callbacks"]
+    state = next((v for k, v in rounds.items() if k.startswith("OnPolicyData")), {})
+    return {
+        "checkpoint": str(last),
+        "steps": _global_step(last),
+        "branch_step": branch,
+        "every_n_steps": every,
+        "rounds": len(state.get("rounds", [])),
+        "visited_steps": int(sum(len(r["frame"]) for r in state.get("rounds", []))),
         "_outputs": [last],
     }
+
+
+def branch_step(s: DemoSettings) -> int:
+    """The step the on-policy arm branches from the NCP-LTC's run (0: no arm)."""
+    if not s.onpolicy_steps:
+        return 0
+    total = s.max_steps or _config_steps(s)
+    if not 0 < s.onpolicy_steps < total:
+        raise ValueError(
+            f"--onpolicy-steps must be 0 or within 1..{total - 1} (the run's steps), got {s.onpolicy_steps}"
+        )
+    return total - s.onpolicy_steps
+
+
+def _branch_checkpoint(root: Path, step: int) -> List[str]:
+    """A Lightning ``ModelCheckpoint`` keeping the run's checkpoint at ``step`` (``branch/step<N>.ckpt``)."""
+    return [
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        "--trainer.callbacks.dirpath",
+        str(root / "branch"),
+        "--trainer.callbacks.filename",
+        "step{step}",
+        "--trainer.callbacks.auto_insert_metric_name",
+        "false",
+        "--trainer.callbacks.every_n_train_steps",
+        str(step),
+        "--trainer.callbacks.save_top_k",
+        "-1",
+    ]
+
+
+def _launch(s: DemoSettings, argv: List[str]) -> None:
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    launch(argv)
 
 
 def _global_step(ckpt: Path) -> int:
@@ -110,11 +201,22 @@ def _label_lookahead(ckpt: Path) -> Optional[float]:
     return torch.load(ckpt, map_location="cpu", weights_only=True).get("drive", {}).get("label_lookahead_s")
 
 
-def _val_interval(config: str) -> int:
+def _trainer_config(s: DemoSettings) -> Dict[str, Any]:
+    return (yaml.safe_load(Path(s.config).read_text()) or {}).get("trainer") or {}
+
+
+def _val_interval(s: DemoSettings) -> int:
     """The config's validation interval in optimizer steps (``trainer.val_check_interval``)."""
-    trainer = (yaml.safe_load(Path(config).read_text()) or {}).get("trainer") or {}
-    interval = trainer.get("val_check_interval")
+    interval = _trainer_config(s).get("val_check_interval")
     return int(interval) if isinstance(interval, int) and interval > 0 else 1 << 30
+
+
+def _config_steps(s: DemoSettings) -> int:
+    """The config's step budget (``trainer.max_steps``)."""
+    steps = _trainer_config(s).get("max_steps")
+    if not isinstance(steps, int) or steps <= 0:
+        raise ValueError(f"{s.config}: trainer.max_steps is not a step budget; the on-policy arm needs one")
+    return steps
 
 
 def train_baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[str, Any]:

@@ -16,7 +16,8 @@ IEEE RA-L 2020) trains in this loop.
   preprocessing caches: model-size frames re-rendered with the cache's own calibration), batched,
   in a separate process (``process: true``) while training goes on; its result joins the buffer
   ``every_n_steps // 2`` steps later (waiting for it then, if it is not done: where a round lands never
-  depends on speed). Rollouts are seeded by ``(seed, step)``.
+  depends on speed); a round that would land after ``max_steps`` is not started. Rollouts are seeded
+  by ``(seed, step)``.
 - **the buffer** keeps every visited step (recorded frame, camera offset, label, speed, the elapsed
   time the rollout used): all rounds (``keep_rounds: 0``, DAgger's growing aggregate) or the last
   ``keep_rounds`` (a ring).
@@ -90,6 +91,11 @@ def run_round(
 
     done = rollout(worlds, ids, act, steps, lookahead_s=lookahead[0], min_lookahead_m=lookahead[1])
     return done.to_dict()
+
+
+def _before_end(trainer: L.Trainer, step: int) -> bool:
+    """Whether a batch at ``step`` is still trained (a round landing later would only be waited for)."""
+    return trainer.max_steps is None or trainer.max_steps < 0 or step < trainer.max_steps
 
 
 def _count_in_windows(flags: np.ndarray, t: int) -> np.ndarray:
@@ -204,7 +210,8 @@ class OnPolicyData(L.Callback):
         step = trainer.global_step
         if self.pending is not None and step >= self.pending["step"] + max(1, self.every // 2):
             self._land()
-        if step > 0 and step % self.every == 0 and self.pending is None:
+        lands = step + max(1, self.every // 2)
+        if step > 0 and step % self.every == 0 and self.pending is None and _before_end(trainer, lands):
             weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.policy.state_dict().items()}
             self._submit(pl_module, step, weights)
         self._mix(batch, step)
