@@ -1,7 +1,8 @@
 """The corrected label's look-ahead fitted on the logs (drive.replay.labels): on logs with DART
 recoveries the labels of a look-ahead longer than the recording expert's leave the logs' own paths
 and the fit lands near the expert's (0.9 s); on logs without recoveries nothing is identified and
-2 s is kept. Through drive fit, ``lookahead_s: fit`` reaches the augmentation and the checkpoint."""
+the default for such logs (1 s, not the longest candidate: erring long is what hurts) is used.
+Through drive fit, ``lookahead_s: fit`` reaches the augmentation and the checkpoint."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from drive.data.augment import AugmentConfig, Augmenter
 from drive.data.cache import cache_recordings
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
-from drive.replay.labels import fit_lookahead, track_with_labels
+from drive.replay.labels import UNIDENTIFIED_S, fit_lookahead, track_with_labels
 from drive.replay.rollout import cached_paths, cached_world
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.record import simulate
@@ -47,12 +48,18 @@ def test_on_logs_with_recoveries_long_labels_leave_the_path_and_the_fit_finds_th
     assert "label look-ahead" in fit.summary()
 
 
-def test_on_logs_without_recoveries_nothing_is_identified_and_2_s_is_kept(tmp_path):
+def test_on_logs_without_recoveries_nothing_is_identified_and_1_s_is_used(tmp_path):
     fit = fit_lookahead(_worlds(tmp_path, 0.0), 5.0)
-    assert fit.lookahead_s == 2.0 and not fit.identified and len(fit.trials) == 1
+    assert fit.lookahead_s == UNIDENTIFIED_S == 1.0 and not fit.identified and len(fit.trials) == 1
+    assert fit.trials[0].lookahead_s == 2.0 and fit.trials[0].kept
     assert fit.trials[0].max_offset_m < 0.05  # the recorded commands drive the recorded path
-    nothing = fit_lookahead([], 5.0)  # no path of 30 m: nothing tried, the longest kept
-    assert nothing.lookahead_s == 2.0 and not nothing.trials and "no reference path" in nothing.summary()
+    assert "no recoveries" in fit.summary() and "1 s" in fit.summary()
+    nothing = fit_lookahead([], 5.0)  # no path of 30 m: nothing tried
+    assert (
+        nothing.lookahead_s == UNIDENTIFIED_S
+        and not nothing.trials
+        and "no reference path" in nothing.summary()
+    )
 
 
 def test_lookahead_setting_is_a_positive_number_or_fit():

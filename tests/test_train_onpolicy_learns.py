@@ -91,7 +91,7 @@ def test_on_policy_data_cuts_the_interventions_of_a_policy_trained_without_recov
     finally:
         torch.set_num_threads(threads)
     state = torch.load(onpolicy, weights_only=True)["callbacks"]["OnPolicyData"]
-    assert len(state["rounds"]) == STEPS // 40 - 1  # the round started at step 200 never lands
+    assert len(state["rounds"]) == STEPS // 40 - 1  # rounds at steps 40-160; the run ends at 200
     logs = record_logs(tmp_path / "held_out", seeds=[61, 62, 63], km=1.5, recording_km=0.5)
     bc, op = _replay(plain, logs), _replay(onpolicy, logs)
     print(

@@ -20,7 +20,7 @@ def fit_on_recordings(
     recordings: Sequence[CachedRecording], fps: float, min_lookahead_m: float
 ) -> LookaheadFit:
     """The fit on the reference paths of ``recordings`` that have camera calibration (the others'
-    labels are never corrected) and a 30 m stretch; with none, the longest candidate."""
+    labels are never corrected) and a 30 m stretch; with none, ``UNIDENTIFIED_S``."""
     calibrated = [r for r in recordings if model_camera(r.info) is not None]
     worlds = [cached_world(calibrated[i], p, fps, 0.0) for i, p in drivable_paths(calibrated)]
     return fit_lookahead(worlds, min_lookahead_m)
