@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from drive.demo.run import _Stages
 
 
@@ -124,3 +126,18 @@ def test_help_of_the_commands_imports_neither_torch_nor_lightning() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert "--train-minutes" in done.stdout and "--noise-std" in done.stdout  # demo's, evaluate's options
     assert done.stdout.strip().endswith("[]"), done.stdout[-500:]
+
+
+@pytest.mark.parametrize("steps", ["-1", "1800", "5000"])
+def test_an_on_policy_arm_as_long_as_the_run_is_refused_before_anything_runs(
+    tmp_path: Path, capsys, steps: str
+) -> None:
+    """`--onpolicy-steps` must leave the arm a branch point inside the run (the demo profile: 1,800
+    steps); a bad value is one line, exit 2, before any log is simulated."""
+    from drive.cli import main
+
+    code = main(["demo", "--out", str(tmp_path / "demo"), "--onpolicy-steps", steps])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err[-2000:]
+    assert f"--onpolicy-steps must be 0 or within 1..1799 (the run's steps), got {steps}" in err
+    assert not (tmp_path / "demo").exists()

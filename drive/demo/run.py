@@ -43,7 +43,13 @@ import torch
 from drive.checkpoint import load_policy
 from drive.demo.report import write_report
 from drive.demo.settings import DemoSettings
-from drive.demo.training import BASELINE_OVERRIDES, train_baselines, train_onpolicy_arm, train_policy
+from drive.demo.training import (
+    BASELINE_OVERRIDES,
+    branch_step,
+    train_baselines,
+    train_onpolicy_arm,
+    train_policy,
+)
 from drive.evaluate.closed_form_fidelity import closed_form_report
 from drive.evaluate.robustness import RobustnessConfig, robustness_report
 from drive.explain.video import saliency_video
@@ -274,6 +280,7 @@ def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Dict[str,
 def run_demo(s: DemoSettings) -> Dict[str, Any]:
     """Run every stage (skipping finished ones) and write ``<out>/REPORT.md``; returns the summary."""
     s = replace(s, config=resolve_config(s.config))  # a shipped profile's name -> its file
+    branch_step(s)  # a bad --onpolicy-steps is named before anything runs
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
