@@ -1,6 +1,6 @@
 """``drive demo``'s options come from :class:`DemoSettings`' fields (drive.cli.demo): each flag's
 spelling, type, default and help are those the hand-written parser had (the table below is what it
-produced), and the parsed defaults are the settings' defaults."""
+produced, plus the options added since), and the parsed defaults are the settings' defaults."""
 
 from __future__ import annotations
 
@@ -60,6 +60,15 @@ BEFORE = [
         2,
         "torch threads for training (default %(default)s: the result is the same on every machine "
         "with the same torch; 0: all cores, faster on big machines, other weights)",
+    ),
+    (
+        "--onpolicy-steps",
+        "onpolicy_steps",
+        int,
+        300,
+        "the on-policy arm: the NCP-LTC's run branches this many optimizer steps before its end and "
+        "trains them again with on-policy data from log replay on the training logs, driven beside "
+        "it on the same roads (default: %(default)s; 0: no arm)",
     ),
     (
         "--baselines",
