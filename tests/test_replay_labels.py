@@ -1,7 +1,7 @@
 """The corrected label's look-ahead fitted on the logs (drive.replay.labels): on logs with DART
 recoveries the labels of a look-ahead longer than the recording expert's leave the logs' own paths
 and the fit lands near the expert's (0.9 s); on logs without recoveries nothing is identified and
-the default for such logs (1 s, not the longest candidate: erring long is what hurts) is used.
+the default for such logs (0.71 s, not the longest candidate: erring long is what hurts) is used.
 Through drive fit, ``lookahead_s: fit`` reaches the augmentation and the checkpoint."""
 
 from __future__ import annotations
@@ -48,12 +48,12 @@ def test_on_logs_with_recoveries_long_labels_leave_the_path_and_the_fit_finds_th
     assert "label look-ahead" in fit.summary()
 
 
-def test_on_logs_without_recoveries_nothing_is_identified_and_1_s_is_used(tmp_path):
+def test_on_logs_without_recoveries_nothing_is_identified_and_a_short_default_is_used(tmp_path):
     fit = fit_lookahead(_worlds(tmp_path, 0.0), 5.0)
-    assert fit.lookahead_s == UNIDENTIFIED_S == 1.0 and not fit.identified and len(fit.trials) == 1
+    assert fit.lookahead_s == UNIDENTIFIED_S == 0.71 and not fit.identified and len(fit.trials) == 1
     assert fit.trials[0].lookahead_s == 2.0 and fit.trials[0].kept
     assert fit.trials[0].max_offset_m < 0.05  # the recorded commands drive the recorded path
-    assert "no recoveries" in fit.summary() and "1 s" in fit.summary()
+    assert "no recoveries" in fit.summary() and "0.71 s" in fit.summary()
     nothing = fit_lookahead([], 5.0)  # no path of 30 m: nothing tried
     assert (
         nothing.lookahead_s == UNIDENTIFIED_S

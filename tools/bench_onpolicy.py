@@ -12,7 +12,9 @@ Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training 
 - ``both``:     the two combined;
 - ``*_2s``:     the same with the labels' look-ahead at 2 s, the default before it was fitted
   (``both_envelope_2s``: on-policy windows only within 0.6 m and 4 deg of the recorded frame's camera);
-- ``*_la09``:   the same at the recording expert's own look-ahead (0.9 s, at least 6 m).
+- ``*_la09``:   the same at the recording expert's own look-ahead (0.9 s, at least 6 m);
+- ``bc_la07``:  at 0.71 s, the look-ahead the fit chose on the demo's 30 minutes and the one logs
+  without recoveries get (``clean``'s ``bc`` is this run); ``*_la10``: at 1 s.
 
 Data: ``small`` = 5 minutes of built-in logs (``drive simulate --minutes 5 --seed 0 --fps 10
 --noise-std 0.015``) with the demo's validation logs; ``clean`` = the same without DART noise (an
@@ -65,6 +67,9 @@ ARMS: Dict[str, List[str]] = {
     "both_2s": [*ONPOLICY, *LABELS_2S],
     "both_envelope_2s": [*ONPOLICY, *ENVELOPE, *LABELS_2S],
     "bc_la09": EXPERT_LA,
+    "bc_la07": ["--data.augment.lookahead_s", "0.71"],  # what the fit chose on the demo's 30 minutes
+    "bc_la10": ["--data.augment.lookahead_s", "1.0"],
+    "both_la10": [*ONPOLICY, "--data.augment.lookahead_s", "1.0"],
     "both_la09": [*ONPOLICY, *EXPERT_LA],
 }
 

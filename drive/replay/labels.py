@@ -18,9 +18,10 @@ reference path, every step, the command is the label for the car's pose. It retu
 look-ahead of :data:`CANDIDATES_S` whose labels keep every path within ``margin_m`` (0.8 m, inside
 the safety driver's 1 m) and its heading rule. On logs without recoveries every look-ahead keeps
 the path exactly (the recorded commands drive it) and the gain cannot be seen; then
-:data:`UNIDENTIFIED_S` (1 s) is used, near the built-in expert's 0.9 s. Erring long is what hurts:
-trained on 5 minutes of the built-in world's logs recorded without DART noise, the demo profile
-drove 24 km of held-out roads at 5.29 interventions/km with labels at 2 s and at 0.21/km at 0.9 s.
+:data:`UNIDENTIFIED_S` (0.71 s) is used. Erring long is what hurts, erring short did not: trained on
+5 minutes of the built-in world's logs recorded without DART noise (expert at 0.9 s), the demo
+profile drove 24 km of held-out roads at 5.29 interventions/km with labels at 2 s, 0.92/km at 1 s,
+0.21/km at 0.9 s and 0.04/km at 0.71 s.
 
 The rule is a worst case, so it errs short (stronger corrections than the demonstrator's) where the
 recoveries come close to the margin, and more so on more logs: from an expert at 0.9 s it chose
@@ -49,7 +50,7 @@ __all__ = [
 ]
 
 CANDIDATES_S = (2.0, 1.68, 1.41, 1.19, 1.0, 0.84, 0.71, 0.59, 0.5)  # longest first, x0.84 apart
-UNIDENTIFIED_S = 1.0  # the look-ahead of logs whose recoveries do not show the demonstrator's gain
+UNIDENTIFIED_S = 0.71  # the look-ahead of logs whose recoveries do not show the demonstrator's gain
 MARGIN_M = 0.8  # the labels must keep the path this close (the safety driver takes over at 1 m)
 _NO_RECOVERY_M = 0.05  # the longest look-ahead stays this close: the logs show no recoveries
 
