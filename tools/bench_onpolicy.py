@@ -18,7 +18,8 @@ Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training 
 
 Data: ``small`` = 5 minutes of built-in logs (``drive simulate --minutes 5 --seed 0 --fps 10
 --noise-std 0.015``) with the demo's validation logs; ``clean`` = the same without DART noise (an
-autopilot logged without recoveries: the labels' look-ahead cannot be fitted and stays 2 s);
+autopilot logged without recoveries: the labels' look-ahead cannot be fitted and is 0.71 s,
+``UNIDENTIFIED_S``);
 ``full`` = the demo's 30 minutes (its ``bc`` arm
 is the demo's own policy when ``--steps`` is the demo's and it was trained with a fitted look-ahead).
 Measured: interventions per km with the exact 95 % interval in the built-in world's closed loop on
