@@ -19,7 +19,9 @@ Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training 
 Data: ``small`` = 5 minutes of built-in logs (``drive simulate --minutes 5 --seed 0 --fps 10
 --noise-std 0.015``) with the demo's validation logs; ``clean`` = the same without DART noise (an
 autopilot logged without recoveries: the labels' look-ahead cannot be fitted and is 0.71 s,
-``UNIDENTIFIED_S``);
+``UNIDENTIFIED_S``); ``camera`` = 5 minutes made differently (a low, wide camera at 12 m/s, with
+DART noise) and ``camera_clean`` the same without recoveries, the nearest stand-in here for another
+simulator's autopilot logs;
 ``full`` = the demo's 30 minutes (its ``bc`` arm
 is the demo's own policy when ``--steps`` is the demo's and it was trained with a fitted look-ahead).
 Measured: interventions per km with the exact 95 % interval in the built-in world's closed loop on
@@ -101,12 +103,15 @@ def dataset(name: str, demo: Path, out: Path) -> Dict[str, Any]:
         noise = 0.015 if name == "small" else 0.0
         train = _recorded(out / "data" / name, 5.0, 0, noise_std=noise, recording_minutes=0.5)
         return {"train": train, **same}
-    if name != "camera":
-        raise ValueError(f"--data: unknown dataset {name!r}; choose from small, clean, full, camera")
+    if name not in ("camera", "camera_clean"):
+        raise ValueError(
+            f"--data: unknown dataset {name!r}; choose from small, clean, full, camera, camera_clean"
+        )
     root = out / "data" / "camera"
     other = dict(camera=Camera.default(**SECOND_CAMERA), speed_mps=SECOND_SPEED_MPS)
+    noise, train = (0.015, "train") if name == "camera" else (0.0, "train_clean")
     return {
-        "train": _recorded(root / "train", 5.0, 0, noise_std=0.015, recording_minutes=0.5, **other),
+        "train": _recorded(root / train, 5.0, 0, noise_std=noise, recording_minutes=0.5, **other),
         "val": _recorded(root / "val", 2.0, 404, split="test", noise_std=0.0, **other),
         "replay": _recorded(root / "heldout", 8.0, 505, split="test", noise_std=0.0, **other),
         **other,
