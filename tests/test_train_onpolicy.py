@@ -154,3 +154,24 @@ def test_without_augmentation_rollouts_label_at_the_look_ahead_fitted_on_the_log
     args = (done["left_m"], done["yaw_rad"], done["speed_mps"])
     np.testing.assert_allclose(done["label_per_m"], corrected_curvature(recorded, *args, lookahead_s, 5.0))
     assert not np.allclose(done["label_per_m"], corrected_curvature(recorded, *args, 2.0, 5.0))
+
+
+def test_dart_noise_in_a_round_moves_the_car_and_keeps_the_labels_of_the_states_visited(cached):
+    """``noise_std``: the executed commands carry DART noise, reproducibly by seed; the labels stay
+    the corrected labels of wherever the car was pushed."""
+    from drive.data.viewpoint import corrected_curvature
+    from drive.nn.heads import NCPConvHead
+    from drive.nn.policy import Policy
+    from drive.train.onpolicy import run_round
+
+    torch.manual_seed(0)
+    policy = Policy(NCPConvHead(SIZE), None, frame_period_s=0.1)
+    args = ([str(cached.directory)], policy.config(), policy.state_dict(), 5, 2, 40, [0.9, 5.0])
+    quiet, noisy, again = run_round(*args), run_round(*args, 0.02), run_round(*args, 0.02)
+    np.testing.assert_allclose(noisy["left_m"], again["left_m"], atol=1e-9)
+    assert np.abs(noisy["left_m"] - quiet["left_m"]).max() > 0.05
+    recorded = cached.curvature[noisy["frame"]]
+    label = corrected_curvature(recorded, noisy["left_m"], noisy["yaw_rad"], noisy["speed_mps"], 0.9, 5.0)
+    np.testing.assert_allclose(noisy["label_per_m"], label, atol=1e-12)
+    with pytest.raises(ValueError, match="noise_std"):
+        OnPolicyData(every_n_steps=10, noise_std=-0.01)

@@ -10,6 +10,8 @@ Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training 
 - ``bc_noview``: behaviour cloning on the logs' DART recoveries only (no viewpoint augmentation);
 - ``onpolicy``: on-policy data from log replay (``--onpolicy.*``), no viewpoint augmentation;
 - ``both``:     the two combined;
+- ``both_noise``: both, with DART noise (0.015 1/m, the recordings') on the commands the car executes
+  in the rollouts, so the policy also visits its own recoveries;
 - ``*_2s``:     the same with the labels' look-ahead at 2 s, the default before it was fitted
   (``both_envelope_2s``: on-policy windows only within 0.6 m and 4 deg of the recorded frame's camera);
 - ``*_la09``:   the same at the recording expert's own look-ahead (0.9 s, at least 6 m);
@@ -74,6 +76,7 @@ ARMS: Dict[str, List[str]] = {
     "bc_la10": ["--data.augment.lookahead_s", "1.0"],
     "both_la10": [*ONPOLICY, "--data.augment.lookahead_s", "1.0"],
     "both_la09": [*ONPOLICY, *EXPERT_LA],
+    "both_noise": [*ONPOLICY, "--onpolicy.noise_std", "0.015"],  # DART noise in the rollouts
 }
 
 

@@ -45,6 +45,7 @@ from drive.data.dataset import sample_weights
 from drive.nn.policy import Policy
 from drive.replay.rollout import Rollout, cached_world, drivable_paths, rollout
 from drive.replay.view import ViewSynthesis
+from drive.sim.expert import SteeringNoise
 from drive.train.label_lookahead import fit_on_recordings
 
 __all__ = ["OnPolicyData", "run_round"]
@@ -58,9 +59,11 @@ def run_round(
     episodes: int,
     steps: int,
     lookahead: List[float],
+    noise_std: float = 0.0,
 ) -> Dict[str, np.ndarray]:
     """One round of rollouts (:class:`~drive.replay.rollout.Rollout` as a dict of arrays); runs in the
-    rollout process, one torch thread, or in the training process."""
+    rollout process, one torch thread, or in the training process. ``noise_std`` > 0 adds DART's
+    Ornstein-Uhlenbeck noise (1/m, 1 s) to the commands the car executes, one stream per episode."""
     torch.set_num_threads(1)
     policy = Policy.from_config(policy_config)
     policy.load_state_dict(weights)
@@ -80,6 +83,7 @@ def run_round(
         ids.append(i)
     hidden = policy.initial_state(episodes)
     fresh = policy.initial_state(1)
+    noise = [SteeringNoise(noise_std, seed=seed * 1_000_003 + e) for e in range(episodes)]
 
     def act(views: np.ndarray, rows: np.ndarray, start: np.ndarray) -> np.ndarray:
         h = hidden[rows]
@@ -87,7 +91,9 @@ def run_round(
         x = torch.from_numpy(views).permute(0, 3, 1, 2).float().div_(255.0)
         with torch.inference_mode():
             curvature, hidden[rows] = policy.step(x, h, torch.full((len(rows),), 1.0 / fps))
-        return curvature.numpy()
+        if not noise_std:
+            return curvature.numpy()
+        return curvature.numpy() + np.array([noise[int(e)](1.0 / fps) for e in rows])
 
     done = rollout(worlds, ids, act, steps, lookahead_s=lookahead[0], min_lookahead_m=lookahead[1])
     return done.to_dict()
@@ -114,6 +120,9 @@ class OnPolicyData(L.Callback):
         keep_rounds: rounds kept in the buffer (0 = all: DAgger's aggregate).
         process: roll out in a separate process while training goes on (else in the training process).
         seed: the rollouts' and draws' seed.
+        noise_std: DART noise (Laskey et al., CoRL 2017) on the commands the car executes in the
+            rollouts, 1/m (Ornstein-Uhlenbeck, 1 s; 0 = none): the policy then also visits its own
+            recoveries from being pushed off the path; labels are those of the states visited.
         max_offset_m, max_yaw_deg: train only on windows whose every step lies within this lateral
             offset and heading error from the recorded frame's camera (0 = no limit), e.g. the
             envelope of viewpoint augmentation, where the re-rendered views are most faithful.
@@ -130,14 +139,19 @@ class OnPolicyData(L.Callback):
         seed: int = 0,
         max_offset_m: float = 0.0,
         max_yaw_deg: float = 0.0,
+        noise_std: float = 0.0,
     ) -> None:
         if every_n_steps < 0 or episodes < 1 or not episode_s > 0 or not 0.0 < share < 1.0 or keep_rounds < 0:
             raise ValueError(
                 "onpolicy: every_n_steps >= 0, episodes >= 1, episode_s > 0, 0 < share < 1 and "
                 f"keep_rounds >= 0, got {every_n_steps}, {episodes}, {episode_s}, {share}, {keep_rounds}"
             )
-        if max_offset_m < 0 or max_yaw_deg < 0:
-            raise ValueError(f"onpolicy: max_offset_m, max_yaw_deg >= 0, got {max_offset_m}, {max_yaw_deg}")
+        if max_offset_m < 0 or max_yaw_deg < 0 or not noise_std >= 0:
+            raise ValueError(
+                "onpolicy: max_offset_m, max_yaw_deg, noise_std >= 0, got "
+                f"{max_offset_m}, {max_yaw_deg}, {noise_std}"
+            )
+        self.noise_std = float(noise_std)
         self.max_offset_m, self.max_yaw_rad = float(max_offset_m), float(np.radians(max_yaw_deg))
         self.every, self.episodes, self.episode_s = int(every_n_steps), int(episodes), float(episode_s)
         self.share, self.keep, self.process, self.seed = float(share), int(keep_rounds), process, int(seed)
@@ -191,6 +205,7 @@ class OnPolicyData(L.Callback):
             self.episodes,
             max(1, int(round(self.episode_s * fps))),
             self.lookahead,
+            self.noise_std,
         )
         if self._pool is not None:
             self._job = self._pool.submit(run_round, *args)
