@@ -18,6 +18,7 @@ import yaml
 
 from drive.demo.settings import DemoSettings
 from drive.train.launch import launch
+from drive.train.onpolicy import OnPolicyData
 
 __all__ = [
     "BASELINE_OVERRIDES",
@@ -143,8 +144,8 @@ def train_onpolicy_arm(
         warnings.filterwarnings("ignore", message="The dirpath has changed")
         _launch(s, argv)
     last = root / "checkpoints" / "last.ckpt"
-    rounds = torch.load(last, map_location="cpu", weights_only=True)["callbacks"]
-    state = next((v for k, v in rounds.items() if k.startswith("OnPolicyData")), {})
+    callbacks = torch.load(last, map_location="cpu", weights_only=True)["callbacks"]
+    state = callbacks.get(OnPolicyData.__qualname__, {})  # Lightning's key: the callback's class name
     return {
         "checkpoint": str(last),
         "steps": _global_step(last),
