@@ -12,6 +12,7 @@ Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training 
 - ``both``:     the two combined;
 - ``both_noise``: both, with DART noise (0.015 1/m, the recordings') on the commands the car executes
   in the rollouts, so the policy also visits its own recoveries;
+- ``*_seed1``: the same with training seed 1 (the run-to-run variance of an arm);
 - ``*_2s``:     the same with the labels' look-ahead at 2 s, the default before it was fitted
   (``both_envelope_2s``: on-policy windows only within 0.6 m and 4 deg of the recorded frame's camera);
 - ``*_la09``:   the same at the recording expert's own look-ahead (0.9 s, at least 6 m);
@@ -77,6 +78,8 @@ ARMS: Dict[str, List[str]] = {
     "both_la10": [*ONPOLICY, "--data.augment.lookahead_s", "1.0"],
     "both_la09": [*ONPOLICY, *EXPERT_LA],
     "both_noise": [*ONPOLICY, "--onpolicy.noise_std", "0.015"],  # DART noise in the rollouts
+    "bc_seed1": ["--seed_everything", "1"],  # another training seed: run-to-run variance
+    "both_noise_seed1": [*ONPOLICY, "--onpolicy.noise_std", "0.015", "--seed_everything", "1"],
 }
 
 
