@@ -79,6 +79,7 @@ ARMS: Dict[str, List[str]] = {
     "both_la09": [*ONPOLICY, *EXPERT_LA],
     "both_noise": [*ONPOLICY, "--onpolicy.noise_std", "0.015"],  # DART noise in the rollouts
     "bc_seed1": ["--seed_everything", "1"],  # another training seed: run-to-run variance
+    "both_seed1": [*ONPOLICY, "--seed_everything", "1"],
     "both_noise_seed1": [*ONPOLICY, "--onpolicy.noise_std", "0.015", "--seed_everything", "1"],
 }
 
