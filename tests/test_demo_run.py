@@ -156,6 +156,7 @@ def test_reduced_demo_runs_every_stage_and_names_the_failed_criteria(tmp_path: P
     assert state["pending"] is None and len(state["rounds"]) == 1
     assert (out / "drive" / "ncp_ltc_onpolicy" / "metrics.json").is_file()
     assert "## On-policy data (the other arm)" in report and "NCP-LTC + on-policy data" in report
+    assert arm["noise_std"] > 0 and f"DART noise of {arm['noise_std']:g} 1/m" in report
     assert any(r.get("interventions_per_km") is not None for r in stamps["robustness"]["rows"])
     # a second run finds every stage done and redoes nothing
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)

@@ -8,10 +8,13 @@ Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training 
 - ``bc``:       behaviour cloning with viewpoint augmentation (the demo), labels at the look-ahead
   fitted on the training logs (``lookahead_s: fit``, :mod:`drive.replay.labels`);
 - ``bc_noview``: behaviour cloning on the logs' DART recoveries only (no viewpoint augmentation);
-- ``onpolicy``: on-policy data from log replay (``--onpolicy.*``), no viewpoint augmentation;
-- ``both``:     the two combined;
-- ``both_noise``: both, with DART noise (0.015 1/m, the recordings') on the commands the car executes
-  in the rollouts, so the policy also visits its own recoveries;
+- ``both``:     behaviour cloning with viewpoint augmentation and on-policy data from log replay
+  (``--onpolicy.*``: a round of 16 episodes of 20 s every 100 steps, share 0.25) with DART noise
+  (0.015 1/m, the default) on the commands the car executes in the rounds;
+- ``both_quiet``: the same with rounds without noise (``--onpolicy.noise_std 0``, the rounds before
+  2026-11-28); the ``onpolicy``, ``both_2s``, ``both_envelope_2s`` and ``both_la*`` arms below are
+  quiet too;
+- ``onpolicy``: on-policy data without viewpoint augmentation;
 - ``*_seed1``: the same with training seed 1 (the run-to-run variance of an arm);
 - ``*_2s``:     the same with the labels' look-ahead at 2 s, the default before it was fitted
   (``both_envelope_2s``: on-policy windows only within 0.6 m and 4 deg of the recorded frame's camera);
@@ -60,27 +63,27 @@ from drive.sim.world import DEFAULT_SPEED_MPS
 
 ROOT = Path(__file__).resolve().parents[1]
 ONPOLICY = ["--onpolicy.every_n_steps", "100", "--onpolicy.episodes", "16", "--onpolicy.episode_s", "20"]
+QUIET = [*ONPOLICY, "--onpolicy.noise_std", "0"]  # rounds without DART noise (before 2026-11-28)
 LABELS_2S = ["--data.augment.lookahead_s", "2.0"]  # the label look-ahead before it was fitted
 EXPERT_LA = ["--data.augment.lookahead_s", "0.9", "--data.augment.min_lookahead_m", "6"]  # the recorder's
 ENVELOPE = ["--onpolicy.max_offset_m", "0.6", "--onpolicy.max_yaw_deg", "4"]
 ARMS: Dict[str, List[str]] = {
     "bc": [],
     "bc_noview": ["--data.augment.viewpoint_p", "0"],  # DART recoveries only: the onpolicy arm's base
-    "onpolicy": [*ONPOLICY, "--data.augment.viewpoint_p", "0"],
     "both": ONPOLICY,
+    "both_quiet": QUIET,
+    "onpolicy": [*QUIET, "--data.augment.viewpoint_p", "0"],
     "bc_2s": LABELS_2S,
-    "onpolicy_2s": [*ONPOLICY, "--data.augment.viewpoint_p", "0", *LABELS_2S],
-    "both_2s": [*ONPOLICY, *LABELS_2S],
-    "both_envelope_2s": [*ONPOLICY, *ENVELOPE, *LABELS_2S],
+    "onpolicy_2s": [*QUIET, "--data.augment.viewpoint_p", "0", *LABELS_2S],
+    "both_2s": [*QUIET, *LABELS_2S],
+    "both_envelope_2s": [*QUIET, *ENVELOPE, *LABELS_2S],
     "bc_la09": EXPERT_LA,
     "bc_la07": ["--data.augment.lookahead_s", "0.71"],  # what the fit chose on the demo's 30 minutes
     "bc_la10": ["--data.augment.lookahead_s", "1.0"],
-    "both_la10": [*ONPOLICY, "--data.augment.lookahead_s", "1.0"],
-    "both_la09": [*ONPOLICY, *EXPERT_LA],
-    "both_noise": [*ONPOLICY, "--onpolicy.noise_std", "0.015"],  # DART noise in the rollouts
+    "both_la10": [*QUIET, "--data.augment.lookahead_s", "1.0"],
+    "both_la09": [*QUIET, *EXPERT_LA],
     "bc_seed1": ["--seed_everything", "1"],  # another training seed: run-to-run variance
     "both_seed1": [*ONPOLICY, "--seed_everything", "1"],
-    "both_noise_seed1": [*ONPOLICY, "--onpolicy.noise_std", "0.015", "--seed_everything", "1"],
 }
 
 

@@ -229,7 +229,8 @@ def _onpolicy_section(arm: Optional[Dict[str, Any]], drive: Dict[str, Any]) -> L
         "",
         f"The same run resumed from its step-{arm['branch_step']} checkpoint and trained to step "
         f"{arm['steps']} again with on-policy data: every {arm['every_n_steps']} steps the current "
-        "policy drove the training logs in log replay, and windows of the states it visited, with "
+        "policy drove the training logs in log replay, with DART noise of "
+        f"{arm.get('noise_std', 0.0):g} 1/m on its commands, and windows of the states it visited, with "
         "labels corrected back to the recorded path, replaced a quarter of every batch "
         f"({arm['rounds']} rounds, {arm['visited_steps']} visited steps). Same seeds, data order, "
         "learning-rate schedule and step budget; only the last steps' batches differ (docs/training.md, "

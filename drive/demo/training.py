@@ -18,7 +18,7 @@ import yaml
 
 from drive.demo.settings import DemoSettings
 from drive.train.launch import launch
-from drive.train.onpolicy import OnPolicyData
+from drive.train.onpolicy import DART_NOISE_STD, OnPolicyData
 
 __all__ = [
     "BASELINE_OVERRIDES",
@@ -151,6 +151,7 @@ def train_onpolicy_arm(
         "steps": _global_step(last),
         "branch_step": branch,
         "every_n_steps": every,
+        "noise_std": DART_NOISE_STD,  # the rounds' DART noise (OnPolicyData's default)
         "rounds": len(state.get("rounds", [])),
         "visited_steps": int(sum(len(r["frame"]) for r in state.get("rounds", []))),
         "_outputs": [last],

@@ -13,7 +13,8 @@ IEEE RA-L 2020) trains in this loop.
 
 - **rounds**: at every ``every_n_steps``-th step a snapshot of the policy's weights drives
   ``episodes`` episodes of ``episode_s`` seconds at random places of the training recordings (their
-  preprocessing caches: model-size frames re-rendered with the cache's own calibration), batched,
+  preprocessing caches: model-size frames re-rendered with the cache's own calibration), with DART
+  noise on the commands the car executes (``noise_std``; Laskey et al., CoRL 2017), batched,
   in a separate process (``process: true``) while training goes on; its result joins the buffer
   ``every_n_steps // 2`` steps later (waiting for it then, if it is not done: where a round lands never
   depends on speed); a round that would land after ``max_steps`` is not started. Rollouts are seeded
@@ -48,7 +49,9 @@ from drive.replay.view import ViewSynthesis
 from drive.sim.expert import SteeringNoise
 from drive.train.label_lookahead import fit_on_recordings
 
-__all__ = ["OnPolicyData", "run_round"]
+__all__ = ["DART_NOISE_STD", "OnPolicyData", "run_round"]
+
+DART_NOISE_STD = 0.015  # 1/m: the rounds' default noise (as measured in tools/bench_onpolicy.py)
 
 
 def run_round(
@@ -121,8 +124,10 @@ class OnPolicyData(L.Callback):
         process: roll out in a separate process while training goes on (else in the training process).
         seed: the rollouts' and draws' seed.
         noise_std: DART noise (Laskey et al., CoRL 2017) on the commands the car executes in the
-            rollouts, 1/m (Ornstein-Uhlenbeck, 1 s; 0 = none): the policy then also visits its own
-            recoveries from being pushed off the path; labels are those of the states visited.
+            rollouts, 1/m (Ornstein-Uhlenbeck, 1 s; 0 = none; the default 0.015 is what
+            tools/bench_onpolicy.py measured): the policy then also visits its own recoveries from
+            being pushed off the path, not only the near-perfect states a good policy keeps to;
+            labels are those of the states visited (docs/training.md "DART noise in the rounds").
         max_offset_m, max_yaw_deg: train only on windows whose every step lies within this lateral
             offset and heading error from the recorded frame's camera (0 = no limit), e.g. the
             envelope of viewpoint augmentation, where the re-rendered views are most faithful.
@@ -139,7 +144,7 @@ class OnPolicyData(L.Callback):
         seed: int = 0,
         max_offset_m: float = 0.0,
         max_yaw_deg: float = 0.0,
-        noise_std: float = 0.0,
+        noise_std: float = DART_NOISE_STD,
     ) -> None:
         if every_n_steps < 0 or episodes < 1 or not episode_s > 0 or not 0.0 < share < 1.0 or keep_rounds < 0:
             raise ValueError(
