@@ -139,7 +139,8 @@ def train_onpolicy_arm(
     every = max(1, s.onpolicy_steps // ONPOLICY_ROUNDS)
     argv = _fit_argv(s, out, data, root, s.max_steps, min(s.max_steps, _val_interval(s)))
     argv += _branch_checkpoint(root, branch)  # the callbacks of the run it resumes (none saves here)
-    argv += ["--onpolicy.every_n_steps", str(every), "--ckpt_path", trained["branch_checkpoint"]]
+    argv += ["--onpolicy.every_n_steps", str(every), "--onpolicy.noise_std", str(DART_NOISE_STD)]
+    argv += ["--ckpt_path", trained["branch_checkpoint"]]
     with warnings.catch_warnings():  # the resumed checkpoints' folders are new on purpose
         warnings.filterwarnings("ignore", message="The dirpath has changed")
         _launch(s, argv)
@@ -151,7 +152,7 @@ def train_onpolicy_arm(
         "steps": _global_step(last),
         "branch_step": branch,
         "every_n_steps": every,
-        "noise_std": DART_NOISE_STD,  # the rounds' DART noise (OnPolicyData's default)
+        "noise_std": DART_NOISE_STD,
         "rounds": len(state.get("rounds", [])),
         "visited_steps": int(sum(len(r["frame"]) for r in state.get("rounds", []))),
         "_outputs": [last],
