@@ -94,9 +94,7 @@ def run_round(
         x = torch.from_numpy(views).permute(0, 3, 1, 2).float().div_(255.0)
         with torch.inference_mode():
             curvature, hidden[rows] = policy.step(x, h, torch.full((len(rows),), 1.0 / fps))
-        if not noise_std:
-            return curvature.numpy()
-        return curvature.numpy() + np.array([noise[int(e)](1.0 / fps) for e in rows])
+        return curvature.numpy() + np.array([noise[int(e)](1.0 / fps) for e in rows])  # 0 if quiet
 
     done = rollout(worlds, ids, act, steps, lookahead_s=lookahead[0], min_lookahead_m=lookahead[1])
     return done.to_dict()
