@@ -142,7 +142,8 @@ def test_without_augmentation_rollouts_label_at_the_look_ahead_fitted_on_the_log
     ]
     argv += ["--data.batch_size", "2", "--trainer.max_steps", "4", "--trainer.default_root_dir", str(root)]
     argv += ["--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
-    argv += ["--onpolicy.every_n_steps", "2", "--onpolicy.episodes", "2", "--onpolicy.episode_s", "3"]
+    argv += ["--onpolicy.every_n_steps", "2", "--onpolicy.start_step", "0"]
+    argv += ["--onpolicy.episodes", "2", "--onpolicy.episode_s", "3"]
     assert main([*argv, "--onpolicy.process", "false"]) == 0
     state = read_checkpoint(root / "checkpoints" / "last.ckpt")["callbacks"]
     (rounds,) = [v["rounds"] for k, v in state.items() if k.startswith("OnPolicyData")]
@@ -175,3 +176,64 @@ def test_dart_noise_in_a_round_moves_the_car_and_keeps_the_labels_of_the_states_
     np.testing.assert_allclose(noisy["label_per_m"], label, atol=1e-12)
     with pytest.raises(ValueError, match="noise_std"):
         OnPolicyData(every_n_steps=10, noise_std=-0.01)
+
+
+def _fit_args(logs, root, steps: int, profile: str = "demo") -> list:
+    """``drive fit --config <profile>`` on ``logs`` for ``steps`` steps, small and fast, rounds in-process."""
+    argv = ["fit", "--config", profile, "--data.train", f"[{logs}]", "--data.cache_dir", str(root / "cache")]
+    argv += ["--data.val_split", "none", "--data.num_workers", "0", "--data.batch_size", "2"]
+    argv += ["--trainer.max_steps", str(steps), "--trainer.default_root_dir", str(root / "run")]
+    argv += ["--trainer.logger", "false", "--trainer.enable_progress_bar", "false"]
+    return argv + ["--onpolicy.episodes", "2", "--onpolicy.episode_s", "2", "--onpolicy.process", "false"]
+
+
+@pytest.mark.parametrize(("start", "rounds"), [(0, 1), (1, 2)])
+def test_rounds_start_at_start_step_and_follow_every_n_steps(tmp_path, start: int, rounds: int) -> None:
+    """Rounds every 4 steps of a 9-step run, each landing 2 steps after it starts: from step 4 (the
+    default, 0) only the round at 4 lands before the end; from step 1 those at 1 and 5 do."""
+    from drive.checkpoint import read_checkpoint
+    from drive.cli import main
+
+    simulate(tmp_path / "logs", minutes=0.5, seed=11, fps=10.0, noise_std=0.015, recording_minutes=0.5)
+    argv = _fit_args(tmp_path / "logs", tmp_path, 9)
+    assert main([*argv, "--onpolicy.every_n_steps", "4", "--onpolicy.start_step", str(start)]) == 0
+    state = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")["callbacks"]["OnPolicyData"]
+    assert len(state["rounds"]) == rounds and state["pending"] is None
+    with pytest.raises(ValueError, match="start_step >= 0"):
+        OnPolicyData(every_n_steps=4, start_step=-1)
+
+
+def test_a_run_that_ends_before_its_first_round_needs_no_camera_calibration(tmp_path, capsys) -> None:
+    """The shipped profiles train in the loop from step 100, which needs the logs' camera calibration;
+    a shorter run has no round and trains on logs without one, and a run with a round names what is
+    missing before it trains."""
+    import json
+
+    from drive.cli import main
+
+    simulate(tmp_path / "logs", minutes=0.5, seed=11, fps=10.0, noise_std=0.015, recording_minutes=0.5)
+    (meta_path,) = (tmp_path / "logs").glob("*/meta.json")
+    meta = json.loads(meta_path.read_text())
+    del meta["camera"]
+    meta_path.write_text(json.dumps(meta))
+    argv = _fit_args(tmp_path / "logs", tmp_path, 6) + ["--data.augment.viewpoint_p", "0"]
+    assert main(argv) == 0  # the demo profile: the first round would land at step 150
+    ncp_ltc = _fit_args(tmp_path / "logs", tmp_path / "ncp_ltc", -1, "ncp_ltc")
+    assert main([*ncp_ltc, "--trainer.max_epochs", "1"]) == 0  # an epoch ends before a round lands
+    capsys.readouterr()
+    assert main([*argv, "--onpolicy.start_step", "2", "--onpolicy.every_n_steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "onpolicy: rollouts re-render frames and need camera calibration" in err
+
+
+def test_logs_without_a_drivable_stretch_are_refused_before_training(tmp_path, capsys) -> None:
+    """Rollouts drive stretches of at least 30 m; 3 s of logs (25 m) have none: one line, exit 2, at
+    the start of the fit rather than at the first round."""
+    from drive.cli import main
+
+    simulate(tmp_path / "logs", minutes=0.05, seed=11, fps=10.0, noise_std=0.015, recording_minutes=0.05)
+    argv = _fit_args(tmp_path / "logs", tmp_path, 6) + ["--data.seq_len", "8"]
+    assert main([*argv, "--onpolicy.every_n_steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "onpolicy: rollouts need a drivable stretch of 30 m" in err and "--onpolicy.every_n_steps 0" in err
+    assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()

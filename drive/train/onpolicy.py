@@ -11,7 +11,8 @@ IEEE RA-L 2020) trains in this loop.
 :class:`OnPolicyData` (a Lightning callback, ``--onpolicy.*`` in ``drive fit``, off unless
 ``every_n_steps`` > 0):
 
-- **rounds**: at every ``every_n_steps``-th step a snapshot of the policy's weights drives
+- **rounds**: at every ``every_n_steps``-th step (from ``start_step`` on, if given: behaviour cloning
+  first, then training in the loop, as the ``demo`` profile does) a snapshot of the policy's weights drives
   ``episodes`` episodes of ``episode_s`` seconds at random places of the training recordings (their
   preprocessing caches: model-size frames re-rendered with the cache's own calibration), with DART
   noise on the commands the car executes (``noise_std``; Laskey et al., CoRL 2017), batched,
@@ -44,7 +45,7 @@ from drive.data.augment import AugmentConfig
 from drive.data.cache import CachedRecording, model_camera
 from drive.data.dataset import sample_weights
 from drive.nn.policy import Policy
-from drive.replay.rollout import Rollout, cached_world, drivable_paths, rollout
+from drive.replay.rollout import MIN_PATH_M, Rollout, cached_world, drivable_paths, rollout
 from drive.replay.view import ViewSynthesis
 from drive.sim.expert import SteeringNoise
 from drive.train.label_lookahead import fit_on_recordings
@@ -101,8 +102,11 @@ def run_round(
 
 
 def _before_end(trainer: L.Trainer, step: int) -> bool:
-    """Whether a batch at ``step`` is still trained (a round landing later would only be waited for)."""
-    return trainer.max_steps is None or trainer.max_steps < 0 or step < trainer.max_steps
+    """Whether a batch at ``step`` is still trained (a round landing later would only be waited for):
+    before ``max_steps``, or for a budget in epochs before the steps they make."""
+    if trainer.max_steps is not None and trainer.max_steps >= 0:
+        return step < trainer.max_steps
+    return step < trainer.estimated_stepping_batches  # inf when neither bounds the run
 
 
 def _count_in_windows(flags: np.ndarray, t: int) -> np.ndarray:
@@ -121,6 +125,9 @@ class OnPolicyData(L.Callback):
         keep_rounds: rounds kept in the buffer (0 = all: DAgger's aggregate).
         process: roll out in a separate process while training goes on (else in the training process).
         seed: the rollouts' and draws' seed.
+        start_step: the step of the first round, then every ``every_n_steps`` (0: the first round at
+            step ``every_n_steps``); a run that ends before a round could land has none, and needs
+            nothing rounds need (camera calibration).
         noise_std: DART noise (Laskey et al., CoRL 2017) on the commands the car executes in the
             rollouts, 1/m (Ornstein-Uhlenbeck, 1 s; 0 = none; the default 0.015 is what
             tools/bench_onpolicy.py measured): the policy then also visits its own recoveries from
@@ -143,12 +150,15 @@ class OnPolicyData(L.Callback):
         max_offset_m: float = 0.0,
         max_yaw_deg: float = 0.0,
         noise_std: float = DART_NOISE_STD,
+        start_step: int = 0,
     ) -> None:
         if every_n_steps < 0 or episodes < 1 or not episode_s > 0 or not 0.0 < share < 1.0 or keep_rounds < 0:
             raise ValueError(
                 "onpolicy: every_n_steps >= 0, episodes >= 1, episode_s > 0, 0 < share < 1 and "
                 f"keep_rounds >= 0, got {every_n_steps}, {episodes}, {episode_s}, {share}, {keep_rounds}"
             )
+        if start_step < 0:
+            raise ValueError(f"onpolicy: start_step >= 0, got {start_step}")
         if max_offset_m < 0 or max_yaw_deg < 0 or not noise_std >= 0:
             raise ValueError(
                 "onpolicy: max_offset_m, max_yaw_deg, noise_std >= 0, got "
@@ -157,9 +167,11 @@ class OnPolicyData(L.Callback):
         self.noise_std = float(noise_std)
         self.max_offset_m, self.max_yaw_rad = float(max_offset_m), float(np.radians(max_yaw_deg))
         self.every, self.episodes, self.episode_s = int(every_n_steps), int(episodes), float(episode_s)
+        self.first = int(start_step) or self.every  # the first round's step
         self.share, self.keep, self.process, self.seed = float(share), int(keep_rounds), process, int(seed)
         self.rounds: List[Rollout] = []
         self.pending: Optional[Dict[str, Any]] = None  # {"step", "weights"} of the round in flight
+        self.active = False  # rounds run in this fit (on_fit_start)
         self._job: Optional[futures.Future] = None
         self._pool: Optional[futures.ProcessPoolExecutor] = None
         self._views: Dict[int, ViewSynthesis] = {}
@@ -167,7 +179,10 @@ class OnPolicyData(L.Callback):
 
     # -- set-up --------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self.every:
+        self.active = bool(self.every) and (
+            self.pending is not None or bool(self.rounds) or _before_end(trainer, self._lands(self.first))
+        )
+        if not self.active:  # off, or no round lands in this run (a short run of a late schedule)
             return
         if trainer.world_size > 1:
             raise ValueError("onpolicy: rollouts run in one training process; turn them off under DDP")
@@ -177,7 +192,13 @@ class OnPolicyData(L.Callback):
         if missing:
             raise ValueError(
                 "onpolicy: rollouts re-render frames and need camera calibration, missing for "
-                f"{missing[:3]}; give the reader option camera (docs/data.md) or turn onpolicy off"
+                f"{missing[:3]}; give the reader option camera (docs/data.md) or train without rounds: "
+                "--onpolicy.every_n_steps 0"
+            )
+        if not drivable_paths(self.recordings):
+            raise ValueError(
+                f"onpolicy: rollouts need a drivable stretch of {MIN_PATH_M:g} m, and no training recording "
+                "has one (too short, or stopped); train without rounds: --onpolicy.every_n_steps 0"
             )
         aug = dm.augment or AugmentConfig()
         lookahead_s = aug.lookahead_s
@@ -222,14 +243,18 @@ class OnPolicyData(L.Callback):
             self.rounds = self.rounds[-self.keep :]
         self.pending, self._job, self._starts = None, None, None
 
+    def _lands(self, step: int) -> int:
+        """The step at which a round started at ``step`` joins the buffer."""
+        return step + max(1, self.every // 2)
+
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        if not self.every:
+        if not self.active:
             return
         step = trainer.global_step
-        if self.pending is not None and step >= self.pending["step"] + max(1, self.every // 2):
+        if self.pending is not None and step >= self._lands(self.pending["step"]):
             self._land()
-        lands = step + max(1, self.every // 2)
-        if step > 0 and step % self.every == 0 and self.pending is None and _before_end(trainer, lands):
+        due = step >= self.first and (step - self.first) % self.every == 0
+        if due and self.pending is None and _before_end(trainer, self._lands(step)):
             weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.policy.state_dict().items()}
             self._submit(pl_module, step, weights)
         self._mix(batch, step)
