@@ -112,3 +112,18 @@ def test_the_vehicle_runtime_ships_with_the_package_and_export_says_where(capsys
     assert capsys.readouterr().out.strip() == str(folder)
     assert main(["export", "--out", "x.ts"]) == 2
     assert "the following arguments are required: --ckpt" in capsys.readouterr().err
+
+
+def test_the_demos_policy_trains_in_the_loop_at_the_demo_profiles_rate() -> None:
+    """``drive demo`` trains its policy in the loop for its last ``--onpolicy-steps`` only (behaviour
+    cloning trains beside it); with its defaults the rounds come at the rate the profile ``demo``
+    trains with from step 100 (tests/test_demo_run.py checks that such a branch is one fit with
+    ``onpolicy.start_step`` at the branch)."""
+    from drive.demo.settings import DemoSettings
+    from drive.demo.training import ONPOLICY_ROUNDS, branch_step
+
+    profile = yaml.safe_load(profile_path("demo").read_text())
+    s = DemoSettings(config=str(profile_path("demo")))
+    assert branch_step(s) == profile["trainer"]["max_steps"] - s.onpolicy_steps > 0
+    assert s.onpolicy_steps // ONPOLICY_ROUNDS == profile["onpolicy"]["every_n_steps"] > 0
+    assert profile["onpolicy"].get("start_step", 0) == 0  # drive fit --config demo: from step 100

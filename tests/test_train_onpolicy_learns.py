@@ -75,12 +75,14 @@ def test_on_policy_data_cuts_the_interventions_of_a_policy_trained_without_recov
     torch.set_num_threads(2)
     try:
         simulate(tmp_path / "train", minutes=2.0, seed=4, fps=10.0, recording_minutes=0.5, noise_std=0.0)
-        plain = _fit(tmp_path / "train", tmp_path / "bc")
+        plain = _fit(tmp_path / "train", tmp_path / "bc", "--onpolicy.every_n_steps", "0")
         onpolicy = _fit(
             tmp_path / "train",
             tmp_path / "op",
             "--onpolicy.every_n_steps",
             "40",
+            "--onpolicy.start_step",
+            "0",
             "--onpolicy.episodes",
             "8",
             "--onpolicy.episode_s",

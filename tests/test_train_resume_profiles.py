@@ -32,9 +32,11 @@ MAX_STEPS, EVERY = 30, 3
 # profile -> (its --config options, the step whose checkpoint the kill follows, where that is)
 # ncp_ltc: stride 4 -> 44 windows, 22 batches an epoch: step 27 is batch 5 of epoch 1;
 # demo: stride 8 -> 22 windows, 11 batches an epoch: step 15 is batch 4 of epoch 1.
-# demo + on-policy data: a round of rollouts starts at steps 10 and 20 and lands 5 steps later; the
-# kill after step 12's checkpoint falls while the first round is out (its weight snapshot is saved).
-ONPOLICY = ["--onpolicy.every_n_steps", "10", "--onpolicy.episodes", "2", "--onpolicy.episode_s", "4"]
+# demo + on-policy data: a round of rollouts starts at steps 10 and 20 (the profile's own schedule
+# starts at step 1,500) and lands 5 steps later; the kill after step 12's checkpoint falls while the
+# first round is out (its weight snapshot is saved).
+ONPOLICY = ["--onpolicy.every_n_steps", "10", "--onpolicy.start_step", "10"]
+ONPOLICY += ["--onpolicy.episodes", "2", "--onpolicy.episode_s", "4"]
 PROFILES = {
     "ncp_ltc": (["--config", "ncp_ltc", "--config", "trainer/cpu"], 27, {"epoch": 1, "batches": 5}),
     "demo": (["--config", "demo"], 15, {"epoch": 1, "batches": 4}),
