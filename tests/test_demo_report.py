@@ -160,3 +160,37 @@ def test_optional_stages_left_out_leave_their_sections_out(tmp_path: Path) -> No
     write_report(out, full)
     text = (out / "REPORT.md").read_text()
     assert "## Saliency" not in text and "## Export" not in text and "## Time per stage" in text
+
+
+def test_the_policy_trained_in_the_loop_is_reported_beside_the_behaviour_cloning_arm(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    full = results(out, policy_interventions=0)
+    loop_csv = out / "loop_metrics.csv"
+    loop_csv.write_text("step,train/loss_step,val/mse_km,val/mae_km\n45,0.02,,\n49,,9.5,2.1\n")
+    full["onpolicy"] = {
+        "seconds": 80.0,
+        "checkpoint": str(out / "train_onpolicy" / "last.ckpt"),
+        "metrics_csv": str(loop_csv),
+        "steps": 50,
+        "branch_step": 40,
+        "every_n_steps": 3,
+        "noise_std": 0.015,
+        "share": 0.25,
+        "episodes": 16,
+        "episode_s": 20.0,
+        "rounds": 3,
+        "visited_steps": 9600,
+    }
+    full["drive"]["ncp_ltc_bc"] = {"metrics": _metrics(6.0, 3), "plot": ""}
+    summary = write_report(out, full)
+    text = (out / "REPORT.md").read_text()
+    assert "## Training in the loop (both arms)" in text
+    assert "| NCP-LTC, behaviour cloning only (the other arm) | 6.00 | 3 |" in text
+    assert "behaviour cloning to step 40, then in the loop to step 50: every 3 steps" in text
+    assert "16 episodes of 20 s with DART noise of 0.015 1/m" in text and "replaced 25% of" in text
+    # the policy's checkpoint and last validation are the loop's; the run it branched from is kept
+    training = text.split("## Training\n")[1].split("##")[0]
+    assert "`train_onpolicy/last.ckpt`" in training and "`models/ncp_ltc.ckpt`" in training
+    assert "MSE 9.5 (1/km)^2, MAE 2.10 1/km" in training
+    assert "in the loop (the policy): 0.00/km (95% 0.00-0.61)" in text
+    assert set(summary["closed_loop"]) == {"ncp_ltc", "ncp_ltc_bc", "expert", "constant"}

@@ -25,31 +25,47 @@ ACCEPT_INTERVENTIONS_PER_KM = 0.5
 ACCEPT_MINUTES = 15.0  # target on a quiet 2-core machine; reported, not judged
 _DRIVERS = (
     ("ncp_ltc", "NCP-LTC (learned, camera only)"),
-    ("ncp_ltc_onpolicy", "NCP-LTC + on-policy data (the other arm)"),
+    ("ncp_ltc_bc", "NCP-LTC, behaviour cloning only (the other arm)"),
     ("expert", "expert (pure pursuit, privileged)"),
     ("constant", "constant steering (straight ahead)"),
 )
 
 
-def training_curve(metrics_csv: Path, out_png: Path) -> Dict[str, Any]:
-    """Plot training loss per step and validation MSE per epoch (1/km^2) from Lightning's CSV log."""
-    import matplotlib  # here, not at the top: matplotlib's 0.35 s start-up only when a curve is drawn
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
-
-    rows = list(csv.DictReader(open(metrics_csv)))
+def _curve(metrics_csv: Path) -> tuple:
+    """(training loss per step, validation (step, MSE, MAE) points) of Lightning's CSV log."""
+    with open(metrics_csv) as f:
+        rows = list(csv.DictReader(f))
     train = [(int(r["step"]), float(r["train/loss_step"])) for r in rows if r.get("train/loss_step")]
     val = [
         (int(r["step"]), float(r["val/mse_km"]), float(r.get("val/mae_km") or "nan"))
         for r in rows
         if r.get("val/mse_km")
     ]
+    return train, val
+
+
+def training_curve(metrics_csv: Path, out_png: Path, loop_csv: Optional[Path] = None) -> Dict[str, Any]:
+    """Plot training loss per step and validation MSE (1/km^2) from Lightning's CSV log, and of the
+    run's branch trained in the loop (``loop_csv``) over it; the last validation is the policy's
+    (the branch's, if there is one)."""
+    import matplotlib  # here, not at the top: matplotlib's 0.35 s start-up only when a curve is drawn
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after use("Agg"): no display needed
+
+    train, val = _curve(metrics_csv)
     fig, ax = plt.subplots(figsize=(7, 3.5))
+    bc = " (behaviour cloning)" if loop_csv else ""
     if train:
-        ax.plot(*zip(*train), lw=0.8, alpha=0.7, label="train loss (weighted MSE)")
+        ax.plot(*zip(*train), lw=0.8, alpha=0.7, label=f"train loss (weighted MSE){bc}")
     if val:
-        ax.plot([v[0] for v in val], [v[1] for v in val], "o-", label="validation MSE (stateful)")
+        ax.plot([v[0] for v in val], [v[1] for v in val], "o-", label=f"validation MSE (stateful){bc}")
+    if loop_csv:
+        train, val = _curve(loop_csv)
+        if train:
+            ax.plot(*zip(*train), lw=0.8, alpha=0.8, label="train loss, in the loop")
+        if val:
+            ax.plot([v[0] for v in val], [v[1] for v in val], "s", label="validation MSE, in the loop")
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("(1/km)$^2$")
     ax.set_yscale("log")
@@ -106,10 +122,15 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     total_s = sum(stage_seconds.values())
     acceptance = _acceptance(drive["ncp_ltc"]["metrics"], results.get("export", {}).get("closed_loop"))
     acceptance["minutes"] = total_s / 60.0
-    curve = training_curve(Path(results["train"]["metrics_csv"]), out / "training_curve.png")
+    arm = results.get("onpolicy") or {}
+    curve = training_curve(
+        Path(results["train"]["metrics_csv"]),
+        out / "training_curve.png",
+        Path(arm["metrics_csv"]) if arm.get("metrics_csv") else None,
+    )
     lines = _head(results, acceptance, total_s) + _closed_loop_section(out, drive)
-    lines += _training_section(out, results["train"], curve)
-    lines += _onpolicy_section(results.get("onpolicy"), drive)
+    lines += _training_section(out, results["train"], curve, arm)
+    lines += _arms_section(arm, drive)
     lines += _saliency_section(out, results.get("saliency"))
     lines += _robustness_section(out, results.get("robustness"), results["settings"])
     lines += _closed_form_section(out, results.get("closed_form"))
@@ -140,7 +161,8 @@ def _head(results: Dict[str, Any], acceptance: Dict[str, Any], total_s: float) -
         f"Built-in world: {s['train_minutes']:g} min of expert logs with DART noise "
         f"({s['dart_noise']:g} 1/m) on training roads (seed {s['seed']}) at {s['fps']:g} Hz, "
         f"{s['val_minutes']:g} min for validation; NCP-LTC trained with `{_config_name(s['config'])}` "
-        f"for {results['train']['steps']} optimizer steps (training seed {s['seed']}, "
+        f"for {results['train']['steps']} optimizer steps{_in_the_loop(results.get('onpolicy'))} "
+        f"(training seed {s['seed']}, "
         f"{s['threads'] or 'all'} thread(s)); closed loop on held-out test roads of test seeds "
         f"{s['test_seeds']} (never seen in training).",
         "",
@@ -152,6 +174,13 @@ def _head(results: Dict[str, Any], acceptance: Dict[str, Any], total_s: float) -
         "- verdict: "
         f"**{'PASSED' if acceptance['passed'] else 'FAILED: ' + '; '.join(acceptance['failed'])}**",
     ]
+
+
+def _in_the_loop(arm: Optional[Dict[str, Any]]) -> str:
+    """How many of the policy's steps were trained in the loop ("" without the arm)."""
+    if not arm:
+        return ""
+    return f", behaviour cloning to step {arm['branch_step']} and in the loop after it"
 
 
 def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
@@ -195,13 +224,28 @@ def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _training_section(out: Path, t: Dict[str, Any], curve: Dict[str, Any]) -> List[str]:
+def _training_section(out: Path, t: Dict[str, Any], curve: Dict[str, Any], arm: Dict[str, Any]) -> List[str]:
+    """The steps, the policy's last validation, its checkpoint and the training curve (``t``: the
+    behaviour-cloning run; ``arm``: its branch trained in the loop, the policy, if there is one)."""
     lookahead = t.get("label_lookahead_s")
     labels = (
         f"Corrected labels at a look-ahead of {lookahead:g} s, fitted on the training logs (docs/data.md). "
         if lookahead
         else ""
     )
+    best = f" (`{_rel(t['best_checkpoint'], out)}`)" if t.get("best_checkpoint") else ""
+    if arm:
+        policy = (
+            f"Policy: the final weights of training in the loop (below), `{_rel(arm['checkpoint'], out)}` "
+            "(loads alone: policy config with wiring, preprocessing, fps); the behaviour-cloning run's "
+            f"final weights, `{_rel(t['checkpoint'], out)}`, and its best-validation checkpoint{best} "
+            "are kept beside it."
+        )
+    else:
+        policy = (
+            f"Policy: the final weights, `{_rel(t['checkpoint'], out)}` (loads alone: policy config with "
+            f"wiring, preprocessing, fps); the best-validation checkpoint is kept beside it{best}."
+        )
     return [
         "",
         "## Training",
@@ -209,38 +253,37 @@ def _training_section(out: Path, t: Dict[str, Any], curve: Dict[str, Any]) -> Li
         f"{t['steps']} optimizer steps; last validation (whole recordings, hidden state carried): "
         f"MSE {_fmt(curve['val_mse_km'], 1)} (1/km)^2, MAE {_fmt(curve['val_mae_km'])} 1/km. "
         + labels
-        + f"Policy: the final weights, `{_rel(t['checkpoint'], out)}` (loads alone: policy config with "
-        "wiring, preprocessing, fps); the best-validation checkpoint is kept beside it"
-        + (f" (`{_rel(t['best_checkpoint'], out)}`)." if t.get("best_checkpoint") else "."),
+        + policy,
         "",
         "![training curve](training_curve.png)",
     ]
 
 
-def _onpolicy_section(arm: Optional[Dict[str, Any]], drive: Dict[str, Any]) -> List[str]:
-    """What the on-policy arm is and how it drove beside the NCP-LTC (docs/training.md)."""
-    if not arm or "ncp_ltc_onpolicy" not in drive:
+def _arms_section(arm: Dict[str, Any], drive: Dict[str, Any]) -> List[str]:
+    """How the policy was trained in the loop, and how it drove beside the behaviour-cloning run it
+    branched from (docs/training.md)."""
+    if not arm or "ncp_ltc_bc" not in drive:
         return []
-    a, b = drive["ncp_ltc"]["metrics"], drive["ncp_ltc_onpolicy"]["metrics"]
+    a, b = drive["ncp_ltc"]["metrics"], drive["ncp_ltc_bc"]["metrics"]
     p = rates_differ_p(a["interventions"], a["km"], b["interventions"], b["km"])
     return [
         "",
-        "## On-policy data (the other arm)",
+        "## Training in the loop (both arms)",
         "",
-        f"The same run resumed from its step-{arm['branch_step']} checkpoint and trained to step "
-        f"{arm['steps']} again with on-policy data: every {arm['every_n_steps']} steps the current "
-        "policy drove the training logs in log replay, with DART noise of "
-        f"{arm.get('noise_std', 0.0):g} 1/m on its commands, and windows of the states it visited, with "
-        "labels corrected back to the recorded path, replaced a quarter of every batch "
-        f"({arm['rounds']} rounds, {arm['visited_steps']} visited steps). Same seeds, data order, "
+        f"The NCP-LTC learned by behaviour cloning to step {arm['branch_step']}, then in the loop to step "
+        f"{arm['steps']}: every {arm['every_n_steps']} steps the current policy drove the training logs "
+        f"in log replay, {arm['episodes']} episodes of {arm['episode_s']:g} s with DART noise of "
+        f"{arm['noise_std']:g} 1/m on its commands, and windows of the states it visited, with labels "
+        f"corrected back to the recorded path, replaced {arm['share']:.0%} of every batch "
+        f"({arm['rounds']} rounds, {arm['visited_steps']} visited steps). The other arm is the same run "
+        f"continued to step {arm['steps']} by behaviour cloning alone: same seeds, data order, "
         "learning-rate schedule and step budget; only the last steps' batches differ (docs/training.md, "
         '"On-policy data from log replay").',
         "",
-        f"- without: {format_rate(a['interventions'], a['km'])}, lateral RMS {a['lateral_rms_m']:.3f} m; "
-        f"with: {format_rate(b['interventions'], b['km'])}, lateral RMS {b['lateral_rms_m']:.3f} m "
-        f"(same {b['km']:.2f} km of held-out roads); told apart at this distance? "
-        + ("yes" if p <= 0.05 else "**no**")
-        + f" (p = {p:.2g})",
+        f"- in the loop (the policy): {format_rate(a['interventions'], a['km'])}, lateral RMS "
+        f"{a['lateral_rms_m']:.3f} m; behaviour cloning only: {format_rate(b['interventions'], b['km'])}, "
+        f"lateral RMS {b['lateral_rms_m']:.3f} m (same {b['km']:.2f} km of held-out roads); told apart "
+        "at this distance? " + ("yes" if p <= 0.05 else "**no**") + f" (p = {p:.2g})",
     ]
 
 
@@ -249,7 +292,7 @@ def _told_apart(drive: Dict[str, Any]) -> List[str]:
     Poisson rates); a "no" means the table's difference may be chance at this distance."""
     m = drive["ncp_ltc"]["metrics"]
     lines = []
-    for key, label in _DRIVERS[2:]:  # the on-policy arm is compared in its own section
+    for key, label in _DRIVERS[2:]:  # the other arm is compared in its own section
         o = drive[key]["metrics"]
         p = rates_differ_p(m["interventions"], m["km"], o["interventions"], o["km"])
         verdict = "yes" if p <= 0.05 else "**no**: too short a distance to tell them apart"

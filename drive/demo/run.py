@@ -10,13 +10,15 @@ outputs still exist; changing a setting re-runs that stage and everything downst
    built-in world with DART steering noise (recoveries in the data), plus one short test-split
    recording for the open-loop analyses.
 2. **train** -- ``drive fit`` (:func:`drive.train.launch.launch`) with the shipped profile ``demo``
-   (NCP conv head + 19-neuron NCP LTC).
-   **onpolicy** -- the same run branched ``--onpolicy-steps`` steps before its end and trained to
-   the same step with on-policy data from log replay (:mod:`drive.train.onpolicy`), the other arm.
+   (NCP conv head + 19-neuron NCP LTC) by behaviour cloning: the other arm.
+   **onpolicy** -- the demo's policy: the same run branched ``--onpolicy-steps`` steps before its end
+   and trained to the same step in the loop, with on-policy data from log replay
+   (:mod:`drive.train.onpolicy`) at the profile's rate (``--onpolicy-steps 0``: the
+   behaviour-cloning run is the policy and there is no other arm).
    **baselines** -- the same data and profile for the LSTM and the feed-forward PilotNet CNN (at
    78x200, single frames), each capped at ``--baseline-minutes``, for the robustness comparison.
 3. **drive** -- closed loop on held-out TEST-split roads: the NCP-LTC (both arms), the expert and a
-   constant-steering (straight ahead) policy, ``--km`` each.
+   constant-steering (straight ahead) policy, ``--km`` each. Stages 4-7 take the demo's policy.
 4. **saliency** -- VisualBackProp video of the policy on the test recording (drive.explain).
 5. **robustness** -- open-loop error, closed-loop interventions and saliency stability under camera
    noise, NCP-LTC beside the baselines (drive.evaluate).
@@ -302,12 +304,12 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
         {"config": config_text, "max_steps": s.max_steps, "threads": s.threads, "branch": s.onpolicy_steps},
         lambda: train_policy(s, out, data),
     )
-    ckpt = trained["checkpoint"]
     onpolicy = (
         stage("onpolicy", {"steps": s.onpolicy_steps}, lambda: train_onpolicy_arm(s, out, data, trained))
         if s.onpolicy_steps
         else {}
     )
+    ckpt = (onpolicy or trained)["checkpoint"]  # the demo's policy: trained in the loop, if it was
     baselines = stage(
         "baselines",
         {
@@ -325,7 +327,7 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
         "onpolicy": onpolicy,
         "baselines": baselines,
     }
-    arms = {"ncp_ltc": ckpt, **({"ncp_ltc_onpolicy": onpolicy["checkpoint"]} if onpolicy else {})}
+    arms = {"ncp_ltc": ckpt, **({"ncp_ltc_bc": trained["checkpoint"]} if onpolicy else {})}
     results["drive"] = stage("drive", {"km": s.km, "conditions": s.conditions}, lambda: _drive(s, out, arms))
     results["saliency"] = stage(
         "saliency",

@@ -1,12 +1,15 @@
 """``drive demo``'s training stages: the NCP-LTC and the baselines, each through ``drive fit``
 (:func:`drive.train.launch.launch`) with the demo profile and a budget in optimizer steps.
 
-:func:`train_policy` trains one model and returns its checkpoints; :func:`train_baselines` trains
-every family of ``--baselines`` with the changes :data:`BASELINE_OVERRIDES` makes to the profile.
+:func:`train_policy` trains one model by behaviour cloning and returns its checkpoints;
+:func:`train_onpolicy_arm` trains the NCP-LTC's last ``--onpolicy-steps`` steps again in the loop
+(the demo's policy); :func:`train_baselines` trains every
+family of ``--baselines`` with the changes :data:`BASELINE_OVERRIDES` makes to the profile.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import warnings
@@ -18,7 +21,7 @@ import yaml
 
 from drive.demo.settings import DemoSettings
 from drive.train.launch import launch
-from drive.train.onpolicy import DART_NOISE_STD, OnPolicyData
+from drive.train.onpolicy import OnPolicyData
 
 __all__ = [
     "BASELINE_OVERRIDES",
@@ -70,8 +73,9 @@ def _accelerator() -> List[str]:
 def _fit_argv(
     s: DemoSettings, out: Path, data: Dict[str, Any], root: Path, steps: int, val_every: int
 ) -> List[str]:
-    """``drive fit`` of ``s.config`` on the demo data into ``root``; ``steps`` > 0 overrides the
-    budget, validating every ``val_every`` steps."""
+    """``drive fit`` of ``s.config`` on the demo data into ``root``, by behaviour cloning (on-policy
+    rounds off: :func:`train_onpolicy_arm` turns them on); ``steps`` > 0 overrides the budget,
+    validating every ``val_every`` steps."""
     argv = [
         "fit",
         "--config",
@@ -86,6 +90,8 @@ def _fit_argv(
         str(out / "cache"),
         "--trainer.default_root_dir",
         str(root),
+        "--onpolicy.every_n_steps",
+        "0",
         *_accelerator(),
     ]
     if steps:
@@ -97,8 +103,9 @@ def _fit_argv(
 def train_policy(
     s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None
 ) -> Dict[str, Any]:
-    """``drive fit`` on the demo data: the NCP-LTC (``family=None``) or a baseline, each on a step budget.
-    The NCP-LTC's run also keeps its checkpoint at the on-policy arm's branch step (:func:`branch_step`)."""
+    """``drive fit`` on the demo data by behaviour cloning: the NCP-LTC (``family=None``) or a baseline,
+    each on a step budget. The NCP-LTC's run also keeps its checkpoint at the step where training in the
+    loop branches from it (:func:`branch_step`)."""
     root = out / "train" if family is None else out / "baselines" / family
     shutil.rmtree(root, ignore_errors=True)
     steps = s.baseline_steps if family is not None else s.max_steps
@@ -129,17 +136,21 @@ def train_policy(
 def train_onpolicy_arm(
     s: DemoSettings, out: Path, data: Dict[str, Any], trained: Dict[str, Any]
 ) -> Dict[str, Any]:
-    """The on-policy arm: the NCP-LTC's own run resumed from its checkpoint at :func:`branch_step`
-    and trained to the same final step with on-policy data from log replay on the training logs
-    (``--onpolicy.*``, :mod:`drive.train.onpolicy`): the same seeds, data order, learning-rate
-    schedule and step budget; only the last ``--onpolicy-steps`` steps' batches differ."""
+    """Training in the loop, the demo's policy: the NCP-LTC's behaviour-cloning run resumed from its
+    checkpoint at :func:`branch_step` and trained to the same final step with on-policy data from log
+    replay on the training logs (``--onpolicy.*``, :mod:`drive.train.onpolicy`; the profile's settings,
+    a round every ``--onpolicy-steps`` / :data:`ONPOLICY_ROUNDS` steps from the branch step on): the
+    same seeds, data order, learning-rate schedule and step budget; only the last ``--onpolicy-steps``
+    steps' batches differ. It is the run ``drive fit --config demo --onpolicy.start_step <branch>``
+    makes; the profile itself trains in the loop from step 100, which the demo's 15 minutes cannot
+    afford beside a behaviour-cloning run of the same length."""
     root = out / "train_onpolicy"
     shutil.rmtree(root, ignore_errors=True)
     branch = branch_step(s)
     every = max(1, s.onpolicy_steps // ONPOLICY_ROUNDS)
     argv = _fit_argv(s, out, data, root, s.max_steps, min(s.max_steps, _val_interval(s)))
     argv += _branch_checkpoint(root, branch)  # the callbacks of the run it resumes (none saves here)
-    argv += ["--onpolicy.every_n_steps", str(every), "--onpolicy.noise_std", str(DART_NOISE_STD)]
+    argv += ["--onpolicy.every_n_steps", str(every), "--onpolicy.start_step", str(branch)]
     argv += ["--ckpt_path", trained["branch_checkpoint"]]
     with warnings.catch_warnings():  # the resumed checkpoints' folders are new on purpose
         warnings.filterwarnings("ignore", message="The dirpath has changed")
@@ -147,12 +158,14 @@ def train_onpolicy_arm(
     last = root / "checkpoints" / "last.ckpt"
     callbacks = torch.load(last, map_location="cpu", weights_only=True)["callbacks"]
     state = callbacks.get(OnPolicyData.__qualname__, {})  # Lightning's key: the callback's class name
+    settings = _onpolicy_settings(s)
     return {
         "checkpoint": str(last),
+        "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
         "steps": _global_step(last),
         "branch_step": branch,
         "every_n_steps": every,
-        "noise_std": DART_NOISE_STD,
+        **{k: settings[k] for k in ("noise_std", "share", "episodes", "episode_s")},
         "rounds": len(state.get("rounds", [])),
         "visited_steps": int(sum(len(r["frame"]) for r in state.get("rounds", []))),
         "_outputs": [last],
@@ -204,19 +217,26 @@ def _label_lookahead(ckpt: Path) -> Optional[float]:
     return torch.load(ckpt, map_location="cpu", weights_only=True).get("drive", {}).get("label_lookahead_s")
 
 
-def _trainer_config(s: DemoSettings) -> Dict[str, Any]:
-    return (yaml.safe_load(Path(s.config).read_text()) or {}).get("trainer") or {}
+def _profile(s: DemoSettings, section: str) -> Dict[str, Any]:
+    """A section (``trainer``, ``onpolicy``) of the training profile."""
+    return (yaml.safe_load(Path(s.config).read_text()) or {}).get(section) or {}
+
+
+def _onpolicy_settings(s: DemoSettings) -> Dict[str, Any]:
+    """The on-policy settings the arm trains with: the profile's over :class:`OnPolicyData`'s defaults."""
+    defaults = {k: p.default for k, p in inspect.signature(OnPolicyData).parameters.items()}
+    return {**defaults, **_profile(s, "onpolicy")}
 
 
 def _val_interval(s: DemoSettings) -> int:
     """The config's validation interval in optimizer steps (``trainer.val_check_interval``)."""
-    interval = _trainer_config(s).get("val_check_interval")
+    interval = _profile(s, "trainer").get("val_check_interval")
     return int(interval) if isinstance(interval, int) and interval > 0 else 1 << 30
 
 
 def _config_steps(s: DemoSettings) -> int:
     """The config's step budget (``trainer.max_steps``)."""
-    steps = _trainer_config(s).get("max_steps")
+    steps = _profile(s, "trainer").get("max_steps")
     if not isinstance(steps, int) or steps <= 0:
         raise ValueError(f"{s.config}: trainer.max_steps is not a step budget; the on-policy arm needs one")
     return steps
