@@ -5,12 +5,17 @@ steps and seeds, on little and on full data, driven in the true closed loop and 
 
 Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training seed 0):
 
-- ``bc``:       behaviour cloning with viewpoint augmentation (the demo), labels at the look-ahead
-  fitted on the training logs (``lookahead_s: fit``, :mod:`drive.replay.labels`);
+- ``bc``:       behaviour cloning with viewpoint augmentation (the demo's other arm; on-policy rounds
+  off), labels at the look-ahead fitted on the training logs (``lookahead_s: fit``,
+  :mod:`drive.replay.labels`);
 - ``bc_noview``: behaviour cloning on the logs' DART recoveries only (no viewpoint augmentation);
 - ``both``:     behaviour cloning with viewpoint augmentation and on-policy data from log replay
-  (``--onpolicy.*``: a round of 16 episodes of 20 s every 100 steps, share 0.25) with DART noise
-  (0.015 1/m, the default) on the commands the car executes in the rounds;
+  (``--onpolicy.*``: a round of 16 episodes of 20 s every 100 steps from step 100, share 0.25, the
+  ``ncp_ltc`` profile's schedule) with DART noise (0.015 1/m, the default) on the commands the car
+  executes in the rounds;
+- ``tail300``, ``tail600``: behaviour cloning, then the same rounds every 100 steps for the last 300
+  or 600 of 1,800 steps (from step 1,500 or 1,200): what ``drive demo`` can afford, which trains its
+  behaviour-cloning arm beside (``drive demo`` with ``--onpolicy-steps``);
 - ``both_quiet``: the same with rounds without noise (``--onpolicy.noise_std 0``, the rounds before
   2026-11-28); the ``onpolicy``, ``both_2s``, ``both_envelope_2s`` and ``both_la*`` arms below are
   quiet too;
@@ -28,8 +33,8 @@ autopilot logged without recoveries: the labels' look-ahead cannot be fitted and
 ``UNIDENTIFIED_S``); ``camera`` = 5 minutes made differently (a low, wide camera at 12 m/s, with
 DART noise) and ``camera_clean`` the same without recoveries, the nearest stand-in here for another
 simulator's autopilot logs;
-``full`` = the demo's 30 minutes (its ``bc`` arm
-is the demo's own policy when ``--steps`` is the demo's and it was trained with a fitted look-ahead).
+``full`` = the demo's 30 minutes (with ``--steps`` the demo's, its ``bc`` arm is the demo's
+behaviour-cloning run and its ``late`` arm the demo's policy, measured, not trained again).
 Measured: interventions per km with the exact 95 % interval in the built-in world's closed loop on
 ``--km`` of held-out roads over the test seeds ``--seeds``, and in log replay on held-out noise-free
 expert logs (``tools/bench_replay.py``'s, or recorded here). Results are cached per arm under
@@ -52,6 +57,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 
+from drive.evaluate.replay_proof import record_logs
 from drive.io.recording import Recording
 from drive.policy_drivers import load_driver
 from drive.replay import replay_recording
@@ -62,29 +68,40 @@ from drive.sim.record import simulate
 from drive.sim.world import DEFAULT_SPEED_MPS
 
 ROOT = Path(__file__).resolve().parents[1]
-ONPOLICY = ["--onpolicy.every_n_steps", "100", "--onpolicy.episodes", "16", "--onpolicy.episode_s", "20"]
+BC = ["--onpolicy.every_n_steps", "0"]  # the demo profile trains in the loop from step 1,500
+ONPOLICY = ["--onpolicy.every_n_steps", "100", "--onpolicy.start_step", "0"]  # rounds from step 100
+ONPOLICY += ["--onpolicy.episodes", "16", "--onpolicy.episode_s", "20"]
+TAIL = ["--onpolicy.every_n_steps", "100", "--onpolicy.start_step"]  # + the first round's step
 QUIET = [*ONPOLICY, "--onpolicy.noise_std", "0"]  # rounds without DART noise (before 2026-11-28)
 LABELS_2S = ["--data.augment.lookahead_s", "2.0"]  # the label look-ahead before it was fitted
 EXPERT_LA = ["--data.augment.lookahead_s", "0.9", "--data.augment.min_lookahead_m", "6"]  # the recorder's
 ENVELOPE = ["--onpolicy.max_offset_m", "0.6", "--onpolicy.max_yaw_deg", "4"]
 ARMS: Dict[str, List[str]] = {
-    "bc": [],
-    "bc_noview": ["--data.augment.viewpoint_p", "0"],  # DART recoveries only: the onpolicy arm's base
+    "bc": BC,
+    "bc_noview": [*BC, "--data.augment.viewpoint_p", "0"],  # DART recoveries only: the onpolicy arm's base
     "both": ONPOLICY,
+    "tail300": [*TAIL, "1500"],
+    "tail600": [*TAIL, "1200"],
     "both_quiet": QUIET,
     "onpolicy": [*QUIET, "--data.augment.viewpoint_p", "0"],
-    "bc_2s": LABELS_2S,
+    "bc_2s": [*BC, *LABELS_2S],
     "onpolicy_2s": [*QUIET, "--data.augment.viewpoint_p", "0", *LABELS_2S],
     "both_2s": [*QUIET, *LABELS_2S],
     "both_envelope_2s": [*QUIET, *ENVELOPE, *LABELS_2S],
-    "bc_la09": EXPERT_LA,
-    "bc_la07": ["--data.augment.lookahead_s", "0.71"],  # what the fit chose on the demo's 30 minutes
-    "bc_la10": ["--data.augment.lookahead_s", "1.0"],
+    "bc_la09": [*BC, *EXPERT_LA],
+    "bc_la07": [*BC, "--data.augment.lookahead_s", "0.71"],  # what the fit chose on the demo's 30 minutes
+    "bc_la10": [*BC, "--data.augment.lookahead_s", "1.0"],
     "both_la10": [*QUIET, "--data.augment.lookahead_s", "1.0"],
     "both_la09": [*QUIET, *EXPERT_LA],
-    "bc_seed1": ["--seed_everything", "1"],  # another training seed: run-to-run variance
+    "bc_seed1": [*BC, "--seed_everything", "1"],  # another training seed: run-to-run variance
     "both_seed1": [*ONPOLICY, "--seed_everything", "1"],
+    "tail300_seed1": [*TAIL, "1500", "--seed_everything", "1"],
+    "tail600_seed1": [*TAIL, "1200", "--seed_everything", "1"],
 }
+
+# the demo's own runs of these arms on the full data (drive demo: train = behaviour cloning, train_onpolicy =
+# its branch trained in the loop, the demo's policy)
+DEMO_RUNS = {"bc": "train", "late": "train_onpolicy"}
 
 
 # the second, differently made dataset: a low, wide camera (1.0 m, 110 deg, pitch 0.05 rad, 160x60;
@@ -168,7 +185,7 @@ def throughput(out: Path, demo: Path, data: Dict[str, List[str]], steps: int) ->
     from drive.train.launch import launch
 
     rates = {}
-    for arm, extra in (("bc", []), ("onpolicy", ONPOLICY)):
+    for arm, extra in (("bc", BC), ("onpolicy", ONPOLICY)):
         root = out / "throughput" / arm
         shutil.rmtree(root, ignore_errors=True)  # a fresh run each time
         argv = _fit_argv(demo, data["train"], root, steps, extra)
@@ -240,7 +257,8 @@ def main() -> None:
         print(throughput(out, demo, dataset("small", demo, out), args.throughput))
         return
     seeds = [int(s) for s in args.seeds.split(",")]
-    logs = sorted(p for p in Path(args.replay_logs).iterdir() if p.is_dir())
+    # tools/bench_replay.py's held-out logs (the same seeds and distance), recorded here if missing
+    logs = [Path(r["path"]) for r in record_logs(Path(args.replay_logs), [101, 202, 303], 6.0, 0.5)]
     data = {name: dataset(name, demo, out) for name in args.data.split(",")}
     rows = []
     for name in args.data.split(","):
@@ -252,8 +270,8 @@ def main() -> None:
                 continue
             if args.table:
                 continue
-            demo_ckpt = demo / "train" / "checkpoints" / "last.ckpt"
-            reuse = name == "full" and arm == "bc" and args.steps == 1800 and _fitted(demo_ckpt)
+            demo_ckpt = demo / DEMO_RUNS.get(arm, "none") / "checkpoints" / "last.ckpt"
+            reuse = name == "full" and args.steps == 1800 and _fitted(demo_ckpt)
             ckpt = demo_ckpt if reuse else train(out, demo, data[name], tag, ARMS[arm], args.steps)
             print(f"{tag}: measuring {ckpt}", flush=True)
             held_out = [Path(p) for p in data[name]["replay"]] if data[name]["replay"] else logs
@@ -270,9 +288,9 @@ def main() -> None:
         )
     by = {(n, a): r for n, a, r in rows}
     for name in args.data.split(","):
-        base = by.get((name, "bc"))
-        for arm in [a for a in ARMS if a != "bc"]:
-            other = by.get((name, arm))
+        for arm in [a for a in ARMS if a not in ("bc", "bc_seed1")]:
+            bc = "bc_seed1" if arm.endswith("_seed1") else "bc"  # the same training seed
+            base, other = by.get((name, bc)), by.get((name, arm))
             if base and other:
                 pw = rates_differ_p(
                     base["world"]["interventions"],
@@ -280,7 +298,7 @@ def main() -> None:
                     other["world"]["interventions"],
                     other["world"]["km"],
                 )
-                lines.append(f"{name}: {arm} vs bc in the world: p = {pw:.2g} (exact test of two rates)")
+                lines.append(f"{name}: {arm} vs {bc} in the world: p = {pw:.2g} (exact test of two rates)")
     text = "\n".join(lines)
     print(text)
     (out / "summary.md").write_text(text + "\n")
