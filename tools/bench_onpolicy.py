@@ -101,7 +101,7 @@ ARMS: Dict[str, List[str]] = {
 
 # the demo's own runs of these arms on the full data (drive demo: train = behaviour cloning, train_onpolicy =
 # its branch trained in the loop, the demo's policy)
-DEMO_RUNS = {"bc": "train", "late": "train_onpolicy"}
+DEMO_RUNS = {"bc": "train", "tail300": "train_onpolicy"}
 
 
 # the second, differently made dataset: a low, wide camera (1.0 m, 110 deg, pitch 0.05 rad, 160x60;
