@@ -12,7 +12,8 @@ Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV logg
 ``<default_root_dir>/checkpoints``: ``--checkpoint.*`` keeps the best by ``val/loss``;
 ``--last_checkpoint.*`` rewrites ``last.ckpt`` every ``every_n_train_steps`` (100) steps and at
 every epoch end, independent of validation, so ``--ckpt_path last`` resumes a killed run.
-``--onpolicy.*`` adds on-policy data from log replay (:mod:`drive.train.onpolicy`; off by default).
+``--onpolicy.*`` adds on-policy data from log replay (:mod:`drive.train.onpolicy`; on in the profiles
+``ncp_ltc`` and ``demo``, off without a profile and under ``trainer/ddp``).
 ``--throughput.*`` logs training frames per second, end to end (:mod:`drive.train.throughput`).
 ``predict`` writes the curvature for every frame to ``<default_root_dir>/predictions.csv``
 (``--predictions.path``; :mod:`drive.train.predictions`).
@@ -69,7 +70,7 @@ class DriveCLI(LightningCLI):
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
         parser.add_lightning_class_args(PredictionCSV, "predictions")  # acts only in `drive predict`
-        parser.add_lightning_class_args(OnPolicyData, "onpolicy")  # off unless every_n_steps > 0
+        parser.add_lightning_class_args(OnPolicyData, "onpolicy")  # on in the profiles ncp_ltc, demo
         parser.add_lightning_class_args(Throughput, "throughput")  # perf/train_frames_per_s
         parser.set_defaults(
             {

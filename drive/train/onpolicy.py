@@ -9,7 +9,7 @@ viewpoint augmentation uses; :func:`drive.data.viewpoint.corrected_curvature`). 
 IEEE RA-L 2020) trains in this loop.
 
 :class:`OnPolicyData` (a Lightning callback, ``--onpolicy.*`` in ``drive fit``, off unless
-``every_n_steps`` > 0):
+``every_n_steps`` > 0, which the profiles ``ncp_ltc`` and ``demo`` set to 100):
 
 - **rounds**: at every ``every_n_steps``-th step (from ``start_step`` on, if given: behaviour cloning
   first, then training in the loop, as the ``demo`` profile does) a snapshot of the policy's weights drives
@@ -185,7 +185,10 @@ class OnPolicyData(L.Callback):
         if not self.active:  # off, or no round lands in this run (a short run of a late schedule)
             return
         if trainer.world_size > 1:
-            raise ValueError("onpolicy: rollouts run in one training process; turn them off under DDP")
+            raise ValueError(
+                "onpolicy: rollouts run in one training process, not under DDP; "
+                "train without rounds: --onpolicy.every_n_steps 0 (the profile trainer/ddp does)"
+            )
         dm = trainer.datamodule
         self.recordings: List[CachedRecording] = dm.datasets["train"].recordings
         missing = [r.name for r in self.recordings if model_camera(r.info) is None]
