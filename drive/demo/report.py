@@ -55,11 +55,11 @@ def training_curve(metrics_csv: Path, out_png: Path, loop_csv: Optional[Path] = 
 
     train, val = _curve(metrics_csv)
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    bc = " (behaviour cloning)" if loop_csv else ""
+    bc = ", behaviour cloning" if loop_csv else ""
     if train:
-        ax.plot(*zip(*train), lw=0.8, alpha=0.7, label=f"train loss (weighted MSE){bc}")
+        ax.plot(*zip(*train), lw=0.8, alpha=0.7, label=f"train loss (weighted MSE{bc})")
     if val:
-        ax.plot([v[0] for v in val], [v[1] for v in val], "o-", label=f"validation MSE (stateful){bc}")
+        ax.plot([v[0] for v in val], [v[1] for v in val], "o-", label=f"validation MSE (stateful{bc})")
     if loop_csv:
         train, val = _curve(loop_csv)
         if train:
