@@ -66,9 +66,10 @@ BEFORE = [
         "onpolicy_steps",
         int,
         300,
-        "the on-policy arm: the NCP-LTC's run branches this many optimizer steps before its end and "
-        "trains them again with on-policy data from log replay on the training logs, driven beside "
-        "it on the same roads (default: %(default)s; 0: no arm)",
+        "training in the loop: the NCP-LTC's last N optimizer steps train with on-policy data from "
+        "log replay on the training logs (the demo's policy); the behaviour-cloning run they branch "
+        "from is the other arm, driven beside it on the same roads (default: %(default)s; 0: "
+        "behaviour cloning only, no other arm)",
     ),
     (
         "--baselines",

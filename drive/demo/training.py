@@ -3,8 +3,8 @@
 
 :func:`train_policy` trains one model by behaviour cloning and returns its checkpoints;
 :func:`train_onpolicy_arm` trains the NCP-LTC's last ``--onpolicy-steps`` steps again in the loop
-(the demo's policy); :func:`train_baselines` trains every
-family of ``--baselines`` with the changes :data:`BASELINE_OVERRIDES` makes to the profile.
+(the demo's policy); :func:`train_baselines` trains every family of ``--baselines`` with the changes
+:data:`BASELINE_OVERRIDES` makes to the profile.
 """
 
 from __future__ import annotations
