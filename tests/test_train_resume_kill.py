@@ -135,3 +135,18 @@ def test_killed_and_resumed_run_ends_bitwise_equal_to_an_uninterrupted_one(
     assert final.keys() == reference.keys()
     differ: List[str] = [k for k, v in reference.items() if not torch.equal(v, final[k])]
     assert not differ, f"resumed run differs from the uninterrupted one in {differ[:5]}"
+
+
+def test_a_run_ending_between_two_saves_leaves_its_final_weights_in_last_ckpt(logs: Path, tmp_path: Path):
+    """A step budget that ends mid-epoch after an interval save (11 steps, saves every 4): last.ckpt
+    holds step 11, not 8 (Lightning writes ``last`` at the end only for a run that never saved;
+    drive.train.launch.LastCheckpoint), and resuming it has nothing left to train."""
+    root = tmp_path / "run"
+    done = _fit(logs, root, 0, "--trainer.max_steps", "11", "--last_checkpoint.every_n_train_steps", "4")
+    assert done.returncode == 0, done.stderr[-3000:]
+    ckpt = torch.load(root / "checkpoints" / "last.ckpt", weights_only=True, map_location="cpu")
+    assert ckpt["global_step"] == 11
+    assert ckpt["loops"]["fit_loop"]["state_dict"]["combined_loader"] == [{"epoch": 1, "batches": 3}]
+    again = _fit(logs, root, 0, "--trainer.max_steps", "11", "--ckpt_path", "last")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert checkpoint_state(root / "checkpoints" / "last.ckpt")["global_step"] == 11

@@ -10,8 +10,9 @@ value`` overrides.
 Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV loggers under
 ``trainer.default_root_dir``, and two of Lightning's ``ModelCheckpoint`` groups writing to
 ``<default_root_dir>/checkpoints``: ``--checkpoint.*`` keeps the best by ``val/loss``;
-``--last_checkpoint.*`` rewrites ``last.ckpt`` every ``every_n_train_steps`` (100) steps and at
-every epoch end, independent of validation, so ``--ckpt_path last`` resumes a killed run.
+``--last_checkpoint.*`` rewrites ``last.ckpt`` every ``every_n_train_steps`` (100) steps, at
+every epoch end and when training ends (:class:`LastCheckpoint`), independent of validation, so
+``--ckpt_path last`` resumes a killed run and a finished run's ``last.ckpt`` holds its final weights.
 ``--onpolicy.*`` adds on-policy data from log replay (:mod:`drive.train.onpolicy`; on in the profiles
 ``ncp_ltc`` and ``demo``, off without a profile and under ``trainer/ddp``).
 ``--throughput.*`` logs training frames per second, end to end (:mod:`drive.train.throughput`).
@@ -40,7 +41,7 @@ from drive.train.predictions import PredictionCSV
 from drive.train.profiles import resolve_config_args
 from drive.train.throughput import Throughput
 
-__all__ = ["DriveCLI", "launch", "check_ckpt_path", "CheckpointNotFound", "DEFAULT_ROOT"]
+__all__ = ["DriveCLI", "LastCheckpoint", "launch", "check_ckpt_path", "CheckpointNotFound", "DEFAULT_ROOT"]
 
 DEFAULT_ROOT = "runs/fit"
 CKPT_KEYWORDS = ("best", "last", "hpc")  # resolved by Lightning, not paths
@@ -63,12 +64,31 @@ def check_ckpt_path(ckpt_path: Optional[str]) -> None:
         raise CheckpointNotFound(f"--ckpt_path {path}: no such checkpoint file")
 
 
+class LastCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` that also writes ``last`` when training ends after its last
+    save: Lightning does that only for a run that never saved, so a step budget ending between two
+    intervals (``--trainer.max_steps 130`` with saves every 100 steps, mid-epoch) left ``last.ckpt``
+    at step 100 while the run trained to 130. The state key stays ``ModelCheckpoint``'s, so
+    checkpoints written before restore this callback's state."""
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        # Lightning's own bookkeeping (2.5, 2.6): the step of this callback's last save
+        if self.save_last and self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        else:
+            super().on_train_end(trainer, pl_module)
+
+    @property
+    def state_key(self) -> str:
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
+
 class DriveCLI(LightningCLI):
     """LightningCLI with drive's checkpointing and logging defaults."""
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.add_lightning_class_args(ModelCheckpoint, "last_checkpoint")
+        parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
         parser.add_lightning_class_args(PredictionCSV, "predictions")  # acts only in `drive predict`
         parser.add_lightning_class_args(OnPolicyData, "onpolicy")  # on in the profiles ncp_ltc, demo
         parser.add_lightning_class_args(Throughput, "throughput")  # perf/train_frames_per_s
