@@ -11,11 +11,11 @@ Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training 
 - ``bc_noview``: behaviour cloning on the logs' DART recoveries only (no viewpoint augmentation);
 - ``both``:     behaviour cloning with viewpoint augmentation and on-policy data from log replay
   (``--onpolicy.*``: a round of 16 episodes of 20 s every 100 steps from step 100, share 0.25, the
-  ``ncp_ltc`` profile's schedule) with DART noise (0.015 1/m, the default) on the commands the car
-  executes in the rounds;
+  default of the profiles ``demo`` and ``ncp_ltc``) with DART noise (0.015 1/m, the default) on the
+  commands the car executes in the rounds;
 - ``tail300``, ``tail600``: behaviour cloning, then the same rounds every 100 steps for the last 300
-  or 600 of 1,800 steps (from step 1,500 or 1,200): what ``drive demo`` can afford, which trains its
-  behaviour-cloning arm beside (``drive demo`` with ``--onpolicy-steps``);
+  or 600 of 1,800 steps (from step 1,500 or 1,200): what ``drive demo``, which trains a
+  behaviour-cloning arm beside its policy, can afford (its policy is ``tail300``);
 - ``both_quiet``: the same with rounds without noise (``--onpolicy.noise_std 0``, the rounds before
   2026-11-28); the ``onpolicy``, ``both_2s``, ``both_envelope_2s`` and ``both_la*`` arms below are
   quiet too;
@@ -34,7 +34,7 @@ autopilot logged without recoveries: the labels' look-ahead cannot be fitted and
 DART noise) and ``camera_clean`` the same without recoveries, the nearest stand-in here for another
 simulator's autopilot logs;
 ``full`` = the demo's 30 minutes (with ``--steps`` the demo's, its ``bc`` arm is the demo's
-behaviour-cloning run and its ``late`` arm the demo's policy, measured, not trained again).
+behaviour-cloning run and its ``tail300`` arm the demo's policy, measured, not trained again).
 Measured: interventions per km with the exact 95 % interval in the built-in world's closed loop on
 ``--km`` of held-out roads over the test seeds ``--seeds``, and in log replay on held-out noise-free
 expert logs (``tools/bench_replay.py``'s, or recorded here). Results are cached per arm under
@@ -68,7 +68,7 @@ from drive.sim.record import simulate
 from drive.sim.world import DEFAULT_SPEED_MPS
 
 ROOT = Path(__file__).resolve().parents[1]
-BC = ["--onpolicy.every_n_steps", "0"]  # the demo profile trains in the loop from step 1,500
+BC = ["--onpolicy.every_n_steps", "0"]  # the profiles demo and ncp_ltc train in the loop by default
 ONPOLICY = ["--onpolicy.every_n_steps", "100", "--onpolicy.start_step", "0"]  # rounds from step 100
 ONPOLICY += ["--onpolicy.episodes", "16", "--onpolicy.episode_s", "20"]
 TAIL = ["--onpolicy.every_n_steps", "100", "--onpolicy.start_step"]  # + the first round's step
