@@ -3,7 +3,8 @@ steps and seeds, on little and on full data, driven in the true closed loop and 
 
     python tools/bench_onpolicy.py --demo runs/demo --out runs/bench_onpolicy      # after `make demo`
 
-Arms (the demo profile, ``--config demo``, each for ``--steps`` steps, training seed 0):
+Arms (the demo profile, ``--config demo``, or ``--profile``'s, each for ``--steps`` steps (0: the
+profile's own budget), training seed 0):
 
 - ``bc``:       behaviour cloning with viewpoint augmentation (the demo's other arm; on-policy rounds
   off), labels at the look-ahead fitted on the training logs (``lookahead_s: fit``,
@@ -145,11 +146,16 @@ def dataset(name: str, demo: Path, out: Path) -> Dict[str, Any]:
     }
 
 
-def _fit_argv(demo: Path, train_logs: List[str], root: Path, steps: int, extra: List[str]) -> List[str]:
-    """``drive fit`` of the demo profile, training seed 0, on the demo's cache, for ``steps`` steps."""
-    argv = ["fit", "--config", "demo", "--seed_everything", "0", "--data.train", json.dumps(train_logs)]
+def _fit_argv(
+    demo: Path, train_logs: List[str], root: Path, steps: int, extra: List[str], profile: str = "demo"
+) -> List[str]:
+    """``drive fit`` of ``profile`` (shipped profiles, comma-separated), training seed 0, on the demo's
+    cache, for ``steps`` steps (0: the profile's own budget)."""
+    argv = ["fit", *(a for name in profile.split(",") for a in ("--config", name))]
+    argv += ["--seed_everything", "0", "--data.train", json.dumps(train_logs)]
     argv += ["--data.cache_dir", str(demo / "cache"), "--trainer.default_root_dir", str(root)]
-    return argv + ["--trainer.max_steps", str(steps), "--trainer.enable_progress_bar", "false", *extra]
+    argv += ["--trainer.max_steps", str(steps)] if steps else []
+    return argv + ["--trainer.enable_progress_bar", "false", *extra]
 
 
 def _fitted(ckpt: Path) -> bool:
@@ -157,15 +163,19 @@ def _fitted(ckpt: Path) -> bool:
     return ckpt.exists() and "label_lookahead_s" in torch.load(ckpt, weights_only=True)["drive"]
 
 
-def train(out: Path, demo: Path, data: Dict[str, List[str]], name: str, extra: List[str], steps: int) -> Path:
+def train(
+    out: Path, demo: Path, data: Dict[str, Any], name: str, extra: List[str], steps: int, profile: str
+) -> Path:
     """One arm through ``drive fit`` (cached); returns its final checkpoint."""
     from drive.train.launch import launch  # here: Lightning's import only where something trains
 
     root = out / "runs" / name
     last = root / "checkpoints" / "last.ckpt"
-    if last.exists() and int(torch.load(last, weights_only=True)["global_step"]) >= steps:
+    done = (root / "train_seconds.txt").exists()  # written when the fit returned
+    if last.exists() and done and int(torch.load(last, weights_only=True)["global_step"]) >= steps:
         return last
-    argv = _fit_argv(demo, data["train"], root, steps, extra) + ["--data.val", json.dumps(data["val"])]
+    argv = _fit_argv(demo, data["train"], root, steps, extra, profile)
+    argv += ["--data.val", json.dumps(data["val"])]
     if last.exists():  # an arm killed part-way resumes exactly where it stopped (a fresh run beside
         argv += ["--ckpt_path", str(last)]  # it would write last-v1.ckpt and leave this one stale)
     torch.set_num_threads(2)
@@ -176,6 +186,11 @@ def train(out: Path, demo: Path, data: Dict[str, List[str]], name: str, extra: L
     if step < steps:
         raise RuntimeError(f"{last}: step {step} after training to {steps}; not measuring a stale checkpoint")
     return last
+
+
+def _slug(profile: str) -> str:
+    """A profile list as a file-name prefix: ``ncp_ltc,trainer/cpu`` -> ``ncp_ltc+trainer_cpu``."""
+    return profile.replace("/", "_").replace(",", "+")
 
 
 def throughput(out: Path, demo: Path, data: Dict[str, List[str]], steps: int) -> str:
@@ -241,7 +256,14 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--demo", default=str(ROOT / "runs" / "demo"))
     p.add_argument("--out", default=str(ROOT / "runs" / "bench_onpolicy"))
-    p.add_argument("--steps", type=int, default=1800, help="optimizer steps per arm (the demo's: 1800)")
+    p.add_argument(
+        "--steps", type=int, default=1800, help="optimizer steps per arm (the demo's: 1800; 0: the profile's)"
+    )
+    p.add_argument(
+        "--profile",
+        default="demo",
+        help="the arms' shipped training profiles, comma-separated (default: demo; e.g. ncp_ltc,trainer/cpu)",
+    )
     p.add_argument("--data", default="small,full,camera")
     p.add_argument("--arms", default="bc,onpolicy,both")
     p.add_argument("--km", type=float, default=24.0, help="world closed-loop distance per arm")
@@ -263,7 +285,7 @@ def main() -> None:
     rows = []
     for name in args.data.split(","):
         for arm in args.arms.split(","):
-            tag = f"{name}-{arm}"
+            tag = f"{name}-{arm}" if args.profile == "demo" else f"{_slug(args.profile)}-{name}-{arm}"
             cached = out / "results" / f"{tag}.json"
             if cached.exists():  # measured before: its table row, without training it again
                 rows.append((name, arm, json.loads(cached.read_text())))
@@ -271,8 +293,10 @@ def main() -> None:
             if args.table:
                 continue
             demo_ckpt = demo / DEMO_RUNS.get(arm, "none") / "checkpoints" / "last.ckpt"
-            reuse = name == "full" and args.steps == 1800 and _fitted(demo_ckpt)
-            ckpt = demo_ckpt if reuse else train(out, demo, data[name], tag, ARMS[arm], args.steps)
+            reuse = name == "full" and args.profile == "demo" and args.steps == 1800 and _fitted(demo_ckpt)
+            ckpt = (
+                demo_ckpt if reuse else train(out, demo, data[name], tag, ARMS[arm], args.steps, args.profile)
+            )
             print(f"{tag}: measuring {ckpt}", flush=True)
             held_out = [Path(p) for p in data[name]["replay"]] if data[name]["replay"] else logs
             rows.append((name, arm, measure(ckpt, seeds, args.km, held_out, cached, data[name])))
