@@ -292,8 +292,9 @@ def main() -> None:
                 continue
             if args.table:
                 continue
-            demo_ckpt = demo / DEMO_RUNS.get(arm, "none") / "checkpoints" / "last.ckpt"
-            reuse = name == "full" and args.profile == "demo" and args.steps == 1800 and _fitted(demo_ckpt)
+            demo_ckpt = demo / DEMO_RUNS.get(arm, "") / "checkpoints" / "last.ckpt"
+            reuse = name == "full" and arm in DEMO_RUNS and args.profile == "demo" and args.steps == 1800
+            reuse = reuse and _fitted(demo_ckpt)
             ckpt = (
                 demo_ckpt if reuse else train(out, demo, data[name], tag, ARMS[arm], args.steps, args.profile)
             )
