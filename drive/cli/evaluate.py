@@ -34,7 +34,7 @@ from drive.sim.closed_loop import Segment, evaluate
 from drive.sim.gym_eval import evaluate_env, make_env
 from drive.sim.gym_mapping import load_mapping
 from drive.sim.record import check_world_settings
-from drive.sim.road import SPLITS
+from drive.sim.road import ROAD_KINDS, SPLITS
 
 COMMAND = "evaluate"
 HELP = "closed-loop driving of a policy (expert, checkpoint, exported file)"
@@ -66,6 +66,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--km", type=float, default=2.0, help="distance to drive (default 2 km)")
     parser.add_argument("--seed", type=int, default=0, help="world seed (default 0)")
     parser.add_argument("--split", choices=SPLITS, default="test", help="road split (default test)")
+    parser.add_argument(
+        "--roads",
+        choices=ROAD_KINDS,
+        default="easy",
+        help="easy: curves up to 1/25 m at one speed (default); hard: junction turns up to 1/5 m, "
+        "hairpins, S-bends, chicanes, at a speed that follows the road; mixed: both, alternating",
+    )
     parser.add_argument("--conditions", default=None, help=f"comma-separated condition names ({conds})")
     parser.add_argument("--segment-km", type=float, default=1.0, help="length of each road (default 1 km)")
     parser.add_argument("--out", required=True, help="output directory (metrics.json, drive.png)")
@@ -176,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
                 speed_mps=args.speed_kmh / 3.6,
                 fps=args.fps,
                 progress=progress,
+                roads=args.roads,
             )
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"drive evaluate: error: {e}", file=sys.stderr)
@@ -191,6 +199,7 @@ WORLD_DEFAULTS = {
     "fps": 30.0,
     "speed_kmh": 30.0,
     "split": "test",
+    "roads": "easy",
     "segment_km": 1.0,
     "width": 200,
     "height": 78,
@@ -282,6 +291,7 @@ def _world_overrides(args: argparse.Namespace, driver: Any) -> Dict[str, Any]:
         fps=fps,
         speed_kmh=args.speed_kmh,
         split=args.split,
+        roads=args.roads,
         episode_km=args.segment_km,
         width=width,
         height=height,

@@ -15,7 +15,7 @@ from drive.io.atomic import no_empty_dir_on_error
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.sim.camera import Camera
 from drive.sim.record import DEFAULT_NOISE_STD, check_world_settings, simulate
-from drive.sim.road import SPLITS, TEST_SEED_OFFSET
+from drive.sim.road import ROAD_KINDS, SPLITS, TEST_SEED_OFFSET
 
 COMMAND = "simulate"
 HELP = "record driving logs in the built-in world"
@@ -35,6 +35,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=SPLITS,
         default="train",
         help="train and test roads come from disjoint seed ranges (default train)",
+    )
+    parser.add_argument(
+        "--roads",
+        choices=ROAD_KINDS,
+        default="easy",
+        help="easy: curves up to 1/25 m at one speed (default); hard: junction turns up to 1/5 m, "
+        "hairpins, S-bends, chicanes, at a speed that follows the road (--speed-kmh the cruise); "
+        "mixed: both, alternating recordings",
     )
     parser.add_argument(
         "--conditions",
@@ -96,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
                 fps=args.fps,
                 overwrite=args.overwrite,
                 progress=progress,
+                roads=args.roads,
             )
     except (ValueError, TypeError) as e:
         message = str(e).replace("pass overwrite=True", "pass --overwrite")

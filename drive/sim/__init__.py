@@ -1,7 +1,7 @@
 """The built-in driving world: procedural roads, a forward camera, an expert, recordings, closed loop.
 
-See docs/world.md. Modules, upstream first: road -> appearance -> camera -> render -> vehicle
--> driver (Observation, Driver protocol) -> expert -> world -> record / closed_loop.
+See docs/world.md. Modules, upstream first: road (road_hard) -> appearance -> camera -> render -> vehicle
+-> speed -> driver (Observation, Driver protocol) -> expert -> world -> record / closed_loop.
 The camera has one import path, ``from drive.sim.camera import Camera``.
 """
 

@@ -1,11 +1,13 @@
 """Closed-loop evaluation: a driver steers the car; a virtual safety driver takes over when needed.
 
 The distance is driven as ``ceil(km / segment_km)`` segments, segment ``i`` on road ``i`` of
-world ``(seed, split)`` (default the TEST split) under appearance ``i`` (named conditions
-cycle, others random). With several seeds the segments take turns: segment ``i`` is road
-``i // len(seeds)`` of world ``seeds[i % len(seeds)]``. Every camera period the driver sees an
-:class:`Observation` (optionally with ``perturb(image)`` applied) and returns a curvature command
-in 1/m.
+world ``(seed, split)`` (default the TEST split) from the set ``roads`` (``easy``, ``hard`` or
+``mixed``: :mod:`drive.sim.road`) under appearance ``i`` (named conditions cycle, others random).
+With several seeds the segments take turns: segment ``i`` is road ``i // len(seeds)`` of world
+``seeds[i % len(seeds)]``. Every camera period the driver sees an :class:`Observation` (optionally
+with ``perturb(image)`` applied) and returns a curvature command in 1/m. With ``roads`` other than
+``easy`` each segment's conditions also name its road kind (``per_condition`` has ``easy`` and
+``hard``).
 
 Intervention (VISTA's pi/10 heading limit, the NCP paper's safety driver): when
 ``|lateral offset| > max_lateral_m`` (1.0 m) or ``|heading error| > max_heading_rad``
@@ -245,6 +247,7 @@ def evaluate(
     max_lateral_m: float = 1.0,
     max_heading_rad: float = math.pi / 10,
     progress: Optional[Callable[[Segment], None]] = None,
+    roads: str = "easy",
 ) -> ClosedLoopResult:
     """Drive ``km`` kilometres closed loop and measure lane keeping (see module docstring).
 
@@ -271,11 +274,12 @@ def evaluate(
             length_m = 1000.0 * min(segment_km, km - i * segment_km)
             fixed = grid[i % len(grid)]
             world_seed, index = seeds[i % len(seeds)], i // len(seeds)
-            road = generate_road(world_seed, length_m + 300.0, split=split, index=index)
+            road = generate_road(world_seed, length_m + 300.0, split=split, index=index, roads=roads)
             appearance = sample_appearance(world_seed, split, index, fixed)
             world = World(road, appearance, renderer, speed_mps=speed_mps, fps=fps, start_s_m=5.0)
+            conditions = {**appearance.names(), **({"road": road.kind} if roads != "easy" else {})}
             seg = drive_segment(
-                world, driver, length_m, perturb, max_lateral_m, max_heading_rad, video, i, appearance.names()
+                world, driver, length_m, perturb, max_lateral_m, max_heading_rad, video, i, conditions
             )
             segments.append(seg)
             if progress is not None:
@@ -288,6 +292,7 @@ def evaluate(
         "driver": str(getattr(driver, "name", type(driver).__name__)),
         "seed": seeds[0] if len(seeds) == 1 else seeds,
         "split": split,
+        "roads": roads,
         "segments": count,
         "criteria": {
             "max_lateral_m": max_lateral_m,

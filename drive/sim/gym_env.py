@@ -35,8 +35,8 @@ from gymnasium import spaces
 from drive.sim.appearance import condition_grid, parse_conditions, sample_appearance
 from drive.sim.camera import Camera
 from drive.sim.render import Renderer
-from drive.sim.road import SPLITS, generate_road
-from drive.sim.vehicle import VehicleLimits
+from drive.sim.road import SPLITS, generate_road, road_kind
+from drive.sim.vehicle import HARD_ROAD_LIMITS, VehicleLimits
 from drive.sim.world import DEFAULT_FPS, World
 
 __all__ = ["LaneKeepingEnv", "ENV_ID", "register"]
@@ -52,8 +52,9 @@ class LaneKeepingEnv(gymnasium.Env):
         seed: world seed (roads and appearances); ``reset(seed=...)`` replaces it.
         conditions: condition names (``summer,night,...``; a list or comma-separated string).
         fps: camera rate in Hz (the step period is 1 / fps).
-        speed_kmh: constant vehicle speed.
+        speed_kmh: vehicle speed (on hard roads the cruise speed, slowed where the road asks).
         split: road split (``test`` by default: roads never used for training).
+        roads: ``easy`` (default), ``hard`` or ``mixed`` (:mod:`drive.sim.road`).
         episode_km: road length driven per episode.
         width, height: camera image size.
         max_lateral_m, max_heading_rad: the safety driver's limits (1 m, pi/10).
@@ -77,6 +78,7 @@ class LaneKeepingEnv(gymnasium.Env):
         max_heading_rad: float = math.pi / 10,
         on_intervention: str = "takeover",
         render_mode: Optional[str] = None,
+        roads: str = "easy",
     ) -> None:
         for name, value in (
             ("fps", fps),
@@ -89,6 +91,7 @@ class LaneKeepingEnv(gymnasium.Env):
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        road_kind(roads, 0)  # refuses an unknown set
         if on_intervention not in ("takeover", "terminate"):
             raise ValueError(f"on_intervention must be 'takeover' or 'terminate', got {on_intervention!r}")
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -103,7 +106,8 @@ class LaneKeepingEnv(gymnasium.Env):
         self.max_lateral_m, self.max_heading_rad = float(max_lateral_m), float(max_heading_rad)
         self.on_intervention, self.render_mode = on_intervention, render_mode
         self.metadata = {**self.metadata, "render_fps": self.fps}
-        self.limits = VehicleLimits()
+        self.roads = roads
+        self.limits = VehicleLimits() if roads == "easy" else HARD_ROAD_LIMITS  # the action space's
         self.renderer = Renderer(Camera.default(int(width), int(height)))
         self.observation_space = spaces.Box(0, 255, (int(height), int(width), 3), dtype=np.uint8)
         k = float(self.limits.max_curvature_per_m)
@@ -130,16 +134,12 @@ class LaneKeepingEnv(gymnasium.Env):
         self._next_index = index + 1
         self.road_index = index
         fixed = self.grid[index % len(self.grid)]
-        road = generate_road(self.world_seed, self.episode_m + 300.0, split=self.split, index=index)
+        road = generate_road(
+            self.world_seed, self.episode_m + 300.0, split=self.split, index=index, roads=self.roads
+        )
         self.appearance = sample_appearance(self.world_seed, self.split, index, fixed)
         self.world = World(
-            road,
-            self.appearance,
-            self.renderer,
-            speed_mps=self.speed_mps,
-            fps=self.fps,
-            limits=self.limits,
-            start_s_m=START_S_M,
+            road, self.appearance, self.renderer, speed_mps=self.speed_mps, fps=self.fps, start_s_m=START_S_M
         )
         self.start_s_m = self.world.s_m
         self.interventions = 0

@@ -20,18 +20,18 @@ from drive.sim.appearance import Appearance, condition_grid, parse_conditions, s
 from drive.sim.camera import Camera
 from drive.sim.expert import PurePursuitExpert, SteeringNoise
 from drive.sim.render import Renderer
-from drive.sim.road import generate_road
+from drive.sim.road import generate_road, road_kind
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 
 __all__ = ["camera_calibration", "check_world_settings", "record_drive", "simulate", "MAX_SPEED_KMH"]
 
 DEFAULT_NOISE_STD = 0.01  # 1/m: lateral deviations of ~0.2 m RMS, up to ~0.7 m, at 30 km/h
 NOISE_PAUSE_LATERAL_M = 0.7
-# Bounds of settings that describe a car on the world's roads (curvature up to 1/25 m); anything
-# beyond is a typo (1e6 km/h) and is refused rather than recorded.
+# Bounds of settings that describe a car on the world's roads; anything beyond is a typo (1e6 km/h) and is
+# refused rather than recorded.
 MAX_SPEED_KMH = 150.0
 MAX_FPS = 240.0
-MAX_NOISE_STD = 0.2  # 1/m: a 5 m radius, 5x the tightest curve of the world
+MAX_NOISE_STD = 0.2  # 1/m: a 5 m radius, the tightest lane of hard roads
 IMAGE_SIDES = {"--width": 16, "--height": 8}  # the camera's least size; at most 4096 pixels
 
 
@@ -96,8 +96,10 @@ def record_drive(
     speed_mps: float = DEFAULT_SPEED_MPS,
     fps: float = DEFAULT_FPS,
     overwrite: bool = False,
+    roads: str = "easy",
 ) -> Path:
-    """Record ``minutes`` of expert driving on road ``index`` of world ``(seed, split)``.
+    """Record ``minutes`` of expert driving on road ``index`` of world ``(seed, split)`` from the set
+    ``roads`` (:mod:`drive.sim.road`; on hard roads ``speed_mps`` is the cruise speed).
 
     ``conditions`` pins appearance axes by name (``{"season": "winter"}``). Returns the directory.
     """
@@ -105,7 +107,7 @@ def record_drive(
         raise ValueError(f"minutes must be positive, got {minutes}")
     n_frames = int(round(minutes * 60.0 * fps))
     length = n_frames / fps * speed_mps + 300.0  # + room for the camera to look ahead
-    road = generate_road(seed, length, split=split, index=index)
+    road = generate_road(seed, length, split=split, index=index, roads=roads)
     appearance = sample_appearance(seed, split, index, conditions)
     renderer = Renderer(camera or Camera.default())
     world = World(road, appearance, renderer, speed_mps=speed_mps, fps=fps, start_s_m=5.0)
@@ -125,6 +127,7 @@ def record_drive(
             "split": split,
             "road_index": int(index),
             "speed_mps": float(speed_mps),
+            **({"road_kind": "hard", "speed": "follows the road"} if road.kind == "hard" else {}),
             "dart_noise_std_per_m": float(noise_std),
             "expert": "pure_pursuit",
             "label": "expert's clean command (DART)",
@@ -169,11 +172,13 @@ def simulate(
     fps: float = DEFAULT_FPS,
     overwrite: bool = False,
     progress: Optional[Callable[[int, int, Path], None]] = None,
+    roads: str = "easy",
 ) -> List[Path]:
     """Write ``ceil(minutes / recording_minutes)`` recordings under ``out_dir``.
 
     Named conditions cycle over all their combinations (``summer,winter`` alternates seasons);
-    unnamed axes are random per recording. Recording ``i`` uses road ``i`` of ``(seed, split)``.
+    unnamed axes are random per recording. Recording ``i`` uses road ``i`` of ``(seed, split)`` from the
+    set ``roads``; hard roads are named ``...-hard`` (``train-s0-001-hard-summer-noon-marked``).
     """
     cam = camera or Camera.default()
     check_world_settings(
@@ -185,6 +190,7 @@ def simulate(
         minutes=minutes,
         recording_minutes=recording_minutes,
     )
+    road_kind(roads, 0)  # an unknown set is refused before anything is written
     grid = condition_grid(parse_conditions(conditions))
     count = int(math.ceil(minutes / recording_minutes - 1e-9))
     out = Path(out_dir)
@@ -192,7 +198,8 @@ def simulate(
     for i in range(count):
         fixed = grid[i % len(grid)]
         app = sample_appearance(seed, split, i, fixed)
-        planned.append((i, fixed, out / f"{split}-s{seed}-{i:03d}-{_slug(app)}"))
+        hard = "-hard" if road_kind(roads, i) == "hard" else ""
+        planned.append((i, fixed, out / f"{split}-s{seed}-{i:03d}{hard}-{_slug(app)}"))
     if not overwrite:  # refused before anything is written, not after the first recordings
         existing = [str(path) for _, _, path in planned if path.exists()]
         if existing:
@@ -203,7 +210,7 @@ def simulate(
     for i, fixed, path in planned:
         length = min(recording_minutes, minutes - i * recording_minutes)
         record_drive(
-            path, seed, i, split, length, fixed, storage, noise_std, camera, speed_mps, fps, overwrite
+            path, seed, i, split, length, fixed, storage, noise_std, camera, speed_mps, fps, overwrite, roads
         )
         paths.append(path)
         if progress is not None:

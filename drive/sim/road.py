@@ -3,9 +3,15 @@
 A road is a reference line (the road's centre, between the two lanes) sampled every
 ``ds_m`` metres of arc length ``s``, with its curvature profile piecewise linear in ``s``:
 constant zero on straights, constant on arcs, linear on clothoid transitions (curvature
-linear in arc length is the definition of a clothoid). ``|curvature| <= MAX_CURVATURE_PER_M``
-(radius >= 25 m). Vehicles drive on the right lane, whose centre lies ``lane_width / 2`` to
-the right of the reference line.
+linear in arc length is the definition of a clothoid). Vehicles drive on the right lane, whose
+centre lies ``lane_width / 2`` to the right of the reference line.
+
+Road kinds (``roads=``): ``easy`` roads (the default, and every road drive recorded before kinds
+existed, unchanged) curve at most ``MAX_CURVATURE_PER_M`` (radius >= 25 m) and are driven at one
+speed; ``hard`` roads (:mod:`drive.sim.road_hard`) add junction turns whose right lane curves by up to
+1/5.2 m, hairpins, S-bends and chicanes beside straights and gentle curves, and are driven at a speed
+that follows the road (:mod:`drive.sim.speed`); ``mixed`` alternates them, road ``i`` hard when ``i``
+is odd, so its even roads are exactly the easy roads of the same index.
 
 Frenet coordinates used everywhere in :mod:`drive.sim`: ``s`` (m, arc length of the
 reference line) and ``d`` (m, signed lateral distance from the reference line, positive
@@ -24,8 +30,12 @@ from typing import List, Tuple
 
 import numpy as np
 
+from drive.sim.road_hard import HARD_MAX_CURVATURE_PER_M, clear_objects, hard_knots
+
 __all__ = [
     "MAX_CURVATURE_PER_M",
+    "ROAD_KINDS",
+    "road_kind",
     "TEST_SEED_OFFSET",
     "SPLITS",
     "Road",
@@ -36,6 +46,7 @@ __all__ = [
 ]
 
 MAX_CURVATURE_PER_M = 1.0 / 25.0
+ROAD_KINDS = ("easy", "hard", "mixed")
 TEST_SEED_OFFSET = 1_000_000_000
 SPLITS = ("train", "test")
 _STREAM_ROAD = 1  # rng stream ids derived from the world seed (appearance uses others)
@@ -50,6 +61,15 @@ def world_seed(seed: int, split: str) -> int:
     if not 0 <= int(seed) < TEST_SEED_OFFSET:
         raise ValueError(f"seed must be in [0, {TEST_SEED_OFFSET}), got {seed}")
     return int(seed) + (TEST_SEED_OFFSET if split == "test" else 0)
+
+
+def road_kind(roads: str, index: int) -> str:
+    """The kind (``easy`` or ``hard``) of road ``index`` of a set of ``roads`` (one of ``ROAD_KINDS``)."""
+    if roads not in ROAD_KINDS:
+        raise ValueError(f"roads must be one of {', '.join(ROAD_KINDS)}, got {roads!r}")
+    if roads == "mixed":
+        return "hard" if int(index) % 2 else "easy"
+    return roads
 
 
 @dataclass(frozen=True)
@@ -70,7 +90,8 @@ class Road:
     """A sampled road. Arrays have one entry per sample, ``s_m[i] = i * ds_m``.
 
     x_m, y_m: reference-line position (m, world frame); heading_rad: direction of travel;
-    curvature_per_m: signed curvature (positive = turning left); lane_width_m: width of each lane.
+    curvature_per_m: signed curvature (positive = turning left); lane_width_m: width of each lane;
+    kind: ``easy`` or ``hard`` (module docstring).
     """
 
     seed: int
@@ -84,6 +105,7 @@ class Road:
     curvature_per_m: np.ndarray
     lane_width_m: np.ndarray
     objects: List[RoadsideObject]
+    kind: str = "easy"
 
     @property
     def length_m(self) -> float:
@@ -210,16 +232,18 @@ def _objects(rng: np.random.Generator, road: Road) -> List[RoadsideObject]:
 
 
 def generate_road(
-    seed: int, length_m: float, split: str = "train", index: int = 0, ds_m: float = 0.5
+    seed: int, length_m: float, split: str = "train", index: int = 0, ds_m: float = 0.5, roads: str = "easy"
 ) -> Road:
-    """Generate road ``index`` of world ``(seed, split)``, at least ``length_m`` metres; deterministic."""
+    """Generate road ``index`` of world ``(seed, split)`` from the set ``roads`` (module docstring), at
+    least ``length_m`` metres; deterministic."""
     if not length_m > 0:
         raise ValueError(f"length_m must be positive, got {length_m}")
     if index < 0:
         raise ValueError(f"road index must be >= 0, got {index}")
+    kind = road_kind(roads, index)
     ws = world_seed(seed, split)
     rng = np.random.default_rng([ws, _STREAM_ROAD, int(index)])
-    knots = _curvature_knots(rng, length_m)
+    knots = _curvature_knots(rng, length_m) if kind == "easy" else hard_knots(rng, length_m)
     n = int(np.ceil(length_m / ds_m)) + 1
     s = np.arange(n) * ds_m
     ks, kv = zip(*knots)
@@ -241,17 +265,26 @@ def generate_road(
         curvature_per_m=kappa,
         lane_width_m=_lane_width(rng, s),
         objects=[],
+        kind=kind,
     )
     road.objects = _objects(rng, road)
+    if kind == "hard":
+        road.objects = clear_objects(road.objects, x, y, road.lane_width_m)
     return road
 
 
 def uniform_road(
-    length_m: float, lane_width_m: float = 3.5, curvature_per_m: float = 0.0, ds_m: float = 0.5
+    length_m: float,
+    lane_width_m: float = 3.5,
+    curvature_per_m: float = 0.0,
+    ds_m: float = 0.5,
+    kind: str = "easy",
 ) -> Road:
-    """A treeless road of constant curvature (0 = straight) and constant lane width, for checks."""
-    if abs(curvature_per_m) > MAX_CURVATURE_PER_M:
-        raise ValueError(f"|curvature| must be <= {MAX_CURVATURE_PER_M}, got {curvature_per_m}")
+    """A treeless road of constant curvature (0 = straight) and constant lane width, for checks; a
+    ``hard`` one may curve as tightly as hard roads do."""
+    top = MAX_CURVATURE_PER_M if road_kind(kind, 0) == "easy" else HARD_MAX_CURVATURE_PER_M
+    if abs(curvature_per_m) > top:
+        raise ValueError(f"|curvature| must be <= {top:.4g} on {kind} roads, got {curvature_per_m}")
     n = int(np.ceil(length_m / ds_m)) + 1
     s = np.arange(n) * ds_m
     heading = curvature_per_m * s
@@ -271,4 +304,5 @@ def uniform_road(
         curvature_per_m=np.full(n, float(curvature_per_m)),
         lane_width_m=np.full(n, float(lane_width_m)),
         objects=[],
+        kind=kind,
     )

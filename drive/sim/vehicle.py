@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["VehicleLimits", "VehicleState", "Vehicle"]
+__all__ = ["VehicleLimits", "VehicleState", "Vehicle", "HARD_ROAD_LIMITS"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,13 @@ class VehicleLimits:
 
     max_curvature_per_m: float = 1.0 / 20.0
     max_curvature_rate: float = 0.15
+
+
+# The car of hard roads (a compact car at low speed): 0.25 1/m is a 4 m radius, tan(34 deg) of road-wheel
+# lock over a 2.7 m wheelbase (an 11 m turning circle); 0.25 1/m per s is about 39 deg/s at the road
+# wheels, 580 deg/s at a 15:1 steering wheel, quick hand-over-hand steering. Easy roads keep the
+# default car, so every easy road drives as it did before hard roads existed.
+HARD_ROAD_LIMITS = VehicleLimits(max_curvature_per_m=0.25, max_curvature_rate=0.25)
 
 
 @dataclass

@@ -16,12 +16,18 @@ from drive.sim.camera import Camera
 from drive.sim.driver import Observation
 from drive.sim.render import Renderer
 from drive.sim.road import Road
-from drive.sim.vehicle import Vehicle, VehicleLimits, VehicleState
+from drive.sim.speed import SpeedController
+from drive.sim.vehicle import HARD_ROAD_LIMITS, Vehicle, VehicleLimits, VehicleState
 
-__all__ = ["World", "CarOnRoad", "DEFAULT_SPEED_MPS", "DEFAULT_FPS"]
+__all__ = ["World", "CarOnRoad", "DEFAULT_SPEED_MPS", "DEFAULT_FPS", "car_limits"]
 
 DEFAULT_SPEED_MPS = 30.0 / 3.6
 DEFAULT_FPS = 30.0
+
+
+def car_limits(road: Road) -> VehicleLimits:
+    """The steering limits of the car that drives ``road``: the low-speed car on hard roads."""
+    return HARD_ROAD_LIMITS if road.kind == "hard" else VehicleLimits()
 
 
 class CarOnRoad:
@@ -74,7 +80,9 @@ class World(CarOnRoad):
     Args:
         road, appearance: the scene.
         renderer: shared :class:`Renderer` (one per camera; precomputation is per camera).
-        speed_mps: constant speed (default 30 km/h). fps: camera rate (default 30 Hz).
+        speed_mps: the speed on easy roads (default 30 km/h); on hard roads the cruise speed, slowed
+            where the road asks (:mod:`drive.sim.speed`). fps: camera rate (default 30 Hz).
+        limits: the car's steering limits (default :func:`car_limits` of the road).
         start_s_m: where the car starts, on the lane centre, aligned with the lane.
     """
 
@@ -85,7 +93,7 @@ class World(CarOnRoad):
         renderer: Optional[Renderer] = None,
         speed_mps: float = DEFAULT_SPEED_MPS,
         fps: float = DEFAULT_FPS,
-        limits: VehicleLimits = VehicleLimits(),
+        limits: Optional[VehicleLimits] = None,
         start_s_m: float = 0.0,
     ) -> None:
         if not speed_mps > 0:
@@ -94,7 +102,9 @@ class World(CarOnRoad):
             raise ValueError(f"fps must be positive, got {fps}")
         self.road, self.appearance = road, appearance
         self.renderer = renderer or Renderer()
-        self.speed_mps, self.dt_s, self.limits = float(speed_mps), 1.0 / float(fps), limits
+        self.speed_mps, self.dt_s = float(speed_mps), 1.0 / float(fps)
+        self.limits = limits or car_limits(road)
+        self.speed = SpeedController(road, self.speed_mps, self.limits) if road.kind == "hard" else None
         self.time_s = 0.0
         self.place_on_lane(start_s_m)
 
@@ -107,9 +117,17 @@ class World(CarOnRoad):
         x, y, yaw = self.road.lane_pose(s_m)
         _, _, _, kappa, width = self.road.sample(s_m)
         lane_kappa = kappa / (1.0 + 0.5 * width * kappa)  # curvature of the offset lane centre
+        speed = self.speed.target(s_m) if self.speed is not None else self.speed_mps
         self.s_m = s_m
-        self.vehicle = Vehicle(VehicleState(x, y, yaw, self.speed_mps, lane_kappa), self.limits)
+        self.vehicle = Vehicle(VehicleState(x, y, yaw, speed, lane_kappa), self.limits)
         self._update_errors()
+
+    def step(self, curvature_cmd_per_m: float) -> None:
+        """Advance one period under a curvature command (1/m), at the speed the road asks for."""
+        if self.speed is not None:
+            st = self.vehicle.state
+            st.speed_mps = self.speed(self.s_m, st.speed_mps, self.dt_s)
+        super().step(curvature_cmd_per_m)
 
     def render(self) -> np.ndarray:
         st = self.vehicle.state
