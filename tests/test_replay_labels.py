@@ -80,3 +80,29 @@ def test_lookahead_setting_is_a_positive_number_or_fit():
             camera,
             np.eye(3),
         )
+
+
+def test_when_no_look_ahead_keeps_the_paths_the_fit_says_where_each_left_and_takes_the_short_default(
+    tmp_path,
+):
+    """Labels that do not explain their own paths (a fifth of the command: a steering that saturates, another
+    simulator's expert) leave the paths at every look-ahead; the fit names the recording and the place
+    each candidate left it and uses the short default instead of the one that drove farthest."""
+    import csv
+
+    simulate(tmp_path / "logs", minutes=1.0, seed=11, fps=10.0, noise_std=0.015, roads="hard")
+    (log,) = (tmp_path / "logs").glob("*/log.csv")
+    rows = list(csv.DictReader(log.open()))
+    for row in rows:
+        row["curvature"] = str(0.2 * float(row["curvature"]))
+    with log.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    recs = cache_recordings(read_logs(str(tmp_path / "logs")), Preprocessing(size=SIZE), tmp_path / "cache")
+    worlds = [cached_world(r, p, 10.0, 0.0) for r in recs for p in cached_paths(r) if p.length_m > 30]
+    fit = fit_lookahead(worlds, 5.0)
+    assert fit.kept_none and fit.lookahead_s == UNIDENTIFIED_S
+    assert all(not t.kept and log.parent.name in t.left_at for t in fit.trials)
+    assert "no candidate's labels keep the logs' own paths" in fit.summary()
+    assert log.parent.name in fit.summary() and " m (max " in fit.summary()

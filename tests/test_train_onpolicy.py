@@ -3,6 +3,8 @@ the windows mixed into training batches, and the state a checkpoint keeps."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -163,12 +165,13 @@ def test_dart_noise_in_a_round_moves_the_car_and_keeps_the_labels_of_the_states_
     from drive.data.viewpoint import corrected_curvature
     from drive.nn.heads import NCPConvHead
     from drive.nn.policy import Policy
-    from drive.train.onpolicy import run_round
+    from drive.train.rounds import RoundJob, run_round
 
     torch.manual_seed(0)
     policy = Policy(NCPConvHead(SIZE), None, frame_period_s=0.1)
-    args = ([str(cached.directory)], policy.config(), policy.state_dict(), 5, 2, 40, [0.9, 5.0])
-    quiet, noisy, again = run_round(*args), run_round(*args, 0.02), run_round(*args, 0.02)
+    job = RoundJob([str(cached.directory)], policy.config(), policy.state_dict(), 5, 2, 40, 0.9, 5.0)
+    quiet = run_round(job)
+    noisy, again = (run_round(replace(job, noise_std=0.02)) for _ in range(2))
     np.testing.assert_allclose(noisy["left_m"], again["left_m"], atol=1e-9)
     assert np.abs(noisy["left_m"] - quiet["left_m"]).max() > 0.05
     recorded = cached.curvature[noisy["frame"]]

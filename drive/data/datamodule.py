@@ -44,7 +44,13 @@ from drive.data.dataset import SequenceDataset, sample_weights
 from drive.data.errors import Problems
 from drive.data.preprocess import MODEL_SIZE, Preprocessing
 from drive.data.readers import read_logs
-from drive.data.sampling import EpochSampler, RecordingShards, ResumableLoader
+from drive.data.sampling import (
+    BalancedSampler,
+    EpochSampler,
+    RecordingShards,
+    ResumableLoader,
+    rarity_weights,
+)
 from drive.data.sequences import split_ranges, stateful_windows, train_windows
 
 __all__ = ["DriveDataModule"]
@@ -83,6 +89,10 @@ class DriveDataModule(L.LightningDataModule):
         augment_on: "workers" (each DataLoader worker augments its windows on the CPU) or "device"
             (workers only slice the cache; whole batches are augmented after the transfer to the
             training device, e.g. the GPU, in :meth:`augment_batch`).
+        balance: draw training windows by how rare their curvature is
+            (:class:`~drive.data.sampling.BalancedSampler`; the weight of a window is the share of windows
+            in its curvature bin to the power ``-balance``): 0 every window once per epoch, 1 every bin
+            equally often.
     """
 
     def __init__(
@@ -112,6 +122,7 @@ class DriveDataModule(L.LightningDataModule):
         val_fraction: float = 0.1,
         seed: int = 0,
         augment_on: str = "workers",
+        balance: float = 0.0,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -133,6 +144,8 @@ class DriveDataModule(L.LightningDataModule):
         if augment_on not in ("workers", "device"):
             raise ValueError(f"augment_on must be 'workers' or 'device', got {augment_on!r}")
         self.augment_on = augment_on
+        rarity_weights(np.zeros(0), balance)  # refuses a value outside [0, 1] before any data is read
+        self.balance = float(balance)
         self.problems = Problems(on_error)
         self.datasets: Dict[str, SequenceDataset] = {}
         self._host: Optional[Dict[str, np.ndarray]] = None  # labels of the batch in transfer
@@ -262,10 +275,16 @@ class DriveDataModule(L.LightningDataModule):
         )
 
     def train_dataloader(self) -> DataLoader:
-        """Shuffled by (seed, epoch) and resumable mid-epoch (:mod:`drive.data.sampling`)."""
-        return self._loader(
-            "train", self.batch_size, sampler=EpochSampler(len(self.datasets["train"]), self.seed)
-        )
+        """Shuffled by (seed, epoch), or drawn by rarity with ``balance`` > 0, and resumable mid-epoch
+        (:mod:`drive.data.sampling`)."""
+        train = self.datasets["train"] if "train" in self.datasets else None
+        if train is not None and self.balance > 0:
+            sampler: EpochSampler = BalancedSampler(
+                rarity_weights(train.mean_abs_curvature(), self.balance), self.seed
+            )
+        else:
+            sampler = EpochSampler(len(train) if train is not None else 0, self.seed)
+        return self._loader("train", self.batch_size, sampler=sampler)
 
     def _eval_loader(self, split: str) -> DataLoader:
         """Every recording of ``split`` in time order; under DDP each rank gets whole recordings."""

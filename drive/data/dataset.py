@@ -79,10 +79,11 @@ class SequenceDataset(Dataset):
     def __len__(self) -> int:
         return len(self.windows)
 
-    def __getitem__(self, key: Union[int, Tuple[int, int]]) -> Dict[str, torch.Tensor]:
+    def __getitem__(self, key: Union[int, Tuple[int, ...]]) -> Dict[str, torch.Tensor]:
         """``key`` = a window index, or a draw key ``(window, epoch)`` from
-        :class:`~drive.data.sampling.EpochSampler`; augmentation is seeded by (seed, epoch, window)."""
-        index, epoch = key if isinstance(key, tuple) else (key, 0)
+        :class:`~drive.data.sampling.EpochSampler` (``(window, epoch, k)`` from ``BalancedSampler``);
+        augmentation is seeded by (seed, epoch, window[, k])."""
+        index, epoch, *repeat = key if isinstance(key, tuple) else (key, 0)
         w = self.windows[index]
         rec = self.recordings[w.recording]
         t_len, n = self.seq_len, w.length
@@ -95,7 +96,7 @@ class SequenceDataset(Dataset):
         speed = rec.speed_mps[w.start : w.start + n]
         if self.augmenter is not None:
             camera, affine = self._geometry[w.recording]
-            rng = np.random.default_rng([self.seed, epoch, index])
+            rng = np.random.default_rng([self.seed, epoch, index, *repeat])
             frames, curvature = self.augmenter(frames, curvature, speed, rng, camera, affine)
         weight = sample_weights(curvature, self.curve_factor)
         mask = np.ones(t_len, dtype=bool)
@@ -117,6 +118,15 @@ class SequenceDataset(Dataset):
             "recording": torch.tensor(w.recording, dtype=torch.int64),
             "start": torch.tensor(w.start, dtype=torch.int64),
         }
+
+    def mean_abs_curvature(self) -> np.ndarray:
+        """Each window's mean |recorded label| (1/m), padding excluded: what rarity is judged by."""
+        return np.array(
+            [
+                np.abs(self.recordings[w.recording].curvature[w.start : w.start + w.length]).mean()
+                for w in self.windows
+            ]
+        )
 
     def names(self) -> List[str]:
         return [r.name for r in self.recordings]

@@ -13,6 +13,12 @@ An epoch's order and every augmentation draw are pure functions of ``(seed, epoc
   iterator is created): it records the epoch and how many batches of it were handed out, and on
   resume skips those batches by index, without loading them.
 
+:class:`BalancedSampler` (``--data.balance``) draws an epoch's windows instead of permuting them, each
+with a probability that grows with how rare its curvature is (:func:`rarity_weights`), so the tight
+curves that fill a few per cent of a log get more than a few per cent of the gradient. Its draws are
+seeded by ``(seed, epoch)`` too, and its keys ``(window, epoch, k)`` (the window's ``k``-th draw this
+epoch) give every repeat of a window its own augmentation.
+
 Under DDP Lightning wraps the sampler in a ``DistributedSamplerWrapper`` (which passes the keys
 through and forwards ``set_epoch``) and rebuilds the loader around it, which stays resumable.
 Evaluation loaders under DDP use :class:`RecordingShards` instead of Lightning's round-robin
@@ -27,9 +33,18 @@ from typing import Any, Dict, Iterator, List, Sequence, Tuple
 import numpy as np
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
 
-__all__ = ["EpochSampler", "RecordingShards", "ResumableLoader"]
+__all__ = [
+    "BalancedSampler",
+    "EpochSampler",
+    "RARITY_EDGES_PER_M",
+    "RecordingShards",
+    "ResumableLoader",
+    "rarity_weights",
+]
 
-DrawKey = Tuple[int, int]
+DrawKey = Tuple[int, ...]  # (window, epoch) or (window, epoch, k)
+# bins of a window's mean |curvature| (1/m) for rarity: straight, gentle ... a junction turn's 1/5 m
+RARITY_EDGES_PER_M = (0.005, 0.01, 0.02, 0.04, 0.08, 0.16)
 
 
 class EpochSampler(Sampler[DrawKey]):
@@ -52,6 +67,37 @@ class EpochSampler(Sampler[DrawKey]):
             else np.arange(self.size)
         )
         return iter([(int(i), self.epoch) for i in order])
+
+
+def rarity_weights(mean_abs_curvature: np.ndarray, power: float) -> np.ndarray:
+    """Draw weights (mean 1) of windows whose labels' mean |curvature| (1/m) is given: the share of
+    windows in the window's bin of :data:`RARITY_EDGES_PER_M`, to the power ``-power`` (0: all equal;
+    1: every bin drawn equally often; 0.5 halfway, in logarithm)."""
+    if not 0.0 <= power <= 1.0:
+        raise ValueError(f"balance must be in [0, 1], got {power}")
+    k = np.asarray(mean_abs_curvature, dtype=np.float64)
+    bins = np.digitize(k, RARITY_EDGES_PER_M)
+    share = np.bincount(bins, minlength=len(RARITY_EDGES_PER_M) + 1) / max(len(k), 1)
+    weights = share[bins] ** -power
+    return weights / weights.mean() if len(weights) else weights
+
+
+class BalancedSampler(EpochSampler):
+    """``size`` windows an epoch, drawn with replacement by ``weights`` (:func:`rarity_weights`),
+    seeded by ``(seed, epoch)``; yields ``(window, epoch, k)``, ``k`` counting the window's draws."""
+
+    def __init__(self, weights: np.ndarray, seed: int) -> None:
+        super().__init__(len(weights), seed)
+        self.p = np.asarray(weights, dtype=np.float64) / np.sum(weights)
+
+    def __iter__(self) -> Iterator[DrawKey]:
+        picks = np.random.default_rng([self.seed, self.epoch, 0xBA]).choice(self.size, self.size, p=self.p)
+        seen: Dict[int, int] = {}
+        keys = []
+        for i in picks.tolist():
+            keys.append((i, self.epoch, seen.get(i, 0)))
+            seen[i] = seen.get(i, 0) + 1
+        return iter(keys)
 
 
 class RecordingShards(DistributedSampler):

@@ -18,7 +18,11 @@ reference path, every step, the command is the label for the car's pose. It retu
 look-ahead of :data:`CANDIDATES_S` whose labels keep every path within ``margin_m`` (0.8 m, inside
 the safety driver's 1 m) and its heading rule. On logs without recoveries every look-ahead keeps
 the path exactly (the recorded commands drive it) and the gain cannot be seen; then
-:data:`UNIDENTIFIED_S` (0.71 s) is used. Erring long is what hurts, erring short did not: trained on
+:data:`UNIDENTIFIED_S` (0.71 s) is used. Where no candidate keeps the paths (logs whose commands do
+not explain their own paths: a saturated steering, a path integrated from noisy labels) the fit says
+so, naming where each candidate left which recording (:attr:`LookaheadFit.kept_none`; ``drive fit``
+warns), and uses :data:`UNIDENTIFIED_S` too: the short side, which the measurements below show is
+the safe one. Erring long is what hurts, erring short did not: trained on
 5 minutes of the built-in world's logs recorded without DART noise (expert at 0.9 s), the demo
 profile drove 24 km of held-out roads at 5.29 interventions/km with labels at 2 s, 0.92/km at 1 s,
 0.21/km at 0.9 s and 0.04/km at 0.71 s.
@@ -64,6 +68,7 @@ class LookaheadTrial:
     max_offset_m: float
     km: float
     kept: bool
+    left_at: str = ""  # where it left a path: "<recording> at <s> m"
 
 
 @dataclass
@@ -72,6 +77,11 @@ class LookaheadFit:
 
     lookahead_s: float
     trials: List[LookaheadTrial]
+
+    @property
+    def kept_none(self) -> bool:
+        """Whether no candidate kept every path (the look-ahead is then :data:`UNIDENTIFIED_S`)."""
+        return bool(self.trials) and not any(t.kept for t in self.trials)
 
     @property
     def identified(self) -> bool:
@@ -83,9 +93,14 @@ class LookaheadFit:
         if not self.trials:
             return f"label look-ahead {self.lookahead_s:g} s: no reference path of 30 m to fit it on"
         tried = ", ".join(
-            f"{t.lookahead_s:g} s {'kept' if t.kept else 'left'} (max {t.max_offset_m:.2f} m)"
+            f"{t.lookahead_s:g} s {'kept' if t.kept else 'left ' + t.left_at} (max {t.max_offset_m:.2f} m)"
             for t in self.trials
         )
+        if self.kept_none:
+            return (
+                f"label look-ahead {self.lookahead_s:g} s: no candidate's labels keep the logs' own paths "
+                f"({tried}), so the demonstrator's gain cannot be fitted; the short, safe default"
+            )
         why = (
             "the longest whose labels keep the logs' own paths"
             if self.identified
@@ -103,7 +118,8 @@ def track_with_labels(
     max_heading_rad: float = math.pi / 10,
 ) -> Tuple[float, float, bool]:
     """Drive ``world`` to its path's end with the corrected label as the command; stop at the first
-    step beyond ``margin_m`` or ``max_heading_rad``. Returns (max offset m, km driven, kept)."""
+    step beyond ``margin_m`` or ``max_heading_rad`` (``world.s_m`` is then where it left). Returns
+    (max offset m, km driven, kept)."""
     path, start, worst = world.path, world.s_m, 0.0
     while world.remaining_m > 1.0:
         pos = path.nearest_frame(world.s_m)
@@ -126,23 +142,23 @@ def fit_lookahead(
 ) -> LookaheadFit:
     """The longest of ``candidates`` whose labels keep every one of ``worlds``, each driven from the
     start of its reference path (and left where it stopped). A look-ahead is dropped at its first
-    departure, so only the chosen one drives all the paths; when none keeps them all, the one that
-    drove farthest is chosen. Without a path nothing is tried, and logs without recoveries (the longest
-    keeps every path within 5 cm) get :data:`UNIDENTIFIED_S`."""
+    departure, so only the chosen one drives all the paths; when none keeps them all,
+    :data:`UNIDENTIFIED_S` is used (:attr:`LookaheadFit.kept_none`). Without a path nothing is tried, and
+    logs without recoveries (the longest keeps every path within 5 cm) get :data:`UNIDENTIFIED_S`."""
     if not worlds:
         return LookaheadFit(UNIDENTIFIED_S, [])
     trials: List[LookaheadTrial] = []
     for lookahead_s in sorted(candidates, reverse=True):
-        worst, km, kept = 0.0, 0.0, True
+        worst, km, kept, left_at = 0.0, 0.0, True, ""
         for world in worlds:
             world.place_on_lane(0.0)
             w_max, w_km, kept = track_with_labels(world, lookahead_s, min_lookahead_m, margin_m)
             worst, km = max(worst, w_max), km + w_km
             if not kept:
+                left_at = f"{world.path.recording} at {world.s_m:.0f} m"
                 break
-        trials.append(LookaheadTrial(float(lookahead_s), worst, km, kept))
+        trials.append(LookaheadTrial(float(lookahead_s), worst, km, kept, left_at))
         if kept:
             fit = LookaheadFit(float(lookahead_s), trials)
             return fit if fit.identified else LookaheadFit(UNIDENTIFIED_S, trials)
-    best = max(trials, key=lambda t: (t.km, t.lookahead_s))
-    return LookaheadFit(best.lookahead_s, trials)
+    return LookaheadFit(UNIDENTIFIED_S, trials)

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor
 
 from drive.checkpoint import policy_meta
@@ -183,7 +183,7 @@ class PolicyModule(StatefulEvalModule):
             fit = resolve_lookahead(datamodule, self.fps)
             if fit is not None:
                 self.label_lookahead_s = fit.lookahead_s
-                rank_zero_info(fit.summary())
+                (rank_zero_warn if fit.kept_none else rank_zero_info)(fit.summary())
 
     def _label_limits(self, curvatures: List[np.ndarray]) -> None:
         """The training labels' range and the export's curvature limit (:mod:`drive.train.label_stats`)."""

@@ -19,7 +19,9 @@ IEEE RA-L 2020) trains in this loop.
   in a separate process (``process: true``) while training goes on; its result joins the buffer
   ``every_n_steps // 2`` steps later (waiting for it then, if it is not done: where a round lands never
   depends on speed); a round that would land after ``max_steps`` is not started. Rollouts are seeded
-  by ``(seed, step)``.
+  by ``(seed, step)``. With ``focus`` > 0 that share of the episodes starts 3 s before places where the
+  last three rounds took over (:mod:`drive.train.rounds`), so a policy keeps meeting the rare places
+  it cannot yet drive instead of the straights it already drives.
 - **the buffer** keeps every visited step (recorded frame, camera offset, label, speed, the elapsed
   time the rollout used): all rounds (``keep_rounds: 0``, DAgger's growing aggregate) or the last
   ``keep_rounds`` (a ring).
@@ -44,61 +46,15 @@ import torch
 from drive.data.augment import AugmentConfig
 from drive.data.cache import CachedRecording, model_camera
 from drive.data.dataset import sample_weights
-from drive.nn.policy import Policy
-from drive.replay.rollout import MIN_PATH_M, Rollout, cached_world, drivable_paths, rollout
+from drive.replay.rollout import MIN_PATH_M, Rollout, drivable_paths
 from drive.replay.view import ViewSynthesis
-from drive.sim.expert import SteeringNoise
 from drive.train.label_lookahead import fit_on_recordings
+from drive.train.rounds import RoundJob, run_round, takeover_places
 
-__all__ = ["DART_NOISE_STD", "OnPolicyData", "run_round"]
+__all__ = ["DART_NOISE_STD", "OnPolicyData"]
 
 DART_NOISE_STD = 0.015  # 1/m: the rounds' default noise (as measured in tools/bench_onpolicy.py)
-
-
-def run_round(
-    caches: List[str],
-    policy_config: Dict[str, Any],
-    weights: Dict[str, torch.Tensor],
-    seed: int,
-    episodes: int,
-    steps: int,
-    lookahead: List[float],
-    noise_std: float = 0.0,
-) -> Dict[str, np.ndarray]:
-    """One round of rollouts (:class:`~drive.replay.rollout.Rollout` as a dict of arrays); runs in the
-    rollout process, one torch thread, or in the training process. ``noise_std`` > 0 adds DART's
-    Ornstein-Uhlenbeck noise (1/m, 1 s) to the commands the car executes, one stream per episode."""
-    torch.set_num_threads(1)
-    policy = Policy.from_config(policy_config)
-    policy.load_state_dict(weights)
-    policy.eval()
-    recs = [CachedRecording(d) for d in caches]
-    paths = drivable_paths(recs)
-    if not paths:
-        raise ValueError("on-policy rollouts: no training recording has a drivable stretch of 30 m")
-    rng = np.random.default_rng([seed, 0x0B])
-    length = np.array([p.length_m for _, p in paths])
-    fps = 1.0 / policy.frame_period_s
-    worlds, ids = [], []
-    for pick in rng.choice(len(paths), size=episodes, p=length / length.sum()):
-        i, path = paths[int(pick)]
-        start = rng.uniform(0.0, max(0.0, path.length_m - steps / fps * float(path.speed_mps.mean())))
-        worlds.append(cached_world(recs[i], path, fps, start))
-        ids.append(i)
-    hidden = policy.initial_state(episodes)
-    fresh = policy.initial_state(1)
-    noise = [SteeringNoise(noise_std, seed=seed * 1_000_003 + e) for e in range(episodes)]
-
-    def act(views: np.ndarray, rows: np.ndarray, start: np.ndarray) -> np.ndarray:
-        h = hidden[rows]
-        h[torch.from_numpy(start)] = fresh
-        x = torch.from_numpy(views).permute(0, 3, 1, 2).float().div_(255.0)
-        with torch.inference_mode():
-            curvature, hidden[rows] = policy.step(x, h, torch.full((len(rows),), 1.0 / fps))
-        return curvature.numpy() + np.array([noise[int(e)](1.0 / fps) for e in rows])  # 0 if quiet
-
-    done = rollout(worlds, ids, act, steps, lookahead_s=lookahead[0], min_lookahead_m=lookahead[1])
-    return done.to_dict()
+FOCUS_ROUNDS = 3  # the rounds whose takeovers the focus episodes start before
 
 
 def _before_end(trainer: L.Trainer, step: int) -> bool:
@@ -136,6 +92,9 @@ class OnPolicyData(L.Callback):
         max_offset_m, max_yaw_deg: train only on windows whose every step lies within this lateral
             offset and heading error from the recorded frame's camera (0 = no limit), e.g. the
             envelope of viewpoint augmentation, where the re-rendered views are most faithful.
+        focus: the share of a round's episodes that start ``FOCUS_LEAD_S`` (3 s) before a place where
+            one of the last ``FOCUS_ROUNDS`` (3) rounds took over (prioritised replay of the policy's
+            failures; the rest start at random places, as with 0, the default).
     """
 
     def __init__(
@@ -151,14 +110,16 @@ class OnPolicyData(L.Callback):
         max_yaw_deg: float = 0.0,
         noise_std: float = DART_NOISE_STD,
         start_step: int = 0,
+        focus: float = 0.0,
     ) -> None:
         if every_n_steps < 0 or episodes < 1 or not episode_s > 0 or not 0.0 < share < 1.0 or keep_rounds < 0:
             raise ValueError(
                 "onpolicy: every_n_steps >= 0, episodes >= 1, episode_s > 0, 0 < share < 1 and "
                 f"keep_rounds >= 0, got {every_n_steps}, {episodes}, {episode_s}, {share}, {keep_rounds}"
             )
-        if start_step < 0:
-            raise ValueError(f"onpolicy: start_step >= 0, got {start_step}")
+        if start_step < 0 or not 0.0 <= focus < 1.0:
+            raise ValueError(f"onpolicy: start_step >= 0 and 0 <= focus < 1, got {start_step}, {focus}")
+        self.focus = float(focus)
         if max_offset_m < 0 or max_yaw_deg < 0 or not noise_std >= 0:
             raise ValueError(
                 "onpolicy: max_offset_m, max_yaw_deg, noise_std >= 0, got "
@@ -224,21 +185,24 @@ class OnPolicyData(L.Callback):
     def _submit(self, pl_module: Any, step: int, weights: Dict[str, torch.Tensor]) -> None:
         self.pending = {"step": step, "weights": weights}
         fps = 1.0 / pl_module.policy.frame_period_s
-        args = (
-            [str(r.directory) for r in self.recordings],
-            pl_module.policy.config(),
-            weights,
-            self.seed * 1_000_003 + step,
-            self.episodes,
-            max(1, int(round(self.episode_s * fps))),
-            self.lookahead,
-            self.noise_std,
+        job = RoundJob(
+            caches=[str(r.directory) for r in self.recordings],
+            policy_config=pl_module.policy.config(),
+            weights=weights,
+            seed=self.seed * 1_000_003 + step,
+            episodes=self.episodes,
+            steps=max(1, int(round(self.episode_s * fps))),
+            lookahead_s=self.lookahead[0],
+            min_lookahead_m=self.lookahead[1],
+            noise_std=self.noise_std,
+            focus=[p for r in self.rounds[-FOCUS_ROUNDS:] for p in takeover_places(r)] if self.focus else [],
+            focus_share=self.focus,
         )
         if self._pool is not None:
-            self._job = self._pool.submit(run_round, *args)
+            self._job = self._pool.submit(run_round, job)
         else:
             self._job = futures.Future()
-            self._job.set_result(run_round(*args))
+            self._job.set_result(run_round(job))
 
     def _land(self) -> None:
         self.rounds.append(Rollout(**self._job.result()))
