@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -87,12 +87,18 @@ class CachedFrames:
         return np.ascontiguousarray(self.cached.frames[index].transpose(1, 2, 0))
 
 
-def cached_paths(cached: CachedRecording) -> List[ReferencePath]:
-    """The reference paths of a cached recording (its poses where it has them), valid frames only."""
+def cached_paths(cached: CachedRecording, frames: Optional[Tuple[int, int]] = None) -> List[ReferencePath]:
+    """The reference paths of a cached recording (its poses where it has them), valid frames only, and
+    of those only frames ``first <= i < end`` if ``frames = (first, end)`` is given."""
     log = {"timestamp_s": cached.timestamp_s, "curvature": cached.curvature, "speed_mps": cached.speed_mps}
     if cached.poses is not None:
         log.update({c: cached.poses[:, i] for i, c in enumerate(POSE_COLUMNS)})
-    return paths_from_log(log, cached.name, cached.valid)
+    valid = cached.valid
+    if frames is not None:
+        valid = valid.copy()
+        valid[: frames[0]] = False
+        valid[frames[1] :] = False
+    return paths_from_log(log, cached.name, valid)
 
 
 def drivable_paths(cached: Sequence[CachedRecording]) -> List[Tuple[int, ReferencePath]]:

@@ -15,6 +15,8 @@ every epoch end and when training ends (:class:`LastCheckpoint`), independent of
 ``--ckpt_path last`` resumes a killed run and a finished run's ``last.ckpt`` holds its final weights.
 ``--onpolicy.*`` adds on-policy data from log replay (:mod:`drive.train.onpolicy`; on in the profiles
 ``ncp_ltc`` and ``demo``, off without a profile and under ``trainer/ddp``).
+``--val_replay.*`` validates by driving the validation logs in log replay (``val/replay/score``;
+:mod:`drive.train.replay_validation`).
 ``--throughput.*`` logs training frames per second, end to end (:mod:`drive.train.throughput`).
 ``predict`` writes the curvature for every frame to ``<default_root_dir>/predictions.csv``
 (``--predictions.path``; :mod:`drive.train.predictions`).
@@ -39,6 +41,7 @@ from drive.train.module import PolicyModule
 from drive.train.onpolicy import OnPolicyData
 from drive.train.predictions import PredictionCSV
 from drive.train.profiles import resolve_config_args
+from drive.train.replay_validation import ReplayValidation
 from drive.train.throughput import Throughput
 
 __all__ = ["DriveCLI", "LastCheckpoint", "launch", "check_ckpt_path", "CheckpointNotFound", "DEFAULT_ROOT"]
@@ -91,6 +94,7 @@ class DriveCLI(LightningCLI):
         parser.add_lightning_class_args(LastCheckpoint, "last_checkpoint")
         parser.add_lightning_class_args(PredictionCSV, "predictions")  # acts only in `drive predict`
         parser.add_lightning_class_args(OnPolicyData, "onpolicy")  # on in the profiles ncp_ltc, demo
+        parser.add_lightning_class_args(ReplayValidation, "val_replay")  # validation by driving
         parser.add_lightning_class_args(Throughput, "throughput")  # perf/train_frames_per_s
         parser.set_defaults(
             {

@@ -22,6 +22,9 @@ IEEE RA-L 2020) trains in this loop.
   by ``(seed, step)``. With ``focus`` > 0 that share of the episodes starts 3 s before places where the
   last three rounds took over (:mod:`drive.train.rounds`), so a policy keeps meeting the rare places
   it cannot yet drive instead of the straights it already drives.
+- **what a round saw**: when it lands, ``onpolicy/takeovers_per_km`` is logged, the takeovers per km
+  of its episodes (with their DART noise; the quiet rate on held-out logs is ``val/replay/...``,
+  :mod:`drive.train.replay_validation`), so the training curve shows the policy's driving too.
 - **the buffer** keeps every visited step (recorded frame, camera offset, label, speed, the elapsed
   time the rollout used): all rounds (``keep_rounds: 0``, DAgger's growing aggregate) or the last
   ``keep_rounds`` (a ring).
@@ -49,7 +52,7 @@ from drive.data.dataset import sample_weights
 from drive.replay.rollout import MIN_PATH_M, Rollout, drivable_paths
 from drive.replay.view import ViewSynthesis
 from drive.train.label_lookahead import fit_on_recordings
-from drive.train.rounds import RoundJob, run_round, takeover_places
+from drive.train.rounds import RoundJob, round_takeovers_per_km, run_round, takeover_places
 
 __all__ = ["DART_NOISE_STD", "OnPolicyData"]
 
@@ -204,8 +207,9 @@ class OnPolicyData(L.Callback):
             self._job = futures.Future()
             self._job.set_result(run_round(job))
 
-    def _land(self) -> None:
+    def _land(self, pl_module: Any) -> None:
         self.rounds.append(Rollout(**self._job.result()))
+        pl_module.log("onpolicy/takeovers_per_km", round_takeovers_per_km(self.rounds[-1]), on_step=True)
         if self.keep:
             self.rounds = self.rounds[-self.keep :]
         self.pending, self._job, self._starts = None, None, None
@@ -219,7 +223,7 @@ class OnPolicyData(L.Callback):
             return
         step = trainer.global_step
         if self.pending is not None and step >= self._lands(self.pending["step"]):
-            self._land()
+            self._land(pl_module)
         due = step >= self.first and (step - self.first) % self.every == 0
         if due and self.pending is None and _before_end(trainer, self._lands(step)):
             weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.policy.state_dict().items()}

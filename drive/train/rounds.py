@@ -22,7 +22,7 @@ from drive.replay.path import ReferencePath
 from drive.replay.rollout import Rollout, cached_world, drivable_paths, rollout
 from drive.sim.expert import SteeringNoise
 
-__all__ = ["FOCUS_LEAD_S", "RoundJob", "run_round", "takeover_places"]
+__all__ = ["FOCUS_LEAD_S", "RoundJob", "round_takeovers_per_km", "run_round", "takeover_places"]
 
 FOCUS_LEAD_S = 3.0  # a focus episode starts this long before an earlier round's takeover
 
@@ -119,3 +119,9 @@ def takeover_places(data: Rollout) -> List[Tuple[int, int]]:
     first[1:] = data.episode[1:] != data.episode[:-1]
     at = np.flatnonzero(data.start & ~first)
     return [(int(data.recording[i]), int(data.frame[i])) for i in at]
+
+
+def round_takeovers_per_km(data: Rollout) -> float:
+    """Takeovers per km the round's episodes drove (with the round's DART noise), nan for no distance."""
+    km = float(np.sum(data.speed_mps * data.dt_s)) / 1000.0
+    return len(takeover_places(data)) / km if km > 0 else float("nan")
