@@ -1,15 +1,20 @@
-"""Log replay ranks policies as the true closed loop does (drive.evaluate.replay_proof; the full study
-with trained networks is ``tools/bench_replay.py``)."""
+"""Log replay ranks policies as the true closed loop does (tools/replay_proof.py; the full study with
+trained networks is ``tools/bench_replay.py``)."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from drive.evaluate.replay_proof import DelayedExpert, NoisyExpert, PixelRidge, measure, record_logs, spearman
 from drive.io.recording import Recording
 from drive.sim.driver import ConstantDriver
-from drive.sim.record import simulate
+from drive.sim.record import record_logs, simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the experiment code lives there
+from replay_proof import DelayedExpert, NoisyExpert, PixelRidge, measure, spearman
 
 
 @pytest.mark.slow

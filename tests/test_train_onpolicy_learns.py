@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from drive.evaluate.replay_proof import record_logs
 from drive.io.recording import Recording
 from drive.policy_drivers import load_driver
 from drive.replay import replay_recording
 from drive.sim.closed_loop import summarize
-from drive.sim.record import simulate
+from drive.sim.record import record_logs, simulate
 from drive.train.launch import launch
 
 STEPS = 200

@@ -58,14 +58,13 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch
 
-from drive.evaluate.replay_proof import record_logs
 from drive.io.recording import Recording
 from drive.policy_drivers import load_driver
 from drive.replay import replay_recording
 from drive.sim.camera import Camera
 from drive.sim.closed_loop import evaluate, summarize
 from drive.sim.poisson import format_rate, rates_differ_p
-from drive.sim.record import simulate
+from drive.sim.record import record_logs, simulate
 from drive.sim.world import DEFAULT_SPEED_MPS
 
 ROOT = Path(__file__).resolve().parents[1]

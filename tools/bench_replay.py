@@ -14,7 +14,7 @@ on expert logs of the same held-out roads, ranked both ways; and how fast log re
 3. Each policy drives every recording's road in the true closed loop (same road, same appearance, the
    world's renderer) and the recording itself in log replay, its path from the poses and again from
    curvature and speed (as a log without poses gives it); open-loop MSE on the same logs beside
-   (:mod:`drive.evaluate.replay_proof`).
+   (``tools/replay_proof.py``).
 4. Printed: the table, Spearman's rank correlation of interventions/km (replay vs world, and open-loop
    MSE vs world), and the goal checks (rho >= 0.9; replay within 2x of the world for every policy the
    world puts above 1/km). Results are cached per policy under ``--out``.
@@ -38,22 +38,22 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import cv2
 import torch
-
-from drive.evaluate.replay_proof import (
+from replay_proof import (  # tools/replay_proof.py, beside this script
     FPS,
     BiasedExpert,
     DelayedExpert,
     NoisyExpert,
     PixelRidge,
     measure,
-    record_logs,
     spearman,
     world_drive,
 )
+
 from drive.io.recording import Recording
 from drive.policy_drivers import make_driver
 from drive.replay import replay_recording
 from drive.sim.poisson import format_rate
+from drive.sim.record import record_logs
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -23,9 +23,9 @@ from typing import Any, Dict, Iterator, List
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
+import replay_proof as proof  # tools/replay_proof.py, beside this script
 import torch
 
-import drive.evaluate.replay_proof as proof
 from drive.data.viewpoint import view_homographies
 from drive.io.recording import Recording
 from drive.policy_drivers import load_driver
@@ -33,6 +33,7 @@ from drive.replay import replay_recording
 from drive.replay.world import LogWorld
 from drive.sim.closed_loop import summarize
 from drive.sim.poisson import format_rate
+from drive.sim.record import record_logs
 from drive.sim.render import Renderer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +77,7 @@ def main() -> None:
     p.add_argument("--km", type=float, default=6.0)
     args = p.parse_args()
     torch.set_num_threads(1)
-    logs = proof.record_logs(Path(args.logs), [int(s) for s in args.seeds.split(",")], args.km, 0.5)
+    logs = record_logs(Path(args.logs), [int(s) for s in args.seeds.split(",")], args.km, 0.5)
     driver = load_driver(args.policy)
     fps = 1.0 / driver.nominal_dt_s
     world: List[Any] = []

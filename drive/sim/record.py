@@ -16,14 +16,29 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
-from drive.sim.appearance import Appearance, condition_grid, parse_conditions, sample_appearance
+from drive.sim.appearance import (
+    CONDITION_AXES,
+    Appearance,
+    condition_grid,
+    parse_conditions,
+    sample_appearance,
+)
 from drive.sim.camera import Camera
 from drive.sim.expert import PurePursuitExpert, SteeringNoise
 from drive.sim.render import Renderer
 from drive.sim.road import generate_road, road_kind
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 
-__all__ = ["camera_calibration", "check_world_settings", "record_drive", "simulate", "MAX_SPEED_KMH"]
+__all__ = [
+    "camera_calibration",
+    "check_world_settings",
+    "latin_conditions",
+    "record_drive",
+    "record_logs",
+    "simulate",
+    "LOG_FPS",
+    "MAX_SPEED_KMH",
+]
 
 DEFAULT_NOISE_STD = 0.01  # 1/m: lateral deviations of ~0.2 m RMS, up to ~0.7 m, at 30 km/h
 NOISE_PAUSE_LATERAL_M = 0.7
@@ -33,6 +48,7 @@ MAX_SPEED_KMH = 150.0
 MAX_FPS = 240.0
 MAX_NOISE_STD = 0.2  # 1/m: a 5 m radius, the tightest lane of hard roads
 IMAGE_SIDES = {"--width": 16, "--height": 8}  # the camera's least size; at most 4096 pixels
+LOG_FPS = 10.0  # the rate of record_logs' held-out logs
 
 
 def check_world_settings(
@@ -216,3 +232,49 @@ def simulate(
         if progress is not None:
             progress(i, count, path)
     return paths
+
+
+def latin_conditions(j: int) -> Dict[str, str]:
+    """A Latin square over the named conditions: nine recordings show every pair of two axes' values."""
+    season, light, markings = CONDITION_AXES.values()
+    return {
+        "season": season[j % 3],
+        "light": light[(j + j // 3) % 3],
+        "markings": markings[(j + 2 * (j // 3)) % 3],
+    }
+
+
+def record_logs(out: Path, seeds: Sequence[int], km: float, recording_km: float) -> List[Dict[str, Any]]:
+    """Noise-free expert logs at 10 Hz on test roads of ``seeds`` (taking turns), ``km`` in recordings
+    of ``recording_km``, with the world's camera and the conditions of a Latin square
+    (:func:`latin_conditions`); written once. Held-out logs for log replay's measurements
+    (``tools/bench_replay.py``, ``tools/bench_onpolicy.py``). One entry per recording: path, seed, road
+    index, minutes, conditions."""
+    count = int(math.ceil(km / recording_km - 1e-9))
+    minutes = recording_km * 1000.0 / DEFAULT_SPEED_MPS / 60.0
+    logs = []
+    for j in range(count):
+        seed, index = int(seeds[j % len(seeds)]), j // len(seeds)
+        path = Path(out) / f"test-s{seed}-{index:03d}"
+        if not (path / "meta.json").exists():
+            record_drive(
+                path,
+                seed,
+                index,
+                "test",
+                minutes,
+                latin_conditions(j),
+                noise_std=0.0,
+                fps=LOG_FPS,
+                overwrite=True,
+            )
+        logs.append(
+            {
+                "path": str(path),
+                "seed": seed,
+                "index": index,
+                "minutes": minutes,
+                "conditions": latin_conditions(j),
+            }
+        )
+    return logs

@@ -1,10 +1,12 @@
-"""Does log replay predict driving? The measurement behind ``tools/bench_replay.py`` and its slow test.
+"""Does log replay predict driving? The measurement behind ``tools/bench_replay.py``,
+``tools/replay_views.py`` and ``tests/test_replay_proof.py`` (experiment code, not the product: nothing
+in ``drive/`` imports it).
 
-Ground truth exists in the built-in world: its roads can be driven for real. :func:`record_logs`
-records noise-free expert drives on held-out roads; :func:`measure` drives one policy on each log's own
-road and appearance in the world's closed loop and on the log itself in log replay (paths from the
-poses, and again from curvature and speed as a log without poses would give them), and its open-loop
-error on the same logs; :func:`spearman` ranks them.
+Ground truth exists in the built-in world: its roads can be driven for real.
+:func:`drive.sim.record.record_logs` records noise-free expert drives on held-out roads; :func:`measure`
+drives one policy on each log's own road and appearance in the world's closed loop and on the log itself
+in log replay (paths from the poses, and again from curvature and speed as a log without poses would
+give them), and its open-loop error on the same logs; :func:`spearman` ranks them.
 
 Policies that need no training, of clearly different quality: the expert made worse (a steering bias,
 steering noise, a delay; privileged, so they test the kinematics) and :class:`PixelRidge`, a ridge
@@ -15,19 +17,17 @@ regression from a downsampled grey image to curvature, fitted in seconds on a fe
 from __future__ import annotations
 
 import math
-from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import cv2
 import numpy as np
 
 from drive.io.recording import Recording
 from drive.replay import open_loop_errors, replay_recording
-from drive.sim.appearance import CONDITION_AXES, Appearance, sample_appearance
-from drive.sim.camera import Camera
+from drive.sim.appearance import Appearance, sample_appearance
 from drive.sim.closed_loop import Segment, drive_segment, summarize
 from drive.sim.expert import PurePursuitExpert, SteeringNoise
-from drive.sim.record import record_drive
+from drive.sim.record import LOG_FPS
 from drive.sim.render import Renderer
 from drive.sim.road import Road, generate_road
 from drive.sim.world import DEFAULT_SPEED_MPS, World
@@ -37,14 +37,13 @@ __all__ = [
     "NoisyExpert",
     "DelayedExpert",
     "PixelRidge",
-    "record_logs",
     "world_drive",
     "measure",
     "spearman",
     "FPS",
 ]
 
-FPS = 10.0
+FPS = LOG_FPS
 _KEYS = ("km", "interventions", "interventions_per_km", "lateral_rms_m")
 
 
@@ -121,46 +120,8 @@ class PixelRidge:
         return float(((self.features(obs.image) - self.mean) / self.std) @ self.weights + self.bias)
 
 
-def _conditions(j: int) -> Dict[str, str]:
-    """A Latin square over the named conditions: nine recordings show every pair of two axes' values."""
-    season, light, markings = CONDITION_AXES.values()
-    return {
-        "season": season[j % 3],
-        "light": light[(j + j // 3) % 3],
-        "markings": markings[(j + 2 * (j // 3)) % 3],
-    }
-
-
-def record_logs(
-    out: Path, seeds: Sequence[int], km: float, recording_km: float, camera: Optional[Camera] = None
-) -> List[Dict[str, Any]]:
-    """Noise-free expert logs on test roads of ``seeds`` (taking turns), ``km`` in recordings of
-    ``recording_km``, with ``camera`` (default: the world's); written once. One entry per recording:
-    path, seed, road index, minutes, conditions."""
-    count = int(math.ceil(km / recording_km - 1e-9))
-    minutes = recording_km * 1000.0 / DEFAULT_SPEED_MPS / 60.0
-    logs = []
-    for j in range(count):
-        seed, index = int(seeds[j % len(seeds)]), j // len(seeds)
-        path = Path(out) / f"test-s{seed}-{index:03d}"
-        if not (path / "meta.json").exists():
-            record_drive(
-                path, seed, index, "test", minutes, _conditions(j), noise_std=0.0, fps=FPS, overwrite=True
-            )
-        logs.append(
-            {
-                "path": str(path),
-                "seed": seed,
-                "index": index,
-                "minutes": minutes,
-                "conditions": _conditions(j),
-            }
-        )
-    return logs
-
-
 def log_scene(log: Dict[str, Any]) -> Tuple[Road, Appearance]:
-    """The road and appearance a log of :func:`record_logs` was recorded on (record_drive's)."""
+    """The road and appearance a log of :func:`drive.sim.record.record_logs` was recorded on."""
     n_frames = int(round(log["minutes"] * 60.0 * FPS))
     road = generate_road(log["seed"], n_frames / FPS * DEFAULT_SPEED_MPS + 300.0, "test", log["index"])
     return road, sample_appearance(log["seed"], "test", log["index"], log["conditions"])
