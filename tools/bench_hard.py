@@ -1,0 +1,250 @@
+"""Do policies learn the hard parts of lane keeping? The demo profile trained on logs of mixed roads
+(half easy, half hard: junction turns, hairpins, S-bends, chicanes at a speed that follows the road),
+each addition of the recipe alone and together, at equal optimizer steps and seeds, driven in the
+true closed loop on held-out hard roads and on held-out easy roads.
+
+    python tools/bench_hard.py --out runs/bench_hard                       # every data set and arm
+    python tools/bench_hard.py --data mixed5 --arms today,both --table     # print what was measured
+
+Arms (the demo profile, ``--config demo``: viewpoint augmentation, training in the loop from step 100
+with DART rounds, for ``--steps`` steps, training seed 0):
+
+- ``today``:   the profile as shipped before hard roads;
+- ``balance``: + training windows drawn by the rarity of their curvature (``--data.balance 0.5``);
+- ``balance1``: the same with every curvature bin drawn equally often (``--data.balance 1``);
+- ``focus``:   + half of each round's episodes starting 3 s before the last rounds' takeovers
+  (``--onpolicy.focus 0.5``);
+- ``both``:    balance and focus together;
+- ``bc``:      behaviour cloning (no rounds), for reference;
+- ``*_seed1``: the same with training seed 1 (the run-to-run variance of an arm).
+
+Every arm also validates by driving (``--val_replay.enabled true``) and keeps the checkpoint of every
+validation (every 300 steps), so ``--select`` can drive, beside the final weights, the checkpoint the
+replay score chose and the one ``val/loss`` chose (issue "validate by driving").
+
+Data (10 Hz, DART noise 0.015 1/m, recordings of 30 s, ``drive simulate --roads mixed``): ``mixed30``
+= 30 minutes (the demo's amount), ``mixed5`` = 5 minutes; validation: 2 minutes of mixed test roads.
+Measured: interventions per km with the exact 95 % interval on ``--km`` of held-out hard roads and the
+same of easy roads, over the test seeds ``--seeds``, and the expert's rate on the same hard roads.
+Results are cached per arm under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any, Dict, List
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch
+
+from drive.policy_drivers import load_driver
+from drive.sim.closed_loop import evaluate
+from drive.sim.expert import PurePursuitExpert
+from drive.sim.poisson import format_rate, rates_differ_p
+from drive.sim.record import simulate
+
+ROOT = Path(__file__).resolve().parents[1]
+BALANCE = ["--data.balance", "0.5"]
+FOCUS = ["--onpolicy.focus", "0.5"]
+ARMS: Dict[str, List[str]] = {
+    "today": [],
+    "balance": BALANCE,
+    "balance1": ["--data.balance", "1.0"],
+    "focus": FOCUS,
+    "both": [*BALANCE, *FOCUS],
+    "bc": ["--onpolicy.every_n_steps", "0"],
+}
+ARMS.update({f"{a}_seed1": [*extra, "--seed_everything", "1"] for a, extra in list(ARMS.items())})
+DATA_MINUTES = {"mixed30": 30.0, "mixed5": 5.0}
+# every arm: validation by driving, and a checkpoint kept at every validation
+MEASURE = ["--val_replay.enabled", "true", "--checkpoint.save_top_k", "-1"]
+
+
+def _recorded(folder: Path, minutes: float, seed: int, **kw: Any) -> List[str]:
+    """Recordings under ``folder``, written once (a stamp marks a finished set)."""
+    if not (folder / ".done").exists():
+        simulate(folder, minutes, seed=seed, fps=10.0, overwrite=True, roads="mixed", **kw)
+        (folder / ".done").write_text("")
+    return sorted(str(p) for p in folder.iterdir() if p.is_dir())
+
+
+def dataset(name: str, out: Path) -> Dict[str, List[str]]:
+    if name not in DATA_MINUTES:
+        raise SystemExit(f"--data: unknown data set {name!r}; choose from {', '.join(DATA_MINUTES)}")
+    train = _recorded(out / "data" / name, DATA_MINUTES[name], 0, noise_std=0.015, recording_minutes=0.5)
+    val = _recorded(out / "data" / "val", 2.0, 404, split="test", noise_std=0.0, recording_minutes=0.5)
+    return {"train": train, "val": val}
+
+
+def train(out: Path, data: Dict[str, List[str]], tag: str, extra: List[str], steps: int) -> Path:
+    """One arm through ``drive fit --config demo`` (cached, resumed where a killed run stopped)."""
+    from drive.train.launch import launch  # here: Lightning's import only where something trains
+
+    root = out / "runs" / tag
+    last = root / "checkpoints" / "last.ckpt"
+    if (root / "train_seconds.txt").exists():
+        return last
+    argv = ["fit", "--config", "demo", "--seed_everything", "0", "--data.train", json.dumps(data["train"])]
+    argv += ["--data.val", json.dumps(data["val"]), "--data.cache_dir", str(out / "cache")]
+    argv += ["--trainer.default_root_dir", str(root), "--trainer.max_steps", str(steps)]
+    argv += ["--trainer.enable_progress_bar", "false", *MEASURE, *extra]
+    if last.exists():
+        argv += ["--ckpt_path", str(last)]
+    torch.set_num_threads(2)
+    started = time.perf_counter()
+    launch(argv)
+    (root / "train_seconds.txt").write_text(f"{time.perf_counter() - started:.1f}\n")
+    return last
+
+
+def drive(policy: str, roads: str, km: float, seeds: List[int]) -> Dict[str, Any]:
+    """Closed loop on ``km`` of held-out ``roads`` (one process, one torch thread)."""
+    torch.set_num_threads(1)
+    driver = PurePursuitExpert() if policy == "expert" else load_driver(policy)
+    fps = 10.0 if policy == "expert" else 1.0 / driver.nominal_dt_s
+    m = evaluate(driver, km=km, seed=seeds, split="test", fps=fps, roads=roads).metrics
+    keys = ("km", "interventions", "interventions_per_km", "lateral_rms_m")
+    return {k: m[k] for k in keys}
+
+
+def measure(policy: str, km: float, seeds: List[int]) -> Dict[str, Any]:
+    """Hard and easy roads side by side, one process each."""
+    with futures.ProcessPoolExecutor(2) as pool:
+        jobs = {roads: pool.submit(drive, policy, roads, km, seeds) for roads in ("hard", "easy")}
+        return {roads: job.result() for roads, job in jobs.items()}
+
+
+def chosen(run: Path) -> Dict[str, Path]:
+    """The checkpoints of a run that each rule picks: ``final`` (last.ckpt), ``replay`` (the least
+    ``val/replay/score``) and ``loss`` (the least ``val/loss``), from the run's CSV log."""
+    import csv
+
+    scores: Dict[int, Dict[str, float]] = {}
+    for f in sorted((run / "csv").glob("version_*/metrics.csv")):
+        for row in csv.DictReader(f.open()):
+            for key in ("val/replay/score", "val/loss"):
+                if row.get(key):
+                    scores.setdefault(int(row["step"]) + 1, {})[key] = float(row[key])
+    by_step = {int(p.stem.rsplit("step", 1)[1]): p for p in (run / "checkpoints").glob("best-*.ckpt")}
+    last = run / "checkpoints" / "last.ckpt"
+    by_step[int(torch.load(last, weights_only=True)["global_step"])] = last  # the final weights, once
+    picks = {"final": last}
+    for rule, key in (("replay", "val/replay/score"), ("loss", "val/loss")):
+        steps = [s for s in by_step if key in scores.get(s, {})]
+        if steps:
+            picks[rule] = by_step[min(steps, key=lambda s: (scores[s][key], -s))]
+    return picks
+
+
+def select(out: Path, tag: str, km: float, seeds: List[int], final: Dict[str, Any]) -> Dict[str, Any]:
+    """Each rule's checkpoint driven on hard and easy roads (a checkpoint two rules share, once; the
+    final weights' drive is the arm's own, ``final``)."""
+    cached = out / "results" / f"{tag}-select.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    picks = chosen(out / "runs" / tag)
+    done: Dict[str, Dict[str, Any]] = {str(picks["final"].resolve()): final}
+    result: Dict[str, Any] = {}
+    for rule, ckpt in picks.items():
+        step = int(torch.load(ckpt, weights_only=True)["global_step"])
+        if str(ckpt.resolve()) not in done:
+            done[str(ckpt.resolve())] = measure(str(ckpt), km, seeds)
+        result[rule] = {"step": step, **done[str(ckpt.resolve())]}
+    cached.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _select_table(selected: List[Any], km: float) -> str:
+    lines = [
+        f"| data, arm | rule | step | hard roads /km ({km:g} km) | easy roads /km ({km:g} km) |",
+        "|---|---|---|---|---|",
+    ]
+    for tag, result in selected:
+        for rule in ("final", "replay", "loss"):
+            if rule in result:
+                r = result[rule]
+                h, e = r["hard"], r["easy"]
+                lines.append(
+                    f"| {tag} | {rule} | {r['step']} | {format_rate(h['interventions'], h['km'])} | "
+                    f"{format_rate(e['interventions'], e['km'])} |"
+                )
+    return "\n".join(lines)
+
+
+def _table(rows: List[Any], expert: Dict[str, Any], km: float, seeds: str) -> str:
+    lines = [
+        f"| data | arm | hard roads /km, {km:g} km over seeds {seeds} | easy roads /km | train s |",
+        "|---|---|---|---|---|",
+        f"| - | expert | {format_rate(expert['interventions'], expert['km'])} | | |",
+    ]
+    for name, arm, r in rows:
+        h, e = r["hard"], r["easy"]
+        lines.append(
+            f"| {name} | {arm} | {format_rate(h['interventions'], h['km'])} | "
+            f"{format_rate(e['interventions'], e['km'])} | {r['train_seconds']:.0f} |"
+        )
+    by = {(n, a): r for n, a, r in rows}
+    for (name, arm), r in by.items():
+        base = by.get((name, "today_seed1" if arm.endswith("_seed1") else "today"))
+        if base is not None and base is not r:
+            h, b = r["hard"], base["hard"]
+            p = rates_differ_p(b["interventions"], b["km"], h["interventions"], h["km"])
+            lines.append(f"{name}: {arm} vs today on hard roads: p = {p:.2g} (exact test of two rates)")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", default=str(ROOT / "runs" / "bench_hard"))
+    p.add_argument("--steps", type=int, default=1800, help="optimizer steps per arm (the demo's: 1800)")
+    p.add_argument("--data", default="mixed30,mixed5")
+    p.add_argument("--arms", default="today,balance,focus,both")
+    p.add_argument("--km", type=float, default=24.0, help="closed-loop km per road kind and arm")
+    p.add_argument("--seeds", default="31,32,33,77,78,79", help="held-out test seeds of the world")
+    p.add_argument("--table", action="store_true", help="only print the arms measured before; train nothing")
+    p.add_argument(
+        "--select",
+        default="today",
+        help="arms whose replay- and val/loss-chosen checkpoints are driven beside the final weights",
+    )
+    args = p.parse_args()
+    out, seeds = Path(args.out), [int(s) for s in args.seeds.split(",")]
+    expert_file = out / "results" / "expert.json"
+    if not expert_file.exists():
+        expert_file.parent.mkdir(parents=True, exist_ok=True)
+        expert_file.write_text(json.dumps(drive("expert", "hard", args.km, seeds), indent=2) + "\n")
+    expert = json.loads(expert_file.read_text())
+    rows = []
+    for name in args.data.split(","):
+        for arm in args.arms.split(","):
+            cached = out / "results" / f"{name}-{arm}.json"
+            if not cached.exists() and not args.table:
+                ckpt = train(out, dataset(name, out), f"{name}-{arm}", ARMS[arm], args.steps)
+                print(f"{name}-{arm}: measuring {ckpt}", flush=True)
+                result = measure(str(ckpt), args.km, seeds)
+                seconds = (ckpt.parent.parent / "train_seconds.txt").read_text()
+                result["train_seconds"] = float(seconds)
+                cached.write_text(json.dumps(result, indent=2) + "\n")
+            if cached.exists():
+                rows.append((name, arm, json.loads(cached.read_text())))
+    text = _table(rows, expert, args.km, args.seeds)
+    selected = [
+        (f"{name}-{arm}", select(out, f"{name}-{arm}", args.km, seeds, r))
+        for name, arm, r in rows
+        if arm in args.select.split(",")
+        and (args.table is False or (out / "results" / f"{name}-{arm}-select.json").exists())
+    ]
+    if selected:
+        text += "\n\nCheckpoint choice (issue: validate by driving):\n" + _select_table(selected, args.km)
+    print(text)
+    (out / "summary.md").write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
