@@ -16,7 +16,6 @@ regression from a downsampled grey image to curvature, fitted in seconds on a fe
 
 from __future__ import annotations
 
-import math
 from typing import Any, Dict, List, Sequence, Tuple
 
 import cv2
@@ -30,6 +29,7 @@ from drive.sim.expert import PurePursuitExpert, SteeringNoise
 from drive.sim.record import LOG_FPS
 from drive.sim.render import Renderer
 from drive.sim.road import Road, generate_road
+from drive.sim.safety import SAFETY_DRIVER
 from drive.sim.world import DEFAULT_SPEED_MPS, World
 
 __all__ = [
@@ -131,7 +131,7 @@ def world_drive(driver: Any, log: Dict[str, Any], length_m: float, fps: float) -
     """The true closed loop on a log's own road and appearance (record_drive's road and start)."""
     road, app = log_scene(log)
     world = World(road, app, Renderer(), fps=fps, start_s_m=5.0)
-    return drive_segment(world, driver, length_m, None, 1.0, math.pi / 10, None, log["index"], {})
+    return drive_segment(world, driver, length_m, None, SAFETY_DRIVER, None, log["index"], {})
 
 
 def measure(driver: Any, logs: Sequence[Dict[str, Any]]) -> Dict[str, Any]:

@@ -25,6 +25,7 @@ from drive.demo.report_sections import (
 )
 from drive.io.atomic import write_text
 from drive.sim.poisson import format_rate, rates_differ_p
+from drive.sim.safety import SAFETY_DRIVER
 from drive.train.profiles import configs_dir
 
 __all__ = ["write_report", "ACCEPT_KM", "ACCEPT_INTERVENTIONS_PER_KM", "ACCEPT_MINUTES"]
@@ -130,8 +131,8 @@ def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
         "",
         "## Closed loop on held-out roads",
         "",
-        "An intervention = |lateral offset| > 1 m or |heading error| > pi/10; the car is put back on "
-        "the lane centre and the policy's hidden state is reset. Autonomy = 1 - interventions x 6 s / "
+        f"An intervention = {SAFETY_DRIVER.describe()}; the car is put back on the lane centre and the "
+        f"policy's hidden state is reset. Autonomy = 1 - interventions x {SAFETY_DRIVER.takeover_s:g} s / "
         "time (PilotNet).",
         "",
         "| driver | km | interventions | per km (exact 95 % interval) | autonomy % | lateral RMS m "

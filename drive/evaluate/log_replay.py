@@ -14,7 +14,6 @@ recording carries the share of re-rendered pixels that had no recorded content, 
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 from concurrent import futures
@@ -31,8 +30,10 @@ from drive.data.readers import ReaderOptions, discover, no_log_message, read_log
 from drive.io.recording import Recording
 from drive.policy_drivers import make_driver
 from drive.replay import RecordingReplay, replay_recording
+from drive.replay.loop import END_MARGIN_M
 from drive.replay.video import ReplayVideo
-from drive.sim.closed_loop import TAKEOVER_S, summarize, summarize_with_conditions
+from drive.sim.closed_loop import summarize, summarize_with_conditions
+from drive.sim.safety import SAFETY_DRIVER, InterventionRule
 
 __all__ = ["ReplaySettings", "ReplayResult", "evaluate_logs"]
 
@@ -43,7 +44,7 @@ class ReplaySettings:
 
     fps: the policy's step rate (None: its own, from its checkpoint or exported file; else the log's).
     noise_std: Gaussian noise std on [0, 1] pixels of the policy's view (0 = none), seeded by ``seed``.
-    max_lateral_m, max_heading_rad: the intervention rule (the world's: 1 m, pi/10).
+    rule: the safety driver's intervention rule (the world's: 1 m, pi/10).
     use_poses: build the path from the log's poses where it has them (else from curvature and speed).
     video: write a video per recording (re-rendered view | top-down map).
     """
@@ -51,8 +52,7 @@ class ReplaySettings:
     fps: Optional[float] = None
     noise_std: float = 0.0
     seed: int = 0
-    max_lateral_m: float = 1.0
-    max_heading_rad: float = math.pi / 10
+    rule: InterventionRule = SAFETY_DRIVER
     use_poses: bool = True
     video: bool = False
     device: str = "cpu"
@@ -136,8 +136,7 @@ def _replay_log(
                 region=crop,
                 perturb=perturb,
                 video=video,
-                max_lateral_m=settings.max_lateral_m,
-                max_heading_rad=settings.max_heading_rad,
+                rule=settings.rule,
                 use_poses=settings.use_poses,
             )
         finally:
@@ -211,19 +210,17 @@ def evaluate_logs(
             pool.shutdown(cancel_futures=True)
     segments = [s for r in recordings for s in r.segments]
     if not segments:
-        raise ValueError(f"{', '.join(logs)}: no recording has a drivable stretch (moving, gap-free, > 2 m)")
+        raise ValueError(
+            f"{', '.join(logs)}: no recording has a drivable stretch "
+            f"(moving, gap-free, > {2 * END_MARGIN_M:g} m)"
+        )
     shown = np.array([r.frames_shown for r in recordings], dtype=np.float64)
     means = np.array([r.no_source["mean"] for r in recordings])
     metrics: Dict[str, Any] = {
         "driver": policy,
         "logs": list(logs),
         "settings": asdict(settings),
-        "criteria": {
-            "max_lateral_m": settings.max_lateral_m,
-            "max_heading_rad": settings.max_heading_rad,
-            "takeover_s": TAKEOVER_S,
-            "reference": "the recorded path",
-        },
+        "criteria": {**settings.rule.to_dict(), "reference": "the recorded path"},
         "recordings": len(recordings),
         "segments": len(segments),
         "camera": sorted({row["camera"] for row in rows}),

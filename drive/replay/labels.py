@@ -36,13 +36,13 @@ recoveries would be sharper.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import List, Sequence, Tuple
 
 from drive.data.viewpoint import corrected_curvature
+from drive.replay.path import MIN_PATH_M
 from drive.replay.world import LogWorld
-from drive.sim.closed_loop import needs_takeover
+from drive.sim.safety import SAFETY_DRIVER
 
 __all__ = [
     "CANDIDATES_S",
@@ -91,7 +91,9 @@ class LookaheadFit:
 
     def summary(self) -> str:
         if not self.trials:
-            return f"label look-ahead {self.lookahead_s:g} s: no reference path of 30 m to fit it on"
+            return (
+                f"label look-ahead {self.lookahead_s:g} s: no reference path of {MIN_PATH_M:g} m to fit it on"
+            )
         tried = ", ".join(
             f"{t.lookahead_s:g} s {'kept' if t.kept else 'left ' + t.left_at} (max {t.max_offset_m:.2f} m)"
             for t in self.trials
@@ -111,15 +113,12 @@ class LookaheadFit:
 
 
 def track_with_labels(
-    world: LogWorld,
-    lookahead_s: float,
-    min_lookahead_m: float,
-    margin_m: float = MARGIN_M,
-    max_heading_rad: float = math.pi / 10,
+    world: LogWorld, lookahead_s: float, min_lookahead_m: float, margin_m: float = MARGIN_M
 ) -> Tuple[float, float, bool]:
     """Drive ``world`` to its path's end with the corrected label as the command; stop at the first
-    step beyond ``margin_m`` or ``max_heading_rad`` (``world.s_m`` is then where it left). Returns
-    (max offset m, km driven, kept)."""
+    step beyond ``margin_m`` or the safety driver's heading limit (``world.s_m`` is then where it left).
+    Returns (max offset m, km driven, kept)."""
+    rule = replace(SAFETY_DRIVER, max_lateral_m=margin_m)
     path, start, worst = world.path, world.s_m, 0.0
     while world.remaining_m > 1.0:
         pos = path.nearest_frame(world.s_m)
@@ -129,7 +128,7 @@ def track_with_labels(
         )
         world.step(float(label))
         worst = max(worst, abs(world.lateral_offset_m))
-        if needs_takeover(world, margin_m, max_heading_rad):
+        if rule.needs_takeover(world):
             return worst, (world.s_m - start) / 1000.0, False
     return worst, (world.s_m - start) / 1000.0, True
 

@@ -8,7 +8,6 @@ and how much of the recording could not be driven (standing, or segments too sho
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -19,6 +18,7 @@ from drive.replay.path import reference_paths
 from drive.replay.world import LogWorld
 from drive.sim.closed_loop import Segment, drive_segment
 from drive.sim.driver import Observation, needs_image
+from drive.sim.safety import SAFETY_DRIVER, InterventionRule
 
 __all__ = ["RecordingReplay", "replay_recording", "open_loop_errors", "recording_camera", "NO_SOURCE_FLAG"]
 
@@ -71,15 +71,13 @@ def replay_recording(
     region: Optional[Sequence[int]] = None,
     perturb: Optional[Callable[[np.ndarray], np.ndarray]] = None,
     video: Optional[Callable[[Any, int], None]] = None,
-    max_lateral_m: float = 1.0,
-    max_heading_rad: float = math.pi / 10,
-    first_index: int = 0,
+    rule: InterventionRule = SAFETY_DRIVER,
     use_poses: bool = True,
 ) -> RecordingReplay:
-    """Drive every segment of ``recording`` with ``driver`` stepping at ``fps`` (module docstring).
+    """Drive every segment of ``recording`` with ``driver`` stepping at ``fps`` (module docstring), with
+    the safety driver's ``rule``.
 
-    ``region``: [top, bottom, left, right] of the frame the policy sees (for the no-source share);
-    ``first_index``: the first segment's index (segments are numbered across recordings).
+    ``region``: [top, bottom, left, right] of the frame the policy sees (for the no-source share).
     """
     camera = recording_camera(recording)
     name = str(recording.path) if recording.path is not None else "recording"
@@ -94,15 +92,7 @@ def replay_recording(
         world = LogWorld(path, recording.source, camera, fps, region)
         segments.append(
             drive_segment(
-                world,
-                driver,
-                path.length_m - END_MARGIN_M,
-                perturb,
-                max_lateral_m,
-                max_heading_rad,
-                video,
-                first_index + len(segments),
-                conditions,
+                world, driver, path.length_m - END_MARGIN_M, perturb, rule, video, len(segments), conditions
             )
         )
         shares += world.no_source

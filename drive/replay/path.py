@@ -29,7 +29,11 @@ from drive.data.sequences import segments
 from drive.io.recording import POSE_COLUMNS, Recording
 from drive.sim.road import Road
 
-__all__ = ["ReferencePath", "reference_paths", "paths_from_log", "MIN_SPEED_MPS"]
+# shorter recorded stretches are not driven on by training (on-policy rounds, the look-ahead fit,
+# validation by driving)
+MIN_PATH_M = 30.0
+
+__all__ = ["MIN_PATH_M", "ReferencePath", "reference_paths", "paths_from_log", "MIN_SPEED_MPS"]
 
 DS_M = 0.1  # sampling of the reference line
 MIN_SPEED_MPS = 1.0  # slower frames (standing, parking) are not driven in replay

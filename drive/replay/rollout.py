@@ -25,9 +25,9 @@ import numpy as np
 from drive.data.cache import CachedRecording, model_camera
 from drive.data.viewpoint import corrected_curvature
 from drive.io.recording import POSE_COLUMNS
-from drive.replay.path import ReferencePath, paths_from_log
+from drive.replay.path import MIN_PATH_M, ReferencePath, paths_from_log
 from drive.replay.world import LogWorld
-from drive.sim.closed_loop import needs_takeover
+from drive.sim.safety import SAFETY_DRIVER, InterventionRule
 
 __all__ = [
     "MIN_PATH_M",
@@ -38,8 +38,6 @@ __all__ = [
     "drivable_paths",
     "rollout",
 ]
-
-MIN_PATH_M = 30.0  # shorter recorded stretches are not driven on (on-policy rounds, the look-ahead fit)
 
 
 @dataclass
@@ -123,8 +121,7 @@ def rollout(
     steps: int,
     lookahead_s: float = 2.0,
     min_lookahead_m: float = 5.0,
-    max_lateral_m: float = 1.0,
-    max_heading_rad: float = math.pi / 10,
+    rule: InterventionRule = SAFETY_DRIVER,
 ) -> Rollout:
     """Drive every world for up to ``steps`` steps (an episode ends early at its path's end).
 
@@ -153,7 +150,7 @@ def rollout(
                 raise ValueError(f"the policy returned a non-finite curvature {cmd} in an on-policy rollout")
             w.step(float(cmd))
             start[i] = False
-            if needs_takeover(w, max_lateral_m, max_heading_rad):
+            if rule.needs_takeover(w):
                 w.place_on_lane(w.s_m)
                 start[i] = True
             if w.remaining_m < 1.0:

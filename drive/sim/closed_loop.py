@@ -9,14 +9,15 @@ with ``perturb(image)`` applied) and returns a curvature command in 1/m. With ``
 ``easy`` each segment's conditions also name its road kind (``per_condition`` has ``easy`` and
 ``hard``).
 
-Intervention (VISTA's pi/10 heading limit, the NCP paper's safety driver): when
-``|lateral offset| > max_lateral_m`` (1.0 m) or ``|heading error| > max_heading_rad``
-(pi/10), it is counted, the car is put back on the lane centre at that point, aligned
-with the lane, and ``driver.reset()`` gives it a fresh hidden state.
+Intervention: the safety driver's :class:`~drive.sim.safety.InterventionRule` (``rule``, default
+:data:`~drive.sim.safety.SAFETY_DRIVER`: 1 m off the lane or pi/10 of heading); it is counted, the car
+is put back on the lane centre at that point, aligned with the lane, and ``driver.reset()`` gives it a
+fresh hidden state.
 
 Metrics (``ClosedLoopResult.metrics``, JSON-able, overall and per condition name):
-``interventions``, ``interventions_per_km``, ``autonomy_pct`` = (1 - interventions x 6 s /
-elapsed time) x 100 (PilotNet; floored at 0), ``lateral_mean_abs_m``, ``lateral_rms_m``,
+``interventions``, ``interventions_per_km``, ``autonomy_pct`` = (1 - interventions x the rule's
+``takeover_s`` (6 s) / elapsed time) x 100 (PilotNet; floored at 0), ``lateral_mean_abs_m``,
+``lateral_rms_m``,
 ``lateral_max_abs_m``, ``heading_rms_rad``, ``steering_rate_rms`` (RMS of the commanded
 curvature's rate, 1/m per s; lower = smoother), ``km``, ``time_s``, and
 ``interventions_per_km_ci95``: the exact 95 % Poisson interval of the rate (:mod:`drive.sim.poisson`).
@@ -43,6 +44,7 @@ from drive.sim.plot import DriveVideo, plot_drive
 from drive.sim.poisson import rate_interval
 from drive.sim.render import Renderer
 from drive.sim.road import Road, generate_road
+from drive.sim.safety import SAFETY_DRIVER, InterventionRule
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 
 __all__ = [
@@ -52,12 +54,8 @@ __all__ = [
     "summarize",
     "summarize_with_conditions",
     "drive_segment",
-    "needs_takeover",
     "SegmentTrace",
-    "TAKEOVER_S",
 ]
-
-TAKEOVER_S = 6.0  # PilotNet: each intervention costs 6 s of autonomy
 
 
 @dataclass
@@ -79,8 +77,8 @@ class Segment:
     reset_steps: List[int] = field(default_factory=list)
 
 
-def summarize(segments: Sequence[Segment]) -> Dict[str, Any]:
-    """Metrics over segments (see module docstring)."""
+def summarize(segments: Sequence[Segment], rule: InterventionRule = SAFETY_DRIVER) -> Dict[str, Any]:
+    """Metrics over segments (see module docstring); ``rule`` states what a takeover costs."""
     lat = np.concatenate([s.lateral_offset_m for s in segments])
     head = np.concatenate([s.heading_error_rad for s in segments])
     rates = []
@@ -99,7 +97,9 @@ def summarize(segments: Sequence[Segment]) -> Dict[str, Any]:
         "interventions": n,
         "interventions_per_km": n / km if km > 0 else float("nan"),
         "interventions_per_km_ci95": list(rate_interval(n, km)),
-        "autonomy_pct": max(0.0, (1.0 - n * TAKEOVER_S / time_s) * 100.0) if time_s > 0 else float("nan"),
+        "autonomy_pct": max(0.0, (1.0 - n * rule.takeover_s / time_s) * 100.0)
+        if time_s > 0
+        else float("nan"),
         "lateral_mean_abs_m": float(np.mean(np.abs(lat))),
         "lateral_rms_m": float(np.sqrt(np.mean(lat**2))),
         "lateral_max_abs_m": float(np.max(np.abs(lat))),
@@ -108,13 +108,17 @@ def summarize(segments: Sequence[Segment]) -> Dict[str, Any]:
     }
 
 
-def summarize_with_conditions(segments: Sequence[Segment]) -> Dict[str, Any]:
+def summarize_with_conditions(
+    segments: Sequence[Segment], rule: InterventionRule = SAFETY_DRIVER
+) -> Dict[str, Any]:
     """:func:`summarize` over all segments, and ``per_condition``: the same over the segments of each
     condition name their ``conditions`` carry."""
     names = sorted({v for s in segments for v in s.conditions.values()})
     return {
-        **summarize(segments),
-        "per_condition": {n: summarize([s for s in segments if n in s.conditions.values()]) for n in names},
+        **summarize(segments, rule),
+        "per_condition": {
+            n: summarize([s for s in segments if n in s.conditions.values()], rule) for n in names
+        },
     }
 
 
@@ -135,12 +139,6 @@ class ClosedLoopResult:
                 self.segments, out / "drive.png", title=str(self.metrics.get("driver", ""))
             )
         return paths
-
-
-def needs_takeover(world: Any, max_lateral_m: float, max_heading_rad: float) -> bool:
-    """The safety driver's rule: the car is more than ``max_lateral_m`` off the lane (or recorded path)
-    or points more than ``max_heading_rad`` away from it (``world``: anything with the two lane errors)."""
-    return abs(world.lateral_offset_m) > max_lateral_m or abs(world.heading_error_rad) > max_heading_rad
 
 
 @dataclass
@@ -192,8 +190,7 @@ def drive_segment(
     driver: Driver,
     length_m: float,
     perturb: Optional[Callable],
-    max_lateral_m: float,
-    max_heading_rad: float,
+    rule: InterventionRule,
     video: Optional[Any],
     index: int,
     conditions: Dict[str, str],
@@ -225,7 +222,7 @@ def drive_segment(
         world.step(cmd)
         st = world.vehicle.state
         trace.step(st.x_m, st.y_m, world.lateral_offset_m, world.heading_error_rad, cmd)
-        if needs_takeover(world, max_lateral_m, max_heading_rad):
+        if rule.needs_takeover(world):
             trace.takeover(reset=True)
             world.place_on_lane(world.s_m)
             driver.reset()
@@ -244,8 +241,7 @@ def evaluate(
     camera: Optional[Camera] = None,
     speed_mps: float = DEFAULT_SPEED_MPS,
     fps: float = DEFAULT_FPS,
-    max_lateral_m: float = 1.0,
-    max_heading_rad: float = math.pi / 10,
+    rule: InterventionRule = SAFETY_DRIVER,
     progress: Optional[Callable[[Segment], None]] = None,
     roads: str = "easy",
 ) -> ClosedLoopResult:
@@ -278,9 +274,7 @@ def evaluate(
             appearance = sample_appearance(world_seed, split, index, fixed)
             world = World(road, appearance, renderer, speed_mps=speed_mps, fps=fps, start_s_m=5.0)
             conditions = {**appearance.names(), **({"road": road.kind} if roads != "easy" else {})}
-            seg = drive_segment(
-                world, driver, length_m, perturb, max_lateral_m, max_heading_rad, video, i, conditions
-            )
+            seg = drive_segment(world, driver, length_m, perturb, rule, video, i, conditions)
             segments.append(seg)
             if progress is not None:
                 progress(seg)
@@ -294,12 +288,8 @@ def evaluate(
         "split": split,
         "roads": roads,
         "segments": count,
-        "criteria": {
-            "max_lateral_m": max_lateral_m,
-            "max_heading_rad": max_heading_rad,
-            "takeover_s": TAKEOVER_S,
-        },
-        **summarize_with_conditions(segments),
+        "criteria": rule.to_dict(),
+        **summarize_with_conditions(segments, rule),
     }
     metrics["per_segment"] = [
         {

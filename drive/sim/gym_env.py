@@ -26,6 +26,7 @@ plugin entry points, so a ``pyproject`` entry point cannot register it.)
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import gymnasium
@@ -36,6 +37,7 @@ from drive.sim.appearance import condition_grid, parse_conditions, sample_appear
 from drive.sim.camera import Camera
 from drive.sim.render import Renderer
 from drive.sim.road import SPLITS, generate_road, road_kind
+from drive.sim.safety import SAFETY_DRIVER
 from drive.sim.vehicle import HARD_ROAD_LIMITS, VehicleLimits
 from drive.sim.world import DEFAULT_FPS, World
 
@@ -74,8 +76,8 @@ class LaneKeepingEnv(gymnasium.Env):
         episode_km: float = 1.0,
         width: int = 200,
         height: int = 78,
-        max_lateral_m: float = 1.0,
-        max_heading_rad: float = math.pi / 10,
+        max_lateral_m: float = SAFETY_DRIVER.max_lateral_m,
+        max_heading_rad: float = SAFETY_DRIVER.max_heading_rad,
         on_intervention: str = "takeover",
         render_mode: Optional[str] = None,
         roads: str = "easy",
@@ -103,7 +105,9 @@ class LaneKeepingEnv(gymnasium.Env):
         self.world_seed = int(seed)
         self.fps, self.speed_mps, self.split = float(fps), float(speed_kmh) / 3.6, split
         self.episode_m = 1000.0 * float(episode_km)
-        self.max_lateral_m, self.max_heading_rad = float(max_lateral_m), float(max_heading_rad)
+        self.rule = replace(
+            SAFETY_DRIVER, max_lateral_m=float(max_lateral_m), max_heading_rad=float(max_heading_rad)
+        )
         self.on_intervention, self.render_mode = on_intervention, render_mode
         self.metadata = {**self.metadata, "render_fps": self.fps}
         self.roads = roads
@@ -155,8 +159,8 @@ class LaneKeepingEnv(gymnasium.Env):
         command = float(np.clip(a[0], self.action_space.low[0], self.action_space.high[0]))
         w = self.world
         w.step(command)
-        lateral, heading = w.lateral_offset_m, w.heading_error_rad
-        violated = abs(lateral) > self.max_lateral_m or abs(heading) > self.max_heading_rad
+        lateral = w.lateral_offset_m
+        violated = self.rule.needs_takeover(w)
         info = self._info(intervention=violated, command=command)
         terminated = False
         if violated:
@@ -167,7 +171,7 @@ class LaneKeepingEnv(gymnasium.Env):
             else:
                 terminated = True
         truncated = (w.s_m - self.start_s_m) >= self.episode_m and not terminated
-        reward = -1.0 if violated else max(-1.0, 1.0 - (lateral / self.max_lateral_m) ** 2)
+        reward = -1.0 if violated else max(-1.0, 1.0 - (lateral / self.rule.max_lateral_m) ** 2)
         self._frame = w.render()
         return self._frame, float(reward), terminated, truncated, info
 

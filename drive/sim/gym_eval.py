@@ -29,14 +29,7 @@ from typing import Any, Callable, Dict, List, Optional
 import gymnasium
 import numpy as np
 
-from drive.sim.closed_loop import (
-    TAKEOVER_S,
-    ClosedLoopResult,
-    Segment,
-    SegmentTrace,
-    needs_takeover,
-    summarize_with_conditions,
-)
+from drive.sim.closed_loop import ClosedLoopResult, Segment, SegmentTrace, summarize_with_conditions
 from drive.sim.driver import Observation
 from drive.sim.gym_env import ENV_ID, register  # importing it registers drive/LaneKeeping-v0 with Gymnasium
 from drive.sim.gym_mapping import EnvMapping, info_conditions, observation_frame
@@ -85,12 +78,10 @@ def evaluate_env(
         "segments": len(segments),
         "dt_s": run.dt_s,
         "criteria": {
-            "max_lateral_m": mapping.max_lateral_m,
-            "max_heading_rad": mapping.max_heading_rad,
-            "takeover_s": TAKEOVER_S,
+            **mapping.rule.to_dict(),
             "intervention": "env flag" if mapping.intervention else "drive's limits",
         },
-        **summarize_with_conditions(segments),
+        **summarize_with_conditions(segments, mapping.rule),
     }
     metrics["per_segment"] = [
         {"index": s.index, **s.conditions, "km": s.km, "interventions": len(s.intervention_xy)}
@@ -112,7 +103,7 @@ def _step_seconds(env: Any, m: EnvMapping) -> float:
 @dataclass
 class _Reading:
     """What one step's ``info`` says through the mapping: the lane errors (so the safety driver's
-    :func:`~drive.sim.closed_loop.needs_takeover` reads it as it reads a world) and the speed."""
+    :meth:`~drive.sim.safety.InterventionRule.needs_takeover` reads it as it reads a world) and the speed."""
 
     lateral_offset_m: float
     heading_error_rad: float
@@ -221,7 +212,7 @@ class _EnvDrive:
             if terminated and not flagged:
                 trace.takeover(reset=False)
             return terminated
-        if terminated or needs_takeover(now, m.max_lateral_m, m.max_heading_rad):
+        if terminated or m.rule.needs_takeover(now):
             trace.takeover(reset=False)  # drive's safety driver: stop, restart the env
             return True
         return False

@@ -36,7 +36,7 @@ Mapping YAML (every key optional except the two lane errors; values shown are ex
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -44,6 +44,7 @@ import numpy as np
 import yaml
 
 from drive.sim.gym_env import ENV_ID
+from drive.sim.safety import SAFETY_DRIVER, InterventionRule
 
 __all__ = [
     "EnvMapping",
@@ -155,8 +156,7 @@ class EnvMapping:
     layout: str = "hwc"
     dt_s: Optional[float] = None
     speed_mps: float = 30.0 / 3.6
-    max_lateral_m: float = 1.0
-    max_heading_rad: float = math.pi / 10
+    rule: InterventionRule = SAFETY_DRIVER  # the YAML's max_lateral_m, max_heading_rad
     env_kwargs: Dict[str, Any] = field(default_factory=dict)
     imports: List[str] = field(default_factory=list)
     where: str = "mapping"
@@ -186,8 +186,7 @@ class EnvMapping:
             layout=str(obs.get("layout", "hwc")),
             dt_s=float(d["dt_s"]) if d.get("dt_s") is not None else None,
             speed_mps=float(d.get("speed_mps", 30.0 / 3.6)),
-            max_lateral_m=float(d.get("max_lateral_m", 1.0)),
-            max_heading_rad=float(d.get("max_heading_rad", math.pi / 10)),
+            rule=_rule(d, where),
             env_kwargs=dict(d.get("env_kwargs") or {}),
             imports=[imports] if isinstance(imports, str) else list(imports),
             where=where,
@@ -199,11 +198,22 @@ class EnvMapping:
         where = self.where
         if self.order not in ("rgb", "bgr") or self.layout not in ("hwc", "chw"):
             raise ValueError(f"{where}: observation.order must be rgb|bgr and layout hwc|chw")
-        for name in ("speed_mps", "max_lateral_m", "max_heading_rad"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{where}: {name} must be positive, got {getattr(self, name)}")
+        if not self.speed_mps > 0:
+            raise ValueError(f"{where}: speed_mps must be positive, got {self.speed_mps}")
         if self.dt_s is not None and not self.dt_s > 0:
             raise ValueError(f"{where}: dt_s must be positive, got {self.dt_s}")
+
+
+def _rule(d: Dict[str, Any], where: str) -> InterventionRule:
+    """The mapping's ``max_lateral_m`` and ``max_heading_rad`` over the safety driver's."""
+    try:
+        return replace(
+            SAFETY_DRIVER,
+            max_lateral_m=float(d.get("max_lateral_m", SAFETY_DRIVER.max_lateral_m)),
+            max_heading_rad=float(d.get("max_heading_rad", SAFETY_DRIVER.max_heading_rad)),
+        )
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 _KEYS = {

@@ -49,6 +49,7 @@ from drive.replay.loop import END_MARGIN_M
 from drive.replay.rollout import MIN_PATH_M, cached_paths, cached_world
 from drive.sim.closed_loop import Segment, drive_segment, summarize
 from drive.sim.driver import Observation
+from drive.sim.safety import SAFETY_DRIVER
 
 __all__ = ["ReplayJob", "ReplayValidation", "replay_score", "run_replay"]
 
@@ -103,7 +104,7 @@ def _segments(job: ReplayJob, driver: _PolicyDriver, fps: float) -> List[Segment
             length = min(path.length_m - END_MARGIN_M, budget_m)
             conditions = {"recording": cached.name}
             segments.append(
-                drive_segment(world, driver, length, None, 1.0, math.pi / 10, None, len(segments), conditions)
+                drive_segment(world, driver, length, None, SAFETY_DRIVER, None, len(segments), conditions)
             )
             budget_m -= length
     return segments

@@ -19,7 +19,7 @@ import torch
 from drive.data.cache import CachedRecording
 from drive.nn.policy import Policy
 from drive.replay.path import ReferencePath
-from drive.replay.rollout import Rollout, cached_world, drivable_paths, rollout
+from drive.replay.rollout import MIN_PATH_M, Rollout, cached_world, drivable_paths, rollout
 from drive.sim.expert import SteeringNoise
 
 __all__ = ["FOCUS_LEAD_S", "RoundJob", "round_takeovers_per_km", "run_round", "takeover_places"]
@@ -79,7 +79,9 @@ def run_round(job: RoundJob) -> Dict[str, np.ndarray]:
     recs = [CachedRecording(d) for d in job.caches]
     paths = drivable_paths(recs)
     if not paths:
-        raise ValueError("on-policy rollouts: no training recording has a drivable stretch of 30 m")
+        raise ValueError(
+            f"on-policy rollouts: no training recording has a drivable stretch of {MIN_PATH_M:g} m"
+        )
     fps = 1.0 / policy.frame_period_s
     focused = int(round(job.focus_share * job.episodes)) if job.focus else 0
     focus = _focus_starts(job, paths, focused)
