@@ -3,6 +3,7 @@ the windows mixed into training batches, and the state a checkpoint keeps."""
 
 from __future__ import annotations
 
+import csv
 from dataclasses import replace
 
 import numpy as np
@@ -198,10 +199,15 @@ def test_rounds_start_at_start_step_and_follow_every_n_steps(tmp_path, start: in
     from drive.cli import main
 
     simulate(tmp_path / "logs", minutes=0.5, seed=11, fps=10.0, noise_std=0.015, recording_minutes=0.5)
-    argv = _fit_args(tmp_path / "logs", tmp_path, 9)
+    argv = _fit_args(tmp_path / "logs", tmp_path, 9) + ["--trainer.logger", "true"]
     assert main([*argv, "--onpolicy.every_n_steps", "4", "--onpolicy.start_step", str(start)]) == 0
     state = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")["callbacks"]["OnPolicyData"]
     assert len(state["rounds"]) == rounds and state["pending"] is None
+    # what each round saw is logged at the step it lands, whatever log_every_n_steps is
+    (log,) = (tmp_path / "run" / "csv").glob("version_*/metrics.csv")
+    seen = [r for r in csv.DictReader(log.open()) if r.get("onpolicy/takeovers_per_km")]
+    assert [int(r["step"]) for r in seen] == [start + 4 * i + 2 if start else 6 for i in range(rounds)]
+    assert all(float(r["onpolicy/takeovers_per_km"]) >= 0 for r in seen)
     with pytest.raises(ValueError, match="start_step >= 0"):
         OnPolicyData(every_n_steps=4, start_step=-1)
 

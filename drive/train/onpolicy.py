@@ -207,9 +207,11 @@ class OnPolicyData(L.Callback):
             self._job = futures.Future()
             self._job.set_result(run_round(job))
 
-    def _land(self, pl_module: Any) -> None:
+    def _land(self, trainer: L.Trainer) -> None:
         self.rounds.append(Rollout(**self._job.result()))
-        pl_module.log("onpolicy/takeovers_per_km", round_takeovers_per_km(self.rounds[-1]), on_step=True)
+        seen = {"onpolicy/takeovers_per_km": round_takeovers_per_km(self.rounds[-1])}
+        for logger in trainer.loggers:  # at the step it lands, whatever log_every_n_steps is
+            logger.log_metrics(seen, step=trainer.global_step)
         if self.keep:
             self.rounds = self.rounds[-self.keep :]
         self.pending, self._job, self._starts = None, None, None
@@ -223,7 +225,7 @@ class OnPolicyData(L.Callback):
             return
         step = trainer.global_step
         if self.pending is not None and step >= self._lands(self.pending["step"]):
-            self._land(pl_module)
+            self._land(trainer)
         due = step >= self.first and (step - self.first) % self.every == 0
         if due and self.pending is None and _before_end(trainer, self._lands(step)):
             weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.policy.state_dict().items()}
