@@ -14,7 +14,8 @@ import pytest
 from drive.cli import demo
 from drive.demo.settings import DemoSettings
 
-# (flag, dest, type, default, help) of every option, as the parser written by hand had them
+# (flag, dest, type, default, help) of every option, as the parser written by hand had them (and
+# --roads and --hard-km, added with hard roads)
 BEFORE = [
     ("--out", "out", None, "runs/demo", "output folder (default: %(default)s)"),
     (
@@ -31,11 +32,26 @@ BEFORE = [
     ("--fps", "fps", float, 10.0, "camera rate of logs and closed loop (Hz)"),
     ("--dart-noise", "dart_noise", float, 0.015, "DART steering noise std (1/m)"),
     (
+        "--roads",
+        "roads",
+        None,
+        "mixed",
+        "roads of the training and validation logs: easy, hard (junction turns, hairpins, S-bends, "
+        "chicanes at a speed that follows the road) or mixed, half of each (default: %(default)s)",
+    ),
+    (
         "--km",
         "km",
         float,
         6.0,
         "closed-loop kilometres per driver on held-out roads, spread over --test-seeds",
+    ),
+    (
+        "--hard-km",
+        "hard_km",
+        float,
+        3.0,
+        "closed-loop kilometres per driver on held-out hard roads, reported beside --km (0: none)",
     ),
     (
         "--test-seeds",

@@ -194,3 +194,35 @@ def test_the_policy_trained_in_the_loop_is_reported_beside_the_behaviour_cloning
     assert "MSE 9.5 (1/km)^2, MAE 2.10 1/km" in training
     assert "in the loop (the policy): 0.00/km (95% 0.00-0.61)" in text
     assert set(summary["closed_loop"]) == {"ncp_ltc", "ncp_ltc_bc", "expert", "constant"}
+
+
+def test_held_out_hard_roads_are_reported_beside_the_easy_ones(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    full = results(out, policy_interventions=0)
+    write_report(out, full)
+    assert "## Closed loop on held-out hard roads" not in (out / "REPORT.md").read_text()
+    for name, count in (("ncp_ltc", 2), ("expert", 0), ("constant", 90)):
+        full["drive"][name]["hard"] = {
+            "metrics": _metrics(3.0, count),
+            "plot": str(out / "drive" / "hard.png"),
+        }
+    summary = write_report(out, full)
+    text = (out / "REPORT.md").read_text()
+    hard = text.split("## Closed loop on held-out hard roads")[1]
+    assert "| NCP-LTC (learned, camera only) | 3.00 | 2 | 0.67/km" in hard
+    assert "| constant steering (straight ahead) | 3.00 | 90 |" in hard and "](drive/hard.png)" in hard
+    assert summary["closed_loop_hard"]["ncp_ltc"]["interventions"] == 2
+    assert summary["acceptance"]["passed"]  # judged on the easy roads; hard roads are reported
+
+
+def test_validation_by_driving_is_drawn_beside_the_mse(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    full = results(out, policy_interventions=0)
+    csv = Path(full["train"]["metrics_csv"])
+    csv.write_text(
+        "step,train/loss_step,val/mse_km,val/mae_km,val/replay/interventions_per_km\n"
+        "10,0.5,,,\n19,,30.0,4.0,3.2\n39,,12.5,2.5,0.8\n"
+    )
+    summary = write_report(out, full)
+    assert summary["training"]["replay_points"] == 2 and summary["training"]["val_replay_per_km"] == 0.8
+    assert "driven in log replay 0.80 interventions/km" in (out / "REPORT.md").read_text()

@@ -112,6 +112,8 @@ def test_reduced_demo_runs_every_stage_and_names_the_failed_criteria(tmp_path: P
         "2",
         "--km",
         "0.3",
+        "--hard-km",
+        "0.1",
         "--test-seeds",
         "5,6",
         "--robustness-km",
@@ -158,6 +160,10 @@ def test_reduced_demo_runs_every_stage_and_names_the_failed_criteria(tmp_path: P
     assert (out / "drive" / "ncp_ltc_bc" / "metrics.json").is_file()
     assert "## Training in the loop (both arms)" in report and "NCP-LTC, behaviour cloning only" in report
     assert arm["noise_std"] > 0 and f"DART noise of {arm['noise_std']:g} 1/m" in report
+    # trained on mixed roads (every other recording hard), and driven on held-out hard roads too
+    assert [Path(p).name.split("-")[3] == "hard" for p in stamps["simulate"]["train"]] == [False, True]
+    assert "## Closed loop on held-out hard roads" in report
+    assert summary["closed_loop_hard"]["ncp_ltc"]["km"] == pytest.approx(0.1, abs=0.01)
     assert f"`{Path(arm['checkpoint']).relative_to(out)}`" in report.split("## Training\n")[1]
     policy = Path(arm["checkpoint"]).resolve()
     assert (out / "robustness" / "models" / "ncp_ltc.ckpt").resolve() == policy

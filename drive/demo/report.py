@@ -13,9 +13,12 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 from drive.demo.report_sections import (
+    BC_ARM,
+    POLICY,
     arms_section,
     closed_form_section,
     export_section,
+    hard_roads_section,
     in_the_loop,
     rel,
     robustness_section,
@@ -28,14 +31,14 @@ from drive.sim.poisson import format_rate, rates_differ_p
 from drive.sim.safety import SAFETY_DRIVER
 from drive.train.profiles import configs_dir
 
-__all__ = ["write_report", "ACCEPT_KM", "ACCEPT_INTERVENTIONS_PER_KM", "ACCEPT_MINUTES"]
+__all__ = ["write_report", "ACCEPT_KM", "ACCEPT_INTERVENTIONS_PER_KM", "ACCEPT_MINUTES", "BC_ARM", "POLICY"]
 
 ACCEPT_KM = 6.0
 ACCEPT_INTERVENTIONS_PER_KM = 0.5
 ACCEPT_MINUTES = 15.0  # target on a quiet 2-core machine; reported, not judged
 _DRIVERS = (
-    ("ncp_ltc", "NCP-LTC (learned, camera only)"),
-    ("ncp_ltc_bc", "NCP-LTC, behaviour cloning only (the other arm)"),
+    (POLICY, "NCP-LTC (learned, camera only)"),
+    (BC_ARM, "NCP-LTC, behaviour cloning only (the other arm)"),
     ("expert", "expert (pure pursuit, privileged)"),
     ("constant", "constant steering (straight ahead)"),
 )
@@ -69,7 +72,7 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     drive = results["drive"]
     stage_seconds = {k: results[k].get("seconds", 0.0) for k in _STAGES if results.get(k)}
     total_s = sum(stage_seconds.values())
-    acceptance = _acceptance(drive["ncp_ltc"]["metrics"], results.get("export", {}).get("closed_loop"))
+    acceptance = _acceptance(drive[POLICY]["metrics"], results.get("export", {}).get("closed_loop"))
     acceptance["minutes"] = total_s / 60.0
     arm = results.get("onpolicy") or {}
     curve = training_curve(
@@ -78,12 +81,13 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
         Path(arm["metrics_csv"]) if arm.get("metrics_csv") else None,
     )
     lines = _head(results, acceptance, total_s) + _closed_loop_section(out, drive)
+    lines += hard_roads_section(out, drive, _DRIVERS)
     lines += training_section(out, results["train"], curve, arm)
     lines += arms_section(arm, drive)
     lines += saliency_section(out, results.get("saliency"))
     lines += robustness_section(out, results.get("robustness"), results["settings"])
     lines += closed_form_section(out, results.get("closed_form"))
-    lines += export_section(out, results.get("export"), drive["ncp_ltc"]["metrics"])
+    lines += export_section(out, results.get("export"), drive[POLICY]["metrics"])
     lines += ["", "## Time per stage", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in stage_seconds.items()]
     lines += [f"| **total** | **{total_s:.0f}** |", ""]
@@ -96,6 +100,9 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
         "training": {**curve, "steps": results["train"]["steps"]},
         "stage_seconds": stage_seconds,
         "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS if k in drive},
+        "closed_loop_hard": {
+            k: drive[k]["hard"]["metrics"] for k, _ in _DRIVERS if drive.get(k, {}).get("hard")
+        },
     }
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     return summary
@@ -108,7 +115,8 @@ def _head(results: Dict[str, Any], acceptance: Dict[str, Any], total_s: float) -
         "# drive demo",
         "",
         f"Built-in world: {s['train_minutes']:g} min of expert logs with DART noise "
-        f"({s['dart_noise']:g} 1/m) on training roads (seed {s['seed']}) at {s['fps']:g} Hz, "
+        f"({s['dart_noise']:g} 1/m) on {s.get('roads', 'easy')} training roads (seed {s['seed']}) at "
+        f"{s['fps']:g} Hz, "
         f"{s['val_minutes']:g} min for validation; NCP-LTC trained with `{_config_name(s['config'])}` "
         f"for {results['train']['steps']} optimizer steps{in_the_loop(results.get('onpolicy'))} "
         f"(training seed {s['seed']}, "
@@ -157,7 +165,7 @@ def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
             if drive.get(key, {}).get("plot")
         )
     ]
-    if drive["ncp_ltc"].get("video"):
+    if drive[POLICY].get("video"):
         lines += [
             "",
             f"Camera view of the NCP-LTC's drive: [{rel(drive['ncp_ltc']['video'], out)}]"
@@ -169,7 +177,7 @@ def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
 def _told_apart(drive: Dict[str, Any]) -> List[str]:
     """Whether the distance driven tells the NCP-LTC apart from each other driver (exact test of two
     Poisson rates); a "no" means the table's difference may be chance at this distance."""
-    m = drive["ncp_ltc"]["metrics"]
+    m = drive[POLICY]["metrics"]
     lines = []
     for key, label in _DRIVERS[2:]:  # the other arm is compared in its own section
         o = drive[key]["metrics"]

@@ -8,13 +8,16 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from drive.io.atomic import save_figure
 from drive.sim.poisson import format_rate, rates_differ_p
 
 __all__ = [
+    "BC_ARM",
+    "POLICY",
     "arms_section",
+    "hard_roads_section",
     "closed_form_section",
     "export_section",
     "in_the_loop",
@@ -26,8 +29,18 @@ __all__ = [
 ]
 
 
+POLICY = "ncp_ltc"  # the demo's policy: its drives, files and report rows
+BC_ARM = "ncp_ltc_bc"  # the behaviour-cloning run it branched from, driven beside it
+
+
 def _curve(metrics_csv: Path) -> tuple:
     """(training loss per step, validation (step, MSE, MAE) points) of Lightning's CSV log."""
+    train, val, _ = _curves(metrics_csv)
+    return train, val
+
+
+def _curves(metrics_csv: Path) -> tuple:
+    """:func:`_curve`'s points and validation by driving's (step, interventions per km) points."""
     with open(metrics_csv) as f:
         rows = list(csv.DictReader(f))
     train = [(int(r["step"]), float(r["train/loss_step"])) for r in rows if r.get("train/loss_step")]
@@ -36,7 +49,9 @@ def _curve(metrics_csv: Path) -> tuple:
         for r in rows
         if r.get("val/mse_km")
     ]
-    return train, val
+    key = "val/replay/interventions_per_km"
+    replay = [(int(r["step"]), float(r[key])) for r in rows if r.get(key)]
+    return train, val, replay
 
 
 def training_curve(metrics_csv: Path, out_png: Path, loop_csv: Optional[Path] = None) -> Dict[str, Any]:
@@ -48,7 +63,7 @@ def training_curve(metrics_csv: Path, out_png: Path, loop_csv: Optional[Path] = 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # after use("Agg"): no display needed
 
-    train, val = _curve(metrics_csv)
+    train, val, replay = _curves(metrics_csv)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     bc = ", behaviour cloning" if loop_csv else ""
     if train:
@@ -64,12 +79,19 @@ def training_curve(metrics_csv: Path, out_png: Path, loop_csv: Optional[Path] = 
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("(1/km)$^2$")
     ax.set_yscale("log")
-    ax.legend()
+    ax.legend(loc="upper left", fontsize=8)
+    if replay:  # validation by driving, beside the MSE (drive.train.replay_validation)
+        drove = ax.twinx()
+        drove.plot(*zip(*replay), "D--", color="tab:red", label="validation in log replay")
+        drove.set_ylabel("interventions / km", color="tab:red")
+        drove.set_ylim(bottom=0)
+        drove.legend(loc="upper right", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     save_figure(fig, out_png, dpi=110)
     last = val[-1] if val else (None, float("nan"), float("nan"))
-    return {"val_mse_km": last[1], "val_mae_km": last[2], "val_points": len(val)}
+    drove = {"val_replay_per_km": replay[-1][1], "replay_points": len(replay)} if replay else {}
+    return {"val_mse_km": last[1], "val_mae_km": last[2], "val_points": len(val), **drove}
 
 
 def rel(path: Any, out: Path) -> str:
@@ -121,7 +143,12 @@ def training_section(out: Path, t: Dict[str, Any], curve: Dict[str, Any], arm: D
         "## Training",
         "",
         f"{t['steps']} optimizer steps; last validation (whole recordings, hidden state carried): "
-        f"MSE {fmt(curve['val_mse_km'], 1)} (1/km)^2, MAE {fmt(curve['val_mae_km'])} 1/km. "
+        f"MSE {fmt(curve['val_mse_km'], 1)} (1/km)^2, MAE {fmt(curve['val_mae_km'])} 1/km"
+        + (
+            f"; driven in log replay {curve['val_replay_per_km']:.2f} interventions/km (red in the curve). "
+            if "val_replay_per_km" in curve
+            else ". "
+        )
         + labels
         + policy,
         "",
@@ -132,9 +159,9 @@ def training_section(out: Path, t: Dict[str, Any], curve: Dict[str, Any], arm: D
 def arms_section(arm: Dict[str, Any], drive: Dict[str, Any]) -> List[str]:
     """How the policy was trained in the loop, and how it drove beside the behaviour-cloning run it
     branched from (docs/training.md)."""
-    if not arm or "ncp_ltc_bc" not in drive:
+    if not arm or BC_ARM not in drive:
         return []
-    a, b = drive["ncp_ltc"]["metrics"], drive["ncp_ltc_bc"]["metrics"]
+    a, b = drive[POLICY]["metrics"], drive[BC_ARM]["metrics"]
     p = rates_differ_p(a["interventions"], a["km"], b["interventions"], b["km"])
     return [
         "",
@@ -155,6 +182,42 @@ def arms_section(arm: Dict[str, Any], drive: Dict[str, Any]) -> List[str]:
         f"lateral RMS {b['lateral_rms_m']:.3f} m (same {b['km']:.2f} km of held-out roads); told apart "
         "at this distance? " + ("yes" if p <= 0.05 else "**no**") + f" (p = {p:.2g})",
     ]
+
+
+def hard_roads_section(out: Path, drive: Dict[str, Any], labels: Sequence[Tuple[str, str]]) -> List[str]:
+    """The drivers on held-out hard roads (junction turns, hairpins, S-bends, chicanes, a speed that
+    follows the road; docs/world.md), if they were driven (``labels``: (driver, row label))."""
+    rows = [(key, label, drive[key]["hard"]) for key, label in labels if drive.get(key, {}).get("hard")]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Closed loop on held-out hard roads",
+        "",
+        "Junction turns (the lane curving by up to 1/5.2 m), hairpins, S-bends and chicanes beside "
+        'straights and gentle curves, at a speed that follows the road (docs/world.md, "Hard roads"); '
+        "the same test seeds, the same intervention rule.",
+        "",
+        "| driver | km | interventions | per km (exact 95 % interval) | lateral RMS m |",
+        "|---|---|---|---|---|",
+    ]
+    for _, label, hard in rows:
+        m = hard["metrics"]
+        lines.append(
+            f"| {label} | {m['km']:.2f} | {m['interventions']} | {format_rate(m['interventions'], m['km'])} "
+            f"| {m['lateral_rms_m']:.3f} |"
+        )
+    if POLICY in drive and BC_ARM in drive and drive[BC_ARM].get("hard"):
+        a, b = drive[POLICY]["hard"]["metrics"], drive[BC_ARM]["hard"]["metrics"]
+        p = rates_differ_p(a["interventions"], a["km"], b["interventions"], b["km"])
+        lines += [
+            "",
+            "- in the loop vs behaviour cloning on hard roads: told apart? "
+            + ("yes" if p <= 0.05 else "**no**")
+            + f" (p = {p:.2g})",
+        ]
+    plot = drive.get(POLICY, {}).get("hard", {}).get("plot")
+    return lines + (["", f"![NCP-LTC on hard roads]({rel(plot, out)})"] if plot else [])
 
 
 def saliency_section(out: Path, sal: Optional[Dict[str, Any]]) -> List[str]:

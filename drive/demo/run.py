@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from drive.checkpoint import load_policy
-from drive.demo.report import write_report
+from drive.demo.report import BC_ARM, POLICY, write_report
 from drive.demo.settings import DemoSettings
 from drive.demo.training import (
     BASELINE_OVERRIDES,
@@ -120,6 +120,7 @@ def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
         recording_minutes=s.recording_minutes,
         progress=progress,
         conditions=conditions,
+        roads=s.roads,
     )
     train = simulate(data / "train", s.train_minutes, seed=s.seed, split="train", **common)
     val = simulate(data / "val", s.val_minutes, seed=s.seed + 1, split="train", **common)
@@ -142,8 +143,8 @@ def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
 
 
 def _drive(s: DemoSettings, out: Path, arms: Dict[str, str]) -> Dict[str, Any]:
-    """Closed loop on the held-out roads: the trained arms (name -> checkpoint), the expert and
-    constant steering."""
+    """Closed loop on the held-out roads, easy (``--km``) and hard (``--hard-km``): the trained arms
+    (name -> checkpoint), the expert and constant steering."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # batch-1 steps: one thread is fastest and leaves a core to the renderer
     results: Dict[str, Any] = {}
@@ -158,25 +159,21 @@ def _drive(s: DemoSettings, out: Path, arms: Dict[str, str]) -> Dict[str, Any]:
         def progress(seg: Any, name: str = name) -> None:
             print(f"  {name}: road {seg.index + 1}, {len(seg.intervention_xy)} intervention(s)", flush=True)
 
-        video = folder / "drive.mp4" if name == "ncp_ltc" else None
+        video = folder / "drive.mp4" if name == POLICY else None
         folder.mkdir(parents=True, exist_ok=True)
-        result = evaluate(
-            driver,
-            s.km,
-            seed=s.seeds,
-            split="test",
-            fps=s.fps,
-            video_path=video,
-            progress=progress,
-            conditions=[c for c in s.conditions.split(",") if c] or None,
-            segment_km=0.5,
-        )
+        common = dict(seed=s.seeds, split="test", fps=s.fps, progress=progress, segment_km=0.5)
+        common["conditions"] = [c for c in s.conditions.split(",") if c] or None
+        result = evaluate(driver, s.km, video_path=video, **common)
         paths = result.save(folder)
         results[name] = {
             "metrics": result.metrics,
             "plot": str(paths.get("plot", "")),
-            "video": str(video) if video else "",
+            "video": str(video or ""),
         }
+        if s.hard_km > 0:
+            hard = evaluate(driver, s.hard_km, roads="hard", **common)
+            plot = hard.save(folder / "hard").get("plot", "")
+            results[name]["hard"] = {"metrics": hard.metrics, "plot": str(plot)}
     torch.set_num_threads(threads)
     return {**results, "_outputs": [out / "drive" / n / "metrics.json" for n in drivers]}
 
@@ -212,7 +209,7 @@ def _robustness(
     named = out / "robustness" / "models"
     named.mkdir(parents=True, exist_ok=True)
     models = []
-    for name, path in {"ncp_ltc": ckpt, **baselines}.items():  # report rows are named after the file
+    for name, path in {POLICY: ckpt, **baselines}.items():  # report rows are named after the file
         link = named / f"{name}.ckpt"
         link.unlink(missing_ok=True)
         link.symlink_to(Path(path).resolve())
@@ -227,7 +224,7 @@ def _robustness(
 
 
 def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Dict[str, Any]:
-    path = out / "closed_form" / "ncp_ltc_closed_form.pt"
+    path = out / "closed_form" / f"{POLICY}_closed_form.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     report = closed_form_report(
         ckpt, "exact", path, recordings=test, km=s.closed_form_km, seed=s.seeds[0], rounds=s.speed_rounds
@@ -296,6 +293,7 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
         "dart_noise",
         "test_seeds",
         "conditions",
+        "roads",
     ]
     data = stage("simulate", {k: getattr(s, k) for k in sim_keys}, lambda: _simulate(s, out))
     config_text = Path(s.config).read_text()
@@ -327,8 +325,9 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
         "onpolicy": onpolicy,
         "baselines": baselines,
     }
-    arms = {"ncp_ltc": ckpt, **({"ncp_ltc_bc": trained["checkpoint"]} if onpolicy else {})}
-    results["drive"] = stage("drive", {"km": s.km, "conditions": s.conditions}, lambda: _drive(s, out, arms))
+    arms = {POLICY: ckpt, **({BC_ARM: trained["checkpoint"]} if onpolicy else {})}
+    drive_keys = {"km": s.km, "hard_km": s.hard_km, "conditions": s.conditions}
+    results["drive"] = stage("drive", drive_keys, lambda: _drive(s, out, arms))
     results["saliency"] = stage(
         "saliency",
         {"frames": s.saliency_frames},

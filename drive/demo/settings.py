@@ -38,7 +38,15 @@ class DemoSettings:
     recording_minutes: float = option(0.5, "minutes per recording")
     fps: float = option(10.0, "camera rate of logs and closed loop (Hz)")
     dart_noise: float = option(0.015, "DART steering noise std (1/m)")
+    roads: str = option(
+        "mixed",
+        "roads of the training and validation logs: easy, hard (junction turns, hairpins, S-bends, "
+        "chicanes at a speed that follows the road) or mixed, half of each (default: %(default)s)",
+    )
     km: float = option(6.0, "closed-loop kilometres per driver on held-out roads, spread over --test-seeds")
+    hard_km: float = option(
+        3.0, "closed-loop kilometres per driver on held-out hard roads, reported beside --km (0: none)"
+    )
     test_seeds: str = option(
         "0,1,2", "comma-separated world seeds of the held-out test roads (default: %(default)s)"
     )
