@@ -10,7 +10,7 @@ step at a time; at CfC's sizes that is all dispatch overhead. These ``autograd.F
    element-wise stage and one matmul per weight on the state path;
 4. form all weight gradients after the loop as a few large matmuls over the [L*B, ...] rows.
 
-The loops themselves (``drive.nn.cfc.loops``) run as TorchScript functions, entered through
+The loops themselves (``drive.nn.cfc.scripted``) run as TorchScript functions, entered through
 ``drive.nn.cfc.forward_loop`` (the specs, the weights' loop layout and the forward run);
 the math (update, activations, LSTM and their derivatives) is that of ``drive.nn.cfc.cell``. Tests
 compare both paths' gradients and run ``gradcheck`` in float64. Elapsed times get no gradient
@@ -38,7 +38,7 @@ from drive.nn.cfc.forward_loop import (
     wired_loop_weights,
     wired_run,
 )
-from drive.nn.cfc.loops import compiled, dense_backward, wired_backward
+from drive.nn.cfc.scripted import compiled, dense_backward, wired_backward
 
 __all__ = ["DenseBPTT", "WiredBPTT"]
 

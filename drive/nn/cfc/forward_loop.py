@@ -4,7 +4,7 @@ the prepared weights in the layout the loops take, and one forward run of the co
 Both callers share them: the modules' no-gradient fast path (``drive.nn.cfc.dense``,
 ``drive.nn.cfc.wired``) runs the forward loop alone; the hand-written BPTT
 (``drive.nn.cfc.bptt``) runs it once, keeping each step's activations, then its reverse loop.
-The loops themselves are the TorchScript functions of ``drive.nn.cfc.loops``.
+The loops themselves are the TorchScript functions of ``drive.nn.cfc.scripted``.
 """
 
 from typing import Callable, List, NamedTuple, Sequence, Tuple
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from drive.nn.cfc.cell import SIGMOID_FORM
-from drive.nn.cfc.loops import compiled, dense_forward, wired_forward
+from drive.nn.cfc.scripted import compiled, dense_forward, wired_forward
 
 __all__ = ["DenseSpec", "WiredSpec", "dense_loop_weights", "dense_run", "wired_loop_weights", "wired_run"]
 

@@ -3,7 +3,7 @@
 - :class:`ClosedFormLTC` -- the recurrent module, its equations and methods (:mod:`drive.nn.closed_form.ltc`);
 - :func:`convert` -- an LTC or an LTC policy into its closed form, the one conversion
   (:mod:`drive.nn.closed_form.conversion`);
-- the scripted kernels (:mod:`drive.nn.closed_form.kernels`); on CUDA the exact method runs in the
+- the TorchScript functions (:mod:`drive.nn.closed_form.scripted`); on CUDA the exact method runs in the
   LTC's Triton kernel (:mod:`drive.nn.ltc.kernels`).
 """
 

@@ -58,7 +58,7 @@ import torch
 from torch import Tensor, nn
 
 from drive.nn.checks import check_hidden, check_step
-from drive.nn.closed_form.kernels import Constants, closed_form_sequence, closed_form_step, input_error
+from drive.nn.closed_form.scripted import Constants, closed_form_sequence, closed_form_step, input_error
 from drive.nn.contract import RecurrentModule
 from drive.nn.ltc import CELL_PARAMETERS, INIT_RANGES, MAPPING_PARAMETERS, kernels, register_synapses
 from drive.nn.registry import register
@@ -184,12 +184,12 @@ class ClosedFormLTC(RecurrentModule):
         return [pre_onehot * sig, -sig * mu.flatten().index_select(0, flat), torch.cat([qg, qi], 1)]
 
     def _derive(self, sequence: bool = True) -> Constants:
-        """The :class:`~drive.nn.closed_form.kernels.Constants` of the parameters (field by field there).
+        """The :class:`~drive.nn.closed_form.scripted.Constants` of the parameters (field by field there).
 
         The exact method adds [G | I] scaled by -1/cm (``leak_s``, ``sens_q_s``, ``rec_q_s``), whose
         ratio I / G is unchanged, so that a step's decay is ``exp(G dt)``; for a sequence (a single
         step does not use them) also the exact kernel at one shared dt
-        (``closed_form_kernels.exact_shared``), scaled alike, on [G | I] of N+1 neurons: neuron N is a
+        (``closed_form.scripted.exact_shared``), scaled alike, on [G | I] of N+1 neurons: neuron N is a
         constant 1 that carries the recurrent -sigma mu term through the product (no synapse reaches
         it and its leak G and I are equal, so its closed-form value is exactly 1 at every step);
         ``grid_w`` / ``grid_b`` are the sensory affine map on the grid ``[K, F]`` (slot (k, f):

@@ -102,7 +102,7 @@ def closed_form_solve(
     (sigma, mu, w, erev, mask) [N,N] (pre i, post j); ``output_map`` = (output_w, output_b). Each
     substep is the exact update of :mod:`drive.nn.closed_form.ltc` (Corollary 1) with G and I
     summed over the leak, sensory and recurrent synapses. Returns (y [B,L,M], last state [B,N])
-    (``drive.nn.closed_form.kernels.exact_sequence`` and the output map)."""
+    (``drive.nn.closed_form.scripted.exact_sequence`` and the output map)."""
     from drive.nn.ltc.kernels.recurrence import ltc_forward  # imports triton, an optional dependency
 
     n = v.size(1)

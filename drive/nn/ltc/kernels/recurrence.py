@@ -21,7 +21,7 @@ A sequence costs two launches forward and four backward, whatever its length:
 The same recurrence kernel runs the closed-form LTC's exact method (``CLOSED_FORM``; inference
 only): the two sums are its total conductance G and current I (leak + sensory + recurrent) and each
 of its substeps is the exact update of :mod:`drive.nn.closed_form.ltc` (Corollary 1;
-``drive.nn.closed_form.kernels.exact_update``).
+``drive.nn.closed_form.scripted.exact_update``).
 
 The forward stores the state entering every unfold (``v_in [K+1, B, N]``, K = L U; 19 floats per
 row per unfold); the recurrence's backward walks the unfolds in reverse, recomputing s and d:

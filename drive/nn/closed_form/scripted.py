@@ -1,4 +1,4 @@
-"""Scripted kernels of the closed-form LTC (equations and symbols: drive.nn.closed_form.ltc).
+"""TorchScript functions of the closed-form LTC (equations and symbols: drive.nn.closed_form.ltc).
 
 Shapes: B batch, L steps, N neurons, F inputs, M motor neurons, E present synapses; all times in
 seconds. ``c`` holds the :class:`Constants` of :meth:`drive.nn.closed_form.ltc.ClosedFormLTC._derive`.
