@@ -22,8 +22,11 @@ Every arm also validates by driving (``--val_replay.enabled true``) and keeps th
 validation (every 300 steps), so ``--select`` can drive, beside the final weights, the checkpoint the
 replay score chose and the one ``val/loss`` chose (issue "validate by driving").
 
-Data (10 Hz, DART noise 0.015 1/m, recordings of 30 s, ``drive simulate --roads mixed``): ``mixed30``
-= 30 minutes (the demo's amount), ``mixed5`` = 5 minutes; validation: 2 minutes of mixed test roads.
+Data (10 Hz, recordings of 30 s): ``mixed30`` = 30 minutes of mixed roads with DART noise 0.015 1/m
+(the demo's amount), ``mixed5`` = 5 minutes of them; ``camera_clean`` = tools/bench_onpolicy.py's
+stand-in for another simulator's autopilot logs (5 minutes of easy roads from a low, wide camera at
+12 m/s, no recoveries), driven in that camera's world; validation: 2 minutes of test roads of the same
+kind and camera.
 Measured: interventions per km with the exact 95 % interval on ``--km`` of held-out hard roads and the
 same of easy roads, over the test seeds ``--seeds``, and the expert's rate on the same hard roads.
 Results are cached per arm under ``--out``.
@@ -44,6 +47,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch
 
 from drive.policy_drivers import load_driver
+from drive.sim.camera import Camera
 from drive.sim.closed_loop import evaluate
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.poisson import format_rate, rates_differ_p
@@ -61,7 +65,15 @@ ARMS: Dict[str, List[str]] = {
     "bc": ["--onpolicy.every_n_steps", "0"],
 }
 ARMS.update({f"{a}_seed1": [*extra, "--seed_everything", "1"] for a, extra in list(ARMS.items())})
-DATA_MINUTES = {"mixed30": 30.0, "mixed5": 5.0}
+# the data sets: minutes of training logs, their roads and DART noise, and the camera and speed of their
+# world (None: the defaults); camera_clean is tools/bench_onpolicy.py's stand-in for another simulator's
+# autopilot logs (a low, wide camera at 12 m/s, no recoveries, easy roads), driven with its camera
+SECOND_CAMERA = dict(width=160, height=60, hfov_deg=110.0, height_m=1.0, pitch_rad=0.05)
+DATA: Dict[str, Dict[str, Any]] = {
+    "mixed30": dict(minutes=30.0, roads="mixed", noise_std=0.015),
+    "mixed5": dict(minutes=5.0, roads="mixed", noise_std=0.015),
+    "camera_clean": dict(minutes=5.0, roads="easy", noise_std=0.0, camera=SECOND_CAMERA, speed_mps=12.0),
+}
 # every arm: validation by driving, and a checkpoint kept at every validation
 MEASURE = ["--val_replay.enabled", "true", "--checkpoint.save_top_k", "-1"]
 
@@ -69,16 +81,26 @@ MEASURE = ["--val_replay.enabled", "true", "--checkpoint.save_top_k", "-1"]
 def _recorded(folder: Path, minutes: float, seed: int, **kw: Any) -> List[str]:
     """Recordings under ``folder``, written once (a stamp marks a finished set)."""
     if not (folder / ".done").exists():
-        simulate(folder, minutes, seed=seed, fps=10.0, overwrite=True, roads="mixed", **kw)
+        simulate(folder, minutes, seed=seed, fps=10.0, overwrite=True, **kw)
         (folder / ".done").write_text("")
     return sorted(str(p) for p in folder.iterdir() if p.is_dir())
 
 
+def _world(name: str) -> Dict[str, Any]:
+    """The camera and speed of data set ``name``'s world, as ``simulate`` and ``evaluate`` take them."""
+    d = DATA[name]
+    world: Dict[str, Any] = {"camera": Camera.default(**d["camera"])} if d.get("camera") else {}
+    return {**world, **({"speed_mps": d["speed_mps"]} if d.get("speed_mps") else {})}
+
+
 def dataset(name: str, out: Path) -> Dict[str, List[str]]:
-    if name not in DATA_MINUTES:
-        raise SystemExit(f"--data: unknown data set {name!r}; choose from {', '.join(DATA_MINUTES)}")
-    train = _recorded(out / "data" / name, DATA_MINUTES[name], 0, noise_std=0.015, recording_minutes=0.5)
-    val = _recorded(out / "data" / "val", 2.0, 404, split="test", noise_std=0.0, recording_minutes=0.5)
+    if name not in DATA:
+        raise SystemExit(f"--data: unknown data set {name!r}; choose from {', '.join(DATA)}")
+    d, world = DATA[name], _world(name)
+    kw = dict(roads=d["roads"], recording_minutes=0.5, **world)
+    train = _recorded(out / "data" / name, d["minutes"], 0, noise_std=d["noise_std"], **kw)
+    folder = "val" if not world else f"val_{name}"  # validation logs of the data set's own world
+    val = _recorded(out / "data" / folder, 2.0, 404, split="test", noise_std=0.0, **kw)
     return {"train": train, "val": val}
 
 
@@ -103,20 +125,21 @@ def train(out: Path, data: Dict[str, List[str]], tag: str, extra: List[str], ste
     return last
 
 
-def drive(policy: str, roads: str, km: float, seeds: List[int]) -> Dict[str, Any]:
-    """Closed loop on ``km`` of held-out ``roads`` (one process, one torch thread)."""
+def drive(policy: str, roads: str, km: float, seeds: List[int], data: str = "mixed5") -> Dict[str, Any]:
+    """Closed loop on ``km`` of held-out ``roads`` in the world of data set ``data`` (one process, one
+    torch thread)."""
     torch.set_num_threads(1)
     driver = PurePursuitExpert() if policy == "expert" else load_driver(policy)
     fps = 10.0 if policy == "expert" else 1.0 / driver.nominal_dt_s
-    m = evaluate(driver, km=km, seed=seeds, split="test", fps=fps, roads=roads).metrics
+    m = evaluate(driver, km=km, seed=seeds, split="test", fps=fps, roads=roads, **_world(data)).metrics
     keys = ("km", "interventions", "interventions_per_km", "lateral_rms_m")
     return {k: m[k] for k in keys}
 
 
-def measure(policy: str, km: float, seeds: List[int]) -> Dict[str, Any]:
-    """Hard and easy roads side by side, one process each."""
+def measure(policy: str, km: float, seeds: List[int], data: str) -> Dict[str, Any]:
+    """Hard and easy roads side by side, one process each, in the world of data set ``data``."""
     with futures.ProcessPoolExecutor(2) as pool:
-        jobs = {roads: pool.submit(drive, policy, roads, km, seeds) for roads in ("hard", "easy")}
+        jobs = {roads: pool.submit(drive, policy, roads, km, seeds, data) for roads in ("hard", "easy")}
         return {roads: job.result() for roads, job in jobs.items()}
 
 
@@ -142,7 +165,9 @@ def chosen(run: Path) -> Dict[str, Path]:
     return picks
 
 
-def select(out: Path, tag: str, km: float, seeds: List[int], final: Dict[str, Any]) -> Dict[str, Any]:
+def select(
+    out: Path, tag: str, km: float, seeds: List[int], final: Dict[str, Any], data: str
+) -> Dict[str, Any]:
     """Each rule's checkpoint driven on hard and easy roads (a checkpoint two rules share, once; the
     final weights' drive is the arm's own, ``final``)."""
     cached = out / "results" / f"{tag}-select.json"
@@ -154,7 +179,7 @@ def select(out: Path, tag: str, km: float, seeds: List[int], final: Dict[str, An
     for rule, ckpt in picks.items():
         step = int(torch.load(ckpt, weights_only=True)["global_step"])
         if str(ckpt.resolve()) not in done:
-            done[str(ckpt.resolve())] = measure(str(ckpt), km, seeds)
+            done[str(ckpt.resolve())] = measure(str(ckpt), km, seeds, data)
         result[rule] = {"step": step, **done[str(ckpt.resolve())]}
     cached.write_text(json.dumps(result, indent=2) + "\n")
     return result
@@ -227,7 +252,7 @@ def main() -> None:
             if not cached.exists() and not args.table:
                 ckpt = train(out, dataset(name, out), f"{name}-{arm}", ARMS[arm], args.steps)
                 print(f"{name}-{arm}: measuring {ckpt}", flush=True)
-                result = measure(str(ckpt), args.km, seeds)
+                result = measure(str(ckpt), args.km, seeds, name)
                 seconds = (ckpt.parent.parent / "train_seconds.txt").read_text()
                 result["train_seconds"] = float(seconds)
                 cached.write_text(json.dumps(result, indent=2) + "\n")
@@ -235,7 +260,7 @@ def main() -> None:
                 rows.append((name, arm, json.loads(cached.read_text())))
     text = _table(rows, expert, args.km, args.seeds)
     selected = [
-        (f"{name}-{arm}", select(out, f"{name}-{arm}", args.km, seeds, r))
+        (f"{name}-{arm}", select(out, f"{name}-{arm}", args.km, seeds, r, name))
         for name, arm, r in rows
         if arm in args.select.split(",")
         and (args.table is False or (out / "results" / f"{name}-{arm}-select.json").exists())
