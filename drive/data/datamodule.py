@@ -43,7 +43,7 @@ from drive.data.cache import CachedRecording, cache_recordings
 from drive.data.dataset import SequenceDataset, sample_weights
 from drive.data.errors import Problems
 from drive.data.preprocess import MODEL_SIZE, Preprocessing
-from drive.data.readers import read_logs
+from drive.data.readers import ReaderOptions, read_logs
 from drive.data.sampling import (
     BalancedSampler,
     EpochSampler,
@@ -52,6 +52,7 @@ from drive.data.sampling import (
     rarity_weights,
 )
 from drive.data.sequences import split_ranges, stateful_windows, train_windows
+from drive.io.checks import number
 
 __all__ = ["DriveDataModule"]
 
@@ -63,6 +64,33 @@ def _host_labels(batch: Dict[str, torch.Tensor]) -> Dict[str, np.ndarray]:
 
 def _worker_init(_: int) -> None:
     torch.set_num_threads(1)
+
+
+# the datamodule's numbers and their ranges (checked when it is made, before any log is read)
+_NUMBERS: Dict[str, Dict[str, Any]] = {
+    "seq_len": dict(low=1, high=100_000, integer=True),
+    "stride": dict(low=1, high=100_000, integer=True),
+    "batch_size": dict(low=1, high=1_000_000, integer=True),
+    "eval_batch_size": dict(low=1, high=1_000_000, integer=True),
+    "num_workers": dict(low=0, high=1024, integer=True),
+    "curve_factor": dict(low=0.0, high=1e6),
+    "gap_factor": dict(low=1.0, high=1e6, low_open=True),
+    "val_fraction": dict(low=0.0, high=1.0, high_open=True),
+    "balance": dict(low=0.0, high=1.0),
+}
+
+
+def _check_numbers(given: Dict[str, Any]) -> None:
+    """Every number of the datamodule finite and in its range, ``image_size`` two sides of 8 to
+    10000 pixels: a ``ValueError`` naming the option (``--data.seq_len``)."""
+    for name, limits in _NUMBERS.items():
+        if given[name] is not None:
+            number(given[name], f"--data.{name}", **limits)
+    size = given["image_size"]
+    if not isinstance(size, (list, tuple)) or len(size) != 2:
+        raise ValueError(f"--data.image_size must be [height, width], got {size!r}")
+    for side in size:
+        number(side, "--data.image_size", low=8, high=10_000, integer=True)
 
 
 class DriveDataModule(L.LightningDataModule):
@@ -133,6 +161,11 @@ class DriveDataModule(L.LightningDataModule):
             "predict": list(predict or test or []),
         }
         self.format, self.reader = format, dict(reader or {})
+        try:  # every reader option checked now, before any log is read or a logger has a folder
+            ReaderOptions.from_any(self.reader)
+        except ValueError as e:
+            raise ValueError(f"--data.reader: {e}") from None
+        _check_numbers(locals())
         self.seq_len, self.stride = seq_len, stride
         self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
         self.num_workers, self.pin_memory = num_workers, pin_memory

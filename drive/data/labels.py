@@ -14,6 +14,8 @@ from typing import Optional
 
 import numpy as np
 
+from drive.io.checks import number
+
 __all__ = [
     "LabelSpec",
     "to_curvature_per_m",
@@ -57,19 +59,27 @@ class LabelSpec:
     def __post_init__(self) -> None:
         if self.unit not in LABEL_UNITS:
             raise ValueError(f"label unit must be one of {LABEL_UNITS}, got {self.unit!r}")
-        if self.sign not in (1, -1, 1.0, -1.0):
+        if isinstance(self.sign, bool) or self.sign not in (1, -1, 1.0, -1.0):
             raise ValueError(f"label sign must be +1 or -1, got {self.sign!r}")
-        for name in ("max_angle_deg", "wheelbase_m", "steering_ratio"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        self.sign = float(self.sign)
+        for name, high in (("max_angle_deg", 90.0), ("wheelbase_m", 100.0), ("steering_ratio", 1000.0)):
+            limits = dict(low=0.0, high=high, low_open=True, high_open=True)
+            setattr(self, name, number(getattr(self, name), f"label {name}", **limits))
 
     @classmethod
     def from_any(cls, spec: Optional[object], **defaults) -> "LabelSpec":
         """Build from None (use ``defaults``), a dict (overriding ``defaults``) or a LabelSpec."""
         if isinstance(spec, LabelSpec):
             return spec
+        if spec is not None and not isinstance(spec, dict):
+            raise ValueError(f"label must be a mapping such as {{unit: normalized}}, got {spec!r}")
         merged = dict(defaults)
         merged.update(dict(spec or {}))
+        unknown = sorted(set(merged) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ValueError(
+                f"label: unknown key(s) {unknown}; known: {[f.name for f in dataclasses.fields(cls)]}"
+            )
         return cls(**merged)
 
 

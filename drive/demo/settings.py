@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List
 
+from drive.io.checks import number
+from drive.sim.record import MAX_FPS, MAX_NOISE_STD
 from drive.train.profiles import profile_path
 
 __all__ = ["DemoSettings", "DEFAULT_CONFIG", "option"]
@@ -20,6 +22,26 @@ def option(default: Any, help: str) -> Any:
     """A field that is a ``drive demo`` option: its default and its line in ``drive demo --help``
     (``%(default)s`` is the default); the flag is the field's name with dashes, its type the field's."""
     return field(default=default, metadata={"help": help})
+
+
+_WHOLE = dict(integer=True, high=1e9)
+_RANGES: Dict[str, Dict[str, Any]] = {
+    "seed": dict(low=0, **_WHOLE),
+    "train_minutes": dict(low=0.0, high=1e4, low_open=True),
+    "val_minutes": dict(low=0.0, high=1e4, low_open=True),
+    "recording_minutes": dict(low=0.0, high=1e4, low_open=True),
+    "fps": dict(low=0.0, high=MAX_FPS, low_open=True),
+    "dart_noise": dict(low=0.0, high=MAX_NOISE_STD),
+    "km": dict(low=0.0, high=1e4, low_open=True),
+    "max_steps": dict(low=0, **_WHOLE),
+    "threads": dict(low=0, high=4096, integer=True),
+    "baseline_steps": dict(low=1, **_WHOLE),
+    "robustness_km": dict(low=0.0, high=1e4),
+    "robustness_frames": dict(low=1, **_WHOLE),
+    "saliency_frames": dict(low=1, **_WHOLE),
+    "closed_form_km": dict(low=0.0, high=1e4),
+    "speed_rounds": dict(low=1, high=1e6, integer=True),
+}
 
 
 @dataclass
@@ -85,6 +107,13 @@ class DemoSettings:
     speed_rounds: int = option(
         15, "timing rounds of the closed-form vs ODE speed comparison (default: %(default)s)"
     )
+
+    def __post_init__(self) -> None:
+        """Every number finite and in its range, the test seeds readable: a ``ValueError`` naming
+        the option (``--km``) before anything runs (a negative --km drove until a worker died)."""
+        for name, limits in _RANGES.items():
+            number(getattr(self, name), "--" + name.replace("_", "-"), **limits)
+        _ = self.seeds  # readable, at least one: else a ValueError naming --test-seeds
 
     @property
     def seeds(self) -> List[int]:

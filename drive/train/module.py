@@ -36,6 +36,7 @@ from torch import Tensor
 from drive.checkpoint import policy_meta
 from drive.data.preprocess import Preprocessing
 from drive.data.sequences import median_dt
+from drive.io.checks import number
 from drive.nn.families import DEFAULT_INPUT_HW, build_policy, family_options
 from drive.nn.init import data_init, sample_frames
 from drive.nn.policy import Policy
@@ -126,6 +127,18 @@ class PolicyModule(StatefulEvalModule):
             raise ValueError(f"init must be 'data' or 'default', got {init!r}")
         if head_precision not in ("bf16", "fp16", "fp32"):
             raise ValueError(f"head_precision must be bf16, fp16 or fp32, got {head_precision!r}")
+        for name, value, limits in (
+            ("lr", lr, dict(low=0.0, high=10.0, low_open=True)),
+            ("weight_decay", weight_decay, dict(low=0.0, high=10.0)),
+            ("lr_min_ratio", lr_min_ratio, dict(low=0.0, high=1.0)),
+            ("lr_step_epochs", lr_step_epochs, dict(low=1, high=1e9, integer=True)),
+            ("lr_gamma", lr_gamma, dict(low=0.0, high=1.0, low_open=True)),
+            ("warmup_steps", warmup_steps, dict(low=0, high=1e12, integer=True)),
+            ("check_after_steps", check_after_steps, dict(low=0, high=1e12, integer=True)),
+        ):
+            number(value, f"--model.{name}", **limits)
+        if label_scale_km is not None:
+            number(label_scale_km, "--model.label_scale_km", low=0.0, high=1e6, low_open=True)
         # Every family's group, the defaults filled in and the flat names of earlier versions read as
         # groups, into ``options`` itself: Lightning records the hyperparameters from this frame's
         # arguments, so checkpoints hold every group, in today's names.

@@ -12,10 +12,33 @@ import dataclasses
 import math
 from typing import Any, Dict, Optional, Tuple
 
-from drive.data.labels import LabelSpec
-from drive.io.recording import CameraCalibration, RecordingError
+from drive.data.labels import SPEED_UNITS, TIME_UNITS, LabelSpec
+from drive.io.checks import number, text
+from drive.io.recording import CameraCalibration
+from drive.io.recording_meta import CALIBRATION_RANGES
 
 __all__ = ["ReaderOptions", "FieldOfViewCamera", "APPROXIMATE_CAMERA"]
+
+
+# the options that are texts (None: any text), and the numbers with their ranges
+_TEXT_OPTIONS: Dict[str, Optional[tuple]] = {
+    "image_column": None,
+    "timestamp_column": None,
+    "steering_column": None,
+    "speed_column": None,
+    "time_unit": tuple(TIME_UNITS),
+    "speed_unit": tuple(SPEED_UNITS),
+    "csv": None,
+    "camera_topic": None,
+    "steering_topic": None,
+    "speed_topic": None,
+}
+_NUMBER_OPTIONS: Dict[str, Dict[str, Any]] = {
+    "speed_mps": dict(low=0.0, high=100.0, low_open=True),  # up to 360 km/h
+    "fps": dict(low=0.0, high=1000.0, low_open=True),
+    "side_offset": dict(low=0.0, high=10.0),
+    "video_start_s": dict(low=-1e12, high=1e12),
+}
 
 
 @dataclasses.dataclass
@@ -67,17 +90,45 @@ class ReaderOptions:
     speed_topic: Optional[str] = None
     stamp: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        """Every option checked when the options are made, before any log is read: its type, its
+        range, a number finite (a NaN camera pitch drove as if calibrated); a ``ValueError`` naming
+        the option (``reader option fps: ...``) otherwise."""
+        try:
+            self._check()
+        except ValueError as e:
+            raise ValueError(f"reader option {e}") from None
+        self.calibration()  # the camera too, however it is given (its errors name it)
+
+    def _check(self) -> None:
+        for name in _TEXT_OPTIONS:
+            if getattr(self, name) is not None:
+                setattr(self, name, text(getattr(self, name), name, _TEXT_OPTIONS[name]))
+        if self.stamp is not None:
+            self.stamp = text(self.stamp, "stamp").lower()
+            if self.stamp not in ("auto", "header", "bag"):
+                raise ValueError(f"stamp must be auto, header or bag, got {self.stamp!r}")
+        for name, limits in _NUMBER_OPTIONS.items():
+            if getattr(self, name) is not None:
+                setattr(self, name, number(getattr(self, name), name, **limits))
+        if not isinstance(self.side_cameras, bool):
+            raise ValueError(f"side_cameras must be true or false, got {self.side_cameras!r}")
+        if self.label is not None:
+            LabelSpec.from_any(self.label)  # unit, sign, angles, lengths (the format's unit may follow)
+
     @classmethod
     def from_any(cls, value: Optional[object]) -> "ReaderOptions":
         if isinstance(value, ReaderOptions):
             return value
-        d = dict(value or {})
-        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
+        if value is not None and not isinstance(value, dict):
             raise ValueError(
-                f"unknown reader option(s) {sorted(unknown)}; "
-                f"known: {[f.name for f in dataclasses.fields(cls)]}"
+                f"reader options must be a mapping of option: value, got {type(value).__name__} {value!r}"
             )
+        d = dict(value or {})
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = set(d) - set(names)
+        if unknown:
+            raise ValueError(f"unknown reader option(s) {sorted(unknown, key=str)}; known: {names}")
         return cls(**d)
 
     def units(self, time: str = "s", speed: str = "mps", speed_mps: float = 8.33) -> Tuple[str, str, float]:
@@ -95,33 +146,31 @@ class ReaderOptions:
         """A :class:`CameraCalibration`, a :class:`FieldOfViewCamera` (resolved by
         :func:`build_recording` at the image size) or None, from the ``camera`` option."""
         camera = self.camera
-        if not camera:
+        if camera is None:
             return None
-        if isinstance(camera, str):
-            if camera != "approximate":
-                raise ValueError(
-                    f"reader option camera: expected calibration fields, "
-                    f"{{hfov_deg, height_m, pitch_rad}} or 'approximate', got {camera!r}"
-                )
+        if camera == "approximate":
             return FieldOfViewCamera(**APPROXIMATE_CAMERA)
-        if not isinstance(camera, dict):
-            raise ValueError(f"reader option camera: expected a mapping or 'approximate', got {camera!r}")
-        if "hfov_deg" in camera:
-            unknown = set(camera) - {f.name for f in dataclasses.fields(FieldOfViewCamera)}
-            if unknown:
-                raise ValueError(
-                    f"reader option camera: unknown keys {sorted(unknown)} beside hfov_deg "
-                    "(allowed: hfov_deg, vfov_deg, height_m, pitch_rad)"
-                )
-            return FieldOfViewCamera(**{k: float(v) for k, v in camera.items()})
-        try:
-            return CameraCalibration.from_dict(camera)
-        except (TypeError, RecordingError) as err:
+        if not isinstance(camera, dict) or not camera:
             raise ValueError(
-                f"reader option camera: {err} (give fx, fy, cx, cy, height_m, pitch_rad, "
-                "or hfov_deg, height_m, pitch_rad)"
-            ) from None
+                "reader option camera: expected calibration fields {fx, fy, cx, cy, height_m, pitch_rad}, "
+                f"{{hfov_deg, height_m, pitch_rad}} or 'approximate', got {camera!r}"
+            )
+        try:
+            if "hfov_deg" in camera:
+                unknown = set(camera) - {f.name for f in dataclasses.fields(FieldOfViewCamera)}
+                if unknown:
+                    raise ValueError(
+                        f"unknown keys {sorted(unknown, key=str)} beside hfov_deg "
+                        "(allowed: hfov_deg, vfov_deg, height_m, pitch_rad)"
+                    )
+                return FieldOfViewCamera(**camera)
+            return CameraCalibration.from_dict(camera)
+        except (TypeError, ValueError) as err:  # RecordingError is a ValueError
+            message = str(err).replace("camera calibration: ", "")
+            raise ValueError(f"reader option camera: {message}") from None
 
+
+_MOUNTING = tuple((name, CALIBRATION_RANGES[name]) for name in ("height_m", "pitch_rad"))
 
 # The stated approximation for logs whose camera is unknown (reader option ``camera: approximate``):
 # the built-in world's camera, a forward camera 1.5 m above the road, 80 deg horizontal field of view,
@@ -141,14 +190,10 @@ class FieldOfViewCamera:
     vfov_deg: Optional[float] = None
 
     def __post_init__(self) -> None:
-        if not 1.0 <= self.hfov_deg < 179.0 or (
-            self.vfov_deg is not None and not 1.0 <= self.vfov_deg < 179.0
-        ):
-            raise ValueError(
-                f"reader option camera: field of view must be in [1, 179) degrees, got {self.hfov_deg}"
-            )
-        if not self.height_m > 0:
-            raise ValueError(f"reader option camera: height_m must be positive, got {self.height_m}")
+        fov = dict(low=1.0, high=179.0, high_open=True)
+        for name, limits in (("hfov_deg", fov), ("vfov_deg", fov), *_MOUNTING):
+            if getattr(self, name) is not None or name != "vfov_deg":
+                object.__setattr__(self, name, number(getattr(self, name), name, **limits))
 
     def resolve(self, width: int, height: int) -> CameraCalibration:
         fx = 0.5 * width / math.tan(math.radians(self.hfov_deg) / 2.0)
