@@ -24,6 +24,7 @@ re-exports all of them (``from drive.io.recording import Recording, RecordingWri
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
+
+from drive.io.checks import decode_lines, read_text
 
 # the format's pieces live beside this module; they are re-exported here, the one import path users need
 from drive.io.frames import ArrayFrames, FrameSource, ImageFiles, SubsetFrames, VideoFrames
@@ -174,7 +177,7 @@ class Recording:
                     log_name,
                     int(lines[i + 1]),
                     f"{kind}_timestamp",
-                    f"{kind} timestamp_s {t[i + 1]!r} after {t[i]!r}",
+                    f"{kind} timestamp_s {float(t[i + 1])!r} after {float(t[i])!r}",
                 )
             )
         return out
@@ -194,9 +197,11 @@ class Recording:
         if not meta_path.is_file():
             raise RecordingError(f"{meta_path}: missing (is {root} a drive recording?)")
         try:
-            meta = RecordingMeta.from_dict(json.loads(meta_path.read_text()), str(meta_path))
+            meta = RecordingMeta.from_dict(json.loads(read_text(meta_path)), str(meta_path))
         except json.JSONDecodeError as e:
             raise RecordingError(f"{meta_path}: invalid JSON ({e})") from None
+        except ValueError as e:  # not UTF-8 (a RecordingError passes through as it is)
+            raise e if isinstance(e, RecordingError) else RecordingError(str(e)) from None
         log, lines, positions, total = read_log_rows(root / "log.csv", report)
         frames = log["frame"]
         if not np.array_equal(frames, positions):
@@ -242,18 +247,14 @@ def read_log_rows(
             raise RecordingError(f"{where}, row {line}: {message}")
         report(where, line, kind, message)
 
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        numbered = [(i + 1, row) for i, row in enumerate(csv.reader(f)) if any(c.strip() for c in row)]
-    if not numbered:
-        raise RecordingError(f"{path}: empty file")
-    header = [c.strip() for c in numbered[0][1]]
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise RecordingError(f"{path}: header lacks columns {missing} (has {header})")
+    numbered = _numbered_rows(path, lambda line, message: bad_row(line, "not_utf8", message))
+    header = [c.strip() for c in numbered[0][1] or []]  # checked by _numbered_rows
     rows: List[List[float]] = []
     lines: List[int] = []
     positions: List[int] = []
     for position, (line, row) in enumerate(numbered[1:]):
+        if row is None:  # not UTF-8: reported, dropped, and still a data row of the file
+            continue
         if len(row) != len(header):
             bad_row(line, "malformed_row", f"{len(row)} fields, header has {len(header)}")
             continue
@@ -279,6 +280,34 @@ def read_log_rows(
         np.asarray(positions, dtype=np.int64),
         len(numbered) - 1,
     )
+
+
+def _numbered_rows(path: Path, not_utf8: Callable[[int, str], None]) -> List[Tuple[int, Optional[List[str]]]]:
+    """The non-blank rows of a canonical log.csv with their file lines, the header first, checked:
+    not empty, every required column named, none twice. A line that is not UTF-8 goes to
+    ``not_utf8`` and stays in the list as ``(line, None)`` (a data row of the file, without values)."""
+    bad: List[int] = []
+
+    def report(line: int, message: str) -> None:
+        not_utf8(line, message)
+        bad.append(line)
+
+    reader = csv.reader(io.StringIO(decode_lines(path, report), newline=""))
+    numbered: List[Tuple[int, Optional[List[str]]]] = [
+        (i + 1, None if i + 1 in bad else row)
+        for i, row in enumerate(reader)
+        if i + 1 in bad or any(c.strip() for c in row)
+    ]
+    if not numbered or numbered[0][1] is None:
+        raise RecordingError(f"{path}: {'empty file' if not numbered else 'its header is not UTF-8 text'}")
+    header = [c.strip() for c in numbered[0][1]]
+    twice = sorted({c for c in header if header.count(c) > 1})
+    if twice:
+        raise RecordingError(f"{path}, row {numbered[0][0]}: column(s) {twice} appear twice in the header")
+    missing = [c for c in REQUIRED_COLUMNS if c not in header]
+    if missing:
+        raise RecordingError(f"{path}: header lacks columns {missing} (has {header})")
+    return numbered
 
 
 def _is_float(text: str) -> bool:

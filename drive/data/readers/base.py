@@ -81,6 +81,7 @@ def build_recording(
     n = len(log["timestamp_s"])
     keep = np.ones(n, dtype=bool) if keep is None else keep.copy()
     _drop_non_finite(file, rows, log, keep, problems)
+    _drop_implausible(file, rows, log, keep, problems)
     _drop_unordered_times(file, rows, log["timestamp_s"], keep, problems)
     index = np.flatnonzero(keep)
     if len(index) == 0:
@@ -94,10 +95,14 @@ def build_recording(
     meta.setdefault("fps", estimate_fps(columns["timestamp_s"]))
     if "width" not in meta or "height" not in meta:
         meta["height"], meta["width"] = _first_frame_size(source, file)
-    if isinstance(meta.get("camera"), FieldOfViewCamera):
-        meta["camera"] = meta["camera"].resolve(int(meta["width"]), int(meta["height"]))
+    try:  # a rate estimated from timestamps, a size or a calibration out of range: named by file
+        if isinstance(meta.get("camera"), FieldOfViewCamera):
+            meta["camera"] = meta["camera"].resolve(int(meta["width"]), int(meta["height"]))
+        recording_meta = RecordingMeta(**meta)
+    except RecordingError as e:
+        raise DataError(file, None, "bad_meta", str(e)) from None
     return Recording(
-        RecordingMeta(**meta),
+        recording_meta,
         columns,
         source,
         path if path is not None else Path(file),
@@ -118,7 +123,29 @@ def _drop_non_finite(
                 file,
                 int(rows[i]),
                 "non_finite_label" if name != "timestamp_s" else "bad_timestamp",
-                f"{name} is {column[i]}",
+                f"{name} is {float(column[i])!r}",
+            )
+            keep[i] = False
+
+
+# beyond these a label or speed is no measurement of a car: a 0.1 m turning radius, 360 km/h
+MAX_CURVATURE_PER_M = 10.0
+MAX_SPEED_MPS = 100.0
+
+
+def _drop_implausible(
+    file: str, rows: np.ndarray, log: Dict[str, np.ndarray], keep: np.ndarray, problems: Problems
+) -> None:
+    """Clear ``keep`` (and report) where |curvature| or |speed| is beyond what a car does (1e308 in
+    a label column is a damaged row, not a sharp turn)."""
+    for name, limit, unit in (("curvature", MAX_CURVATURE_PER_M, "1/m"), ("speed_mps", MAX_SPEED_MPS, "m/s")):
+        column = np.asarray(log[name], dtype=np.float64)
+        for i in np.flatnonzero(keep & (np.abs(column) > limit)):
+            problems.report(
+                file,
+                int(rows[i]),
+                "implausible_value",
+                f"{name} is {float(column[i])!r} {unit}, beyond ±{limit:g}",
             )
             keep[i] = False
 
@@ -132,7 +159,10 @@ def _drop_unordered_times(
         if t[i] <= last:
             kind = "duplicate_timestamp" if t[i] == last else "non_monotonic_timestamp"
             problems.report(
-                file, int(rows[i]), kind, f"timestamp {t[i]!r} s is not after the previous {last!r} s"
+                file,
+                int(rows[i]),
+                kind,
+                f"timestamp {float(t[i])!r} s is not after the previous {float(last)!r} s",
             )
             keep[i] = False
         else:

@@ -17,7 +17,12 @@ __all__ = ["read", "detect"]
 
 
 def detect(path: Path) -> bool:
-    return path.is_dir() and (path / "meta.json").is_file()
+    """A folder with meta.json, or one shaped like a recording that lost it (``log.csv`` beside a
+    ``frames/`` folder): that one is read as a canonical recording and refused for its missing
+    meta.json, not taken for an image folder with a CSV."""
+    if not path.is_dir():
+        return False
+    return (path / "meta.json").is_file() or ((path / "log.csv").is_file() and (path / "frames").is_dir())
 
 
 def _stored_frames(rec: Recording) -> Optional[Tuple[int, Path]]:

@@ -10,15 +10,25 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import re
 from pathlib import Path, PureWindowsPath
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from drive.data.errors import Problems
+from drive.data.errors import DataError, Problems
+from drive.io.checks import decode_lines
 
-__all__ = ["IMAGE_EXTENSIONS", "CsvTable", "read_csv_table", "reroot", "rows_as_float", "resolve_images"]
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "CsvTable",
+    "read_csv_table",
+    "reroot",
+    "rows_as_float",
+    "resolve_images",
+    "check_unique_columns",
+]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".webp", ".tif", ".tiff")
 
@@ -31,9 +41,21 @@ class CsvTable:
     header: Optional[List[str]]
     rows: List[List[str]]
     lines: List[int]
+    dropped: Set[int] = dataclasses.field(default_factory=set)  # rows reported bad, by position
 
     def __len__(self) -> int:
         return len(self.rows)
+
+    def keep(self) -> np.ndarray:
+        """[N] bool: the rows not reported bad (by :func:`rows_as_float`)."""
+        keep = np.ones(len(self), dtype=bool)
+        keep[[i for i in self.dropped if i < len(self)]] = False
+        return keep
+
+    def name_of(self, index: int) -> str:
+        return (
+            self.header[index] if self.header is not None and index < len(self.header) else f"column {index}"
+        )
 
     def column_index(self, name: str, what: str) -> int:
         """Index of column ``name`` (a header name, or an integer index for headerless files)."""
@@ -65,14 +87,21 @@ def read_csv_table(
 ) -> CsvTable:
     """Read a CSV. ``header=None`` detects one: the first row is a header when it has a field that
     is neither a number nor a file path. Rows with the wrong number of fields are reported."""
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        raw = [(i + 1, row) for i, row in enumerate(csv.reader(f)) if row and any(c.strip() for c in row)]
+
+    def not_utf8(line: int, message: str) -> None:
+        problems.report(str(path), line, "not_utf8", message)
+
+    text = decode_lines(path, not_utf8)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    raw = [(i + 1, row) for i, row in enumerate(reader) if row and any(c.strip() for c in row)]
     if not raw:
         return CsvTable(path, None, [], [])
     first = [c.strip() for c in raw[0][1]]
     if header is None:
         header = any(not _is_number(c) and not _looks_like_path(c) for c in first)
     names = first if header else None
+    if names is not None:
+        check_unique_columns(names, str(path), raw[0][0])
     body = raw[1:] if header else raw
     width = len(first)
     rows, lines = [], []
@@ -91,6 +120,22 @@ def read_csv_table(
     return CsvTable(path, names, rows, lines)
 
 
+def check_unique_columns(names: Sequence[str], file: str, line: int = 1) -> None:
+    """A header that names a column twice is ambiguous (which one is the label?): a
+    :class:`DataError` naming both places, never the last one silently."""
+    seen: dict = {}
+    for j, name in enumerate(names):
+        if name and name in seen:  # unnamed columns (a trailing comma) cannot be picked by name
+            raise DataError(
+                file,
+                line,
+                "duplicate_column",
+                f"column {name!r} appears twice in the header (fields {seen[name] + 1} and {j + 1}); "
+                "rename or remove one",
+            )
+        seen[name] = j
+
+
 def _looks_like_path(text: str) -> bool:
     return text.lower().endswith(IMAGE_EXTENSIONS) or "/" in text or "\\" in text
 
@@ -105,26 +150,46 @@ def reroot(recorded: str, base: Path) -> Optional[Path]:
     text = recorded.strip()
     direct = Path(text)
     candidate = direct if direct.is_absolute() else base / direct
-    if candidate.is_file():
+    if _is_file(candidate):
         return candidate
     parts = [
         p for p in PureWindowsPath(text).parts if p not in ("\\", "/") and not re.match(r"^[A-Za-z]:\\?$", p)
     ]
     for k in range(len(parts), 0, -1):
         candidate = base.joinpath(*parts[-k:])
-        if candidate.is_file():
+        if _is_file(candidate):
             return candidate
     return None
 
 
-def rows_as_float(table: CsvTable, index: int) -> np.ndarray:
-    """Column ``index`` of a table as float64 (unparseable -> NaN, caught by build_recording)."""
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a name the system refuses (too long, a NUL byte): a damaged
+    row's image is not found, it does not end the read."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def rows_as_float(table: CsvTable, index: int, problems: Optional[Problems] = None) -> np.ndarray:
+    """Column ``index`` of a table as float64. A text that is not a number is NaN; with
+    ``problems`` its row is reported (``not_a_number``, naming the column and the text, once per
+    row) and left out of :meth:`CsvTable.keep`, so it is not reported again as a NaN label."""
     out = np.empty(len(table), dtype=np.float64)
     for i, r in enumerate(table.rows):
         try:
             out[i] = float(r[index])
         except (ValueError, IndexError):
             out[i] = np.nan
+            if problems is not None and i not in table.dropped:
+                text = r[index] if index < len(r) else ""
+                table.dropped.add(i)
+                problems.report(
+                    str(table.path),
+                    table.lines[i],
+                    "not_a_number",
+                    f"{table.name_of(index)} = {text!r} is not a number",
+                )
     return out
 
 

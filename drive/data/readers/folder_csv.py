@@ -56,7 +56,7 @@ def detect(path: Path) -> bool:
 
 
 def _pick(
-    header: Optional[List[str]], given: Optional[str], names, what: str, required: bool
+    header: Optional[List[str]], given: Optional[str], names, what: str, required: bool, where: object = ""
 ) -> Optional[str]:
     if given is not None:
         return given
@@ -64,19 +64,21 @@ def _pick(
         if header and name in header:
             return name
     if required:
-        raise ValueError(f"name the {what} column in the reader options (columns: {header})")
+        have = header if header is not None else "none named: the CSV has no header"
+        raise ValueError(f"{where}: name the {what} column in the reader options (columns: {have})")
     return None
 
 
 def csv_labels(
-    table: CsvTable, csv_path: Path, options: ReaderOptions
+    table: CsvTable, csv_path: Path, options: ReaderOptions, problems: Optional[Problems] = None
 ) -> Tuple[Optional[np.ndarray], np.ndarray, np.ndarray]:
     """A label table's (timestamps s or None without a timestamp column, curvature 1/m, speed m/s):
     the columns named in ``options`` or found by their usual names, in canonical units. A steering
-    column of no known unit needs ``label: {unit: ...}``."""
+    column of no known unit needs ``label: {unit: ...}``. With ``problems``, a text that is not a
+    number is reported by its row (:func:`rows_as_float`; the row is out of ``table.keep()``)."""
     header = table.header
     time_unit, speed_unit, speed_mps = options.units()
-    steer = _pick(header, options.steering_column, list(_STEER_NAMES), "steering", True)
+    steer = _pick(header, options.steering_column, list(_STEER_NAMES), "steering", True, csv_path)
     default_unit = _STEER_NAMES.get(steer)
     if options.label is None and default_unit is None:
         raise ValueError(
@@ -84,16 +86,18 @@ def csv_labels(
             f"label: {{unit: ...}} (curvature_per_m, normalized, wheel_deg, ...)"
         )
     spec = options.label_spec(**({"unit": default_unit} if default_unit else {}))
-    curvature = to_curvature_per_m(rows_as_float(table, table.column_index(steer, "steering")), spec)
+    curvature = to_curvature_per_m(
+        rows_as_float(table, table.column_index(steer, "steering"), problems), spec
+    )
     time_col = _pick(header, options.timestamp_column, _TIME_NAMES, "timestamp", False)
     timestamps = (
-        time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp")), time_unit)
+        time_to_s(rows_as_float(table, table.column_index(time_col, "timestamp"), problems), time_unit)
         if time_col is not None
         else None
     )
     speed_col = _pick(header, options.speed_column, _SPEED_NAMES, "speed", False)
     speed = (
-        speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed")), speed_unit)
+        speed_to_mps(rows_as_float(table, table.column_index(speed_col, "speed"), problems), speed_unit)
         if speed_col is not None
         else np.full(len(table), speed_mps)
     )
@@ -110,7 +114,7 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     if len(table) == 0:
         problems.report(str(csv_path), None, "empty", "no data rows")
         return []
-    timestamps, curvature, speed = csv_labels(table, csv_path, options)
+    timestamps, curvature, speed = csv_labels(table, csv_path, options, problems)
     if timestamps is None:
         if not options.fps:
             raise ValueError(f"{csv_path}: no timestamp column (tried {_TIME_NAMES}); name one or set fps")
@@ -132,7 +136,8 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
             n = min(len(paths), len(table))
             paths, table.rows, table.lines = paths[:n], table.rows[:n], table.lines[:n]
             curvature, timestamps, speed = curvature[:n], timestamps[:n], speed[:n]
-        keep = None
+        keep = np.ones(len(table), dtype=bool)
+    keep = keep & table.keep()
     log = {"timestamp_s": timestamps, "curvature": curvature, "speed_mps": speed}
     meta = {
         "source": f"folder_csv:{csv_path}",

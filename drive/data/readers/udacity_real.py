@@ -63,9 +63,9 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         if len(sub) == 0:
             problems.report(str(log_path), None, "empty", f"no rows for {camera}")
             continue
-        t = time_to_s(rows_as_float(sub, sub.column_index("timestamp", "timestamp")), time_unit)
-        angle = rows_as_float(sub, sub.column_index("angle", "angle"))
-        speed = speed_to_mps(rows_as_float(sub, sub.column_index("speed", "speed")), speed_unit)
+        t = time_to_s(rows_as_float(sub, sub.column_index("timestamp", "timestamp"), problems), time_unit)
+        angle = rows_as_float(sub, sub.column_index("angle", "angle"), problems)
+        speed = speed_to_mps(rows_as_float(sub, sub.column_index("speed", "speed"), problems), speed_unit)
         paths, keep = resolve_images(sub, sub.column_index("filename", "filename"), log_path.parent, problems)
         log = {"timestamp_s": t, "curvature": to_curvature_per_m(angle + offset, spec), "speed_mps": speed}
         meta = {
@@ -80,7 +80,7 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
             source=ImageFiles(paths),
             problems=problems,
             meta=meta,
-            keep=keep,
+            keep=keep & sub.keep(),
             path=log_path,
         )
         if rec is not None:

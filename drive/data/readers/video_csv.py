@@ -118,9 +118,11 @@ def _labels(csv_path: Path, options: ReaderOptions, problems: Problems) -> Optio
             str(csv_path), None, "empty", "need at least two timestamped label rows to interpolate"
         )
         return None
-    t, curv, speed = csv_labels(table, csv_path, options)
+    t, curv, speed = csv_labels(table, csv_path, options, problems)
     if t is None:
-        raise ValueError(f"name the timestamp column in the reader options (columns: {table.header})")
+        raise ValueError(
+            f"{csv_path}: name the timestamp column in the reader options (columns: {table.header})"
+        )
     return build_recording(
         file=str(csv_path),
         rows=np.asarray(table.lines),
@@ -128,6 +130,7 @@ def _labels(csv_path: Path, options: ReaderOptions, problems: Problems) -> Optio
         source=NoFrames(len(table)),
         problems=problems,
         meta={"fps": 1.0, "width": 1, "height": 1},
+        keep=table.keep(),
     )
 
 
