@@ -19,9 +19,11 @@ import ctypes
 import errno
 import os
 import secrets
+import shutil
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Union
+from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Tuple, Union
 
 if TYPE_CHECKING:
     import numpy as np
@@ -37,6 +39,7 @@ __all__ = [
     "save_figure",
     "WriteError",
     "no_empty_dir_on_error",
+    "all_or_nothing",
 ]
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -94,15 +97,78 @@ def fsync_tree(directory: PathLike) -> None:
         fsync_path(root)
 
 
+# the outputs of the innermost all_or_nothing() block, waiting for its end: (temporary, destination)
+_PENDING: ContextVar[Optional[List[Tuple[str, str]]]] = ContextVar("drive_pending_outputs", default=None)
+
+
 def commit(tmp: PathLike, out: PathLike) -> None:
     """Sync ``tmp`` (a file, or a directory with everything below it) and rename it onto ``out``
-    (same directory), then sync the directory."""
+    (same directory; a directory replaces an existing one), then sync the directory. Inside
+    :func:`all_or_nothing` the rename waits for the block's end: ``tmp`` moves to a hidden name of
+    its own until then (so a caller that removes ``tmp`` after committing removes nothing); outputs
+    waiting to go inside a folder that is committed so go into it first (it waits as a whole)."""
+    pending = _PENDING.get()
+    if pending is not None and os.path.isdir(tmp):
+        inside = [(t, o) for t, o in pending if Path(o).absolute().is_relative_to(Path(tmp).absolute())]
+        for item in inside:
+            _rename(*item)
+            pending.remove(item)
     if os.path.isdir(tmp):
         fsync_tree(tmp)
     else:
         fsync_path(tmp)
+    if pending is None:
+        _rename(tmp, out)
+        return
+    waiting = os.path.join(
+        os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.{secrets.token_hex(4)}.pending"
+    )
+    os.rename(tmp, waiting)
+    pending.append((waiting, str(out)))
+
+
+def _rename(tmp: PathLike, out: PathLike) -> None:
+    if os.path.isdir(tmp) and os.path.isdir(out):
+        shutil.rmtree(out)
     os.replace(tmp, out)
     fsync_path(os.path.dirname(os.path.abspath(out)))
+
+
+def _discard(path: str) -> None:
+    if os.path.isdir(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.unlink(path)
+
+
+@contextmanager
+def all_or_nothing() -> Iterator[None]:
+    """A command's outputs appear together or not at all: every output committed inside the block
+    (files of :func:`atomic_path` and the ``write_*`` helpers, recordings, videos: :func:`commit`)
+    stays a synced temporary until the block ends; then they are renamed into place, one after
+    the other; when the block raises, every temporary is deleted and no earlier file is touched.
+    Nested blocks join the outermost one. Outputs must not be read back inside the block."""
+    outer = _PENDING.get()
+    pending: List[Tuple[str, str]] = []
+    token = _PENDING.set(pending)
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in pending:
+            _discard(tmp)
+        raise
+    finally:
+        _PENDING.reset(token)
+    if outer is not None:
+        outer.extend(pending)
+        return
+    for i, (tmp, out) in enumerate(pending):
+        try:
+            _rename(tmp, out)
+        except OSError as e:
+            for rest, _ in pending[i:]:
+                _discard(rest)
+            raise _write_error(Path(out), e) from None
 
 
 def _write_error(out: Path, err: OSError) -> WriteError:

@@ -5,17 +5,20 @@ crash never leaves a half-written recording behind."""
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional
 
 import cv2
 import numpy as np
 
-from drive.io.atomic import commit
+from drive.io.atomic import WriteError, commit
 from drive.io.recording_meta import REQUIRED_COLUMNS, PathLike, RecordingError, RecordingMeta
+from drive.io.video_index import complete_video_frames
 
 __all__ = ["RecordingWriter"]
 
@@ -42,8 +45,9 @@ class RecordingWriter:
         self.meta = meta
         self.jpeg_quality = int(jpeg_quality)
         self._tmp = self.directory.with_name(f".{self.directory.name}.partial-{os.getpid()}")
-        shutil.rmtree(self._tmp, ignore_errors=True)
-        (self._tmp / "frames").mkdir(parents=True)
+        with self._written():
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            (self._tmp / "frames").mkdir(parents=True)
         self._rows: List[Dict[str, float]] = []
         self._columns: List[str] = list(REQUIRED_COLUMNS)
         self._video: Optional[cv2.VideoWriter] = None
@@ -56,6 +60,23 @@ class RecordingWriter:
             )
             if not self._video.isOpened():
                 raise RecordingError(f"{self._tmp / meta.video}: OpenCV cannot write this video")
+
+    @contextmanager
+    def _written(self) -> Iterator[None]:
+        """File-system errors (a full disk, no permission) as a :class:`WriteError` naming the
+        recording, not its temporary folder; the recording is discarded."""
+        try:
+            yield
+        except OSError as e:
+            self.abort()
+            if isinstance(e, WriteError):
+                raise
+            reason = e.strerror or str(e)
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                reason += " (free some space or write elsewhere)"
+            err = WriteError(e.errno, f"{self.directory}: the recording could not be written: {reason}")
+            err.filename = str(self.directory)
+            raise err from None
 
     def __enter__(self) -> "RecordingWriter":
         return self
@@ -97,27 +118,55 @@ class RecordingWriter:
             ok, data = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, self.jpeg_quality])
             if not ok:
                 raise RecordingError(f"frame {len(self._rows)}: JPEG encoding failed")
-            data.tofile(self._tmp / "frames" / f"{len(self._rows):06d}.jpg")
+            with self._written(), open(self._tmp / "frames" / f"{len(self._rows):06d}.jpg", "wb") as f:
+                f.write(data.tobytes())  # not ndarray.tofile: its full-disk error names no errno
         self._rows.append(row)
 
     def close(self) -> Path:
-        """Finish the files and move the recording into place; returns its directory."""
+        """Finish the files and move the recording into place; returns its directory. Whatever
+        fails here discards the recording (nothing half-written is left)."""
+        try:
+            return self._finish()
+        except BaseException:
+            self.abort()
+            raise
+
+    def _finish(self) -> Path:
         if self._video is not None:
             self._video.release()
             self._video = None
+            self._check_video()
         if not self._rows:
-            self.abort()
             raise RecordingError(f"{self.directory}: no frames were written")
-        with open(self._tmp / "log.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(self._columns)
-            for row in self._rows:
-                writer.writerow([_format(row.get(c, float("nan"))) for c in self._columns])
-        (self._tmp / "meta.json").write_text(json.dumps(self.meta.to_dict(), indent=2) + "\n")
-        if self.directory.exists():
-            shutil.rmtree(self.directory)
-        commit(self._tmp, self.directory)  # every file synced before the rename: no half recording
+        try:  # no NaN or infinity in meta.json: a calibration or rate that is not a number is refused
+            meta = json.dumps(self.meta.to_dict(), indent=2, allow_nan=False)
+        except ValueError:
+            raise RecordingError(
+                f"{self.directory}: meta.json would hold a number that is not finite"
+            ) from None
+        with self._written():
+            with open(self._tmp / "log.csv", "w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(self._columns)
+                for row in self._rows:
+                    writer.writerow([_format(row.get(c, float("nan"))) for c in self._columns])
+            (self._tmp / "meta.json").write_text(meta + "\n")
+            commit(self._tmp, self.directory)  # every file synced before the rename: no half recording
         return self.directory
+
+    def _check_video(self) -> None:
+        """OpenCV's video writer fails silently (a full disk leaves a cut-short file): the frames the
+        container's own index holds whole must be the rows written (read without a decoder, which
+        would print its complaints about a cut-short file on stderr)."""
+        count = complete_video_frames(self._tmp / str(self.meta.video))
+        if count != len(self._rows):
+            full = os.statvfs(self._tmp).f_bavail == 0
+            held = "no readable index" if count is None else f"{count} of {len(self._rows)} frames"
+            with self._written():
+                raise OSError(
+                    errno.ENOSPC if full else errno.EIO,
+                    os.strerror(errno.ENOSPC) if full else f"the video holds {held}",
+                )
 
     def abort(self) -> None:
         """Discard everything written so far."""
