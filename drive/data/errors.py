@@ -23,8 +23,12 @@ class DataError(ValueError):
 
     def __init__(self, file: str, row: Optional[int], kind: str, message: str):
         self.file, self.row, self.kind = str(file), row, kind
+        self.message = message
         where = f"{file}" if row is None else f"{file}, row {row}"
         super().__init__(f"{where}: {message} [{kind}]")
+
+    def __reduce__(self) -> tuple:  # re-raised from a worker process: its four arguments, not one
+        return (type(self), (self.file, self.row, self.kind, self.message))
 
 
 class Problems:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import shutil
 from concurrent import futures
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,8 +26,11 @@ import cv2
 import numpy as np
 import torch
 
+from drive.data.cache import iter_decoded
+from drive.data.errors import Problems
 from drive.data.perturb import Perturbation
 from drive.data.readers import ReaderOptions, discover, no_log_message, read_logs
+from drive.io.atomic import commit
 from drive.io.recording import Recording
 from drive.policy_drivers import make_driver
 from drive.replay import RecordingReplay, replay_recording
@@ -116,6 +120,10 @@ def _replay_log(
     out = []
     for rec in read_logs([log[0]], log[1], options):
         _check_frame_size(driver, rec)
+        # every frame decoded once, whatever drives: a truncated or mis-sized image is named (file
+        # and row) even for the expert, which never looks at frames, and before the drive starts
+        for _ in iter_decoded(rec, Problems("raise")):
+            pass
         fps = _step_rate(driver, rec, settings.fps)
         if settings.noise_std > 0:
             perturb = Perturbation("gaussian", settings.noise_std, seed=settings.seed)
@@ -139,14 +147,35 @@ def _replay_log(
                 rule=settings.rule,
                 use_poses=settings.use_poses,
             )
-        finally:
+        except BaseException:
             if video is not None:
-                video.close(keep=True)
-        out.append((replay, {"fps": fps, "camera": _camera_origin(rec, options)}))
+                video.close(keep=False)
+            raise
+        if video is not None:
+            video.close(keep=bool(replay.segments))  # no empty video of a recording with nothing to drive
+        info = {"fps": fps, "camera": _camera_origin(rec, options)}
+        if not replay.segments:
+            info["skipped"] = _nothing_to_drive(rec, replay)
+        out.append((replay, info))
     return out
 
 
+def _nothing_to_drive(rec: Recording, replay: RecordingReplay) -> str:
+    """Why a recording gave no segment to drive, in words for the report."""
+    speed = rec.log["speed_mps"]
+    if len(rec) < 2:
+        return f"nothing to drive: {len(rec)} row{'' if len(rec) == 1 else 's'}"
+    if not (speed > 0).any():
+        return "nothing to drive: the car stands still (speed_mps is 0 in every row)"
+    return (
+        f"nothing to drive: no moving, gap-free stretch longer than {2 * END_MARGIN_M:g} m "
+        f"(the recorded path is {1000 * replay.recorded_km:.1f} m)"
+    )
+
+
 def _recording_row(rec: RecordingReplay, info: Dict[str, Any]) -> Dict[str, Any]:
+    if "skipped" in info:
+        return {"name": rec.name, "skipped": info["skipped"]}
     return {
         "name": rec.name,
         **summarize(rec.segments),
@@ -184,9 +213,27 @@ def evaluate_logs(
         items += [(str(p), fmt) for p, fmt in found]
     make_driver(policy, settings.device)  # a bad policy is refused here, with its own message
     workers = max(1, min(workers or os.cpu_count() or 1, len(items)))
-    args = [
-        (policy, item, dict(reader or {}), settings, str(video_dir) if video_dir else None) for item in items
-    ]
+    # videos are written into a hidden folder beside video_dir (by the workers, in any process) and
+    # it replaces video_dir only when every log was driven: a failed run leaves no video behind
+    staging = video_dir.with_name(f".{video_dir.name}.partial-{os.getpid()}") if video_dir else None
+    args = [(policy, item, dict(reader or {}), settings, str(staging) if staging else None) for item in items]
+    try:
+        recordings, rows = _drive_all(args, workers, progress)
+        metrics = _metrics(policy, logs, settings, recordings, rows)
+        if staging is not None and video_dir is not None:
+            staging.mkdir(parents=True, exist_ok=True)
+            commit(staging, video_dir)
+    finally:
+        if staging is not None and staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return ReplayResult(metrics, recordings)
+
+
+def _drive_all(
+    args: List[Tuple[Any, ...]], workers: int, progress: Optional[Callable[[Dict[str, Any]], None]]
+) -> Tuple[List[RecordingReplay], List[Dict[str, Any]]]:
+    """Every log driven (in ``workers`` processes): the recordings driven and every recording's row
+    (a recording with nothing to drive is a row saying why, ``skipped``)."""
     if workers == 1:
         done = (_replay_log(*a) for a in args)
     else:
@@ -198,25 +245,41 @@ def evaluate_logs(
     try:
         for results in done:
             for rec, info in results:
-                first = sum(len(r.segments) for r in recordings)
-                for i, seg in enumerate(rec.segments):  # segments are numbered across recordings
-                    seg.index = first + i
-                recordings.append(rec)
-                rows.append(_recording_row(rec, info))
+                row = _recording_row(rec, info)
+                if "skipped" not in row:  # segments are numbered across the recordings driven
+                    first = sum(len(r.segments) for r in recordings)
+                    for i, seg in enumerate(rec.segments):
+                        seg.index = first + i
+                    recordings.append(rec)
+                rows.append(row)
                 if progress is not None:
-                    progress(rows[-1])
+                    progress(row)
     finally:
         if workers > 1:
             pool.shutdown(cancel_futures=True)
+    return recordings, rows
+
+
+def _metrics(
+    policy: str,
+    logs: Sequence[str],
+    settings: ReplaySettings,
+    recordings: List[RecordingReplay],
+    rows: List[Dict[str, Any]],
+) -> Dict[str, Any]:
+    """metrics.json: overall, per recording and per condition; the recordings skipped, and why."""
+    skipped = [{"name": r["name"], "reason": r["skipped"]} for r in rows if "skipped" in r]
+    rows = [r for r in rows if "skipped" not in r]
     segments = [s for r in recordings for s in r.segments]
     if not segments:
+        why = "; ".join(f"{s['name']}: {s['reason']}" for s in skipped)
         raise ValueError(
             f"{', '.join(logs)}: no recording has a drivable stretch "
-            f"(moving, gap-free, > {2 * END_MARGIN_M:g} m)"
+            f"(moving, gap-free, > {2 * END_MARGIN_M:g} m): {why}"
         )
     shown = np.array([r.frames_shown for r in recordings], dtype=np.float64)
     means = np.array([r.no_source["mean"] for r in recordings])
-    metrics: Dict[str, Any] = {
+    return {
         "driver": policy,
         "logs": list(logs),
         "settings": asdict(settings),
@@ -227,5 +290,5 @@ def evaluate_logs(
         "no_source_share_mean": float((means * shown).sum() / shown.sum()) if shown.sum() else 0.0,
         **summarize_with_conditions(segments),
         "per_recording": rows,
+        "skipped": skipped,
     }
-    return ReplayResult(metrics, recordings)

@@ -37,6 +37,17 @@ def _row(r: Dict[str, Any]) -> str:
     )
 
 
+def _skipped(metrics: Dict[str, Any]) -> List[str]:
+    """The recordings not driven, each with its reason (a report never drops one silently)."""
+    skipped = metrics.get("skipped") or []
+    if not skipped:
+        return []
+    return [
+        f"Not driven ({len(skipped)}): " + "; ".join(f"{s['name']} ({s['reason']})" for s in skipped) + ".",
+        "",
+    ]
+
+
 def _lines(metrics: Dict[str, Any], plotted: int, total: int) -> List[str]:
     m = metrics
     km, n = m["km"], m["interventions"]
@@ -65,6 +76,7 @@ def _lines(metrics: Dict[str, Any], plotted: int, total: int) -> List[str]:
         f"of what the policy saw on average; recordings above {100 * NO_SOURCE_FLAG:.0f} % are flagged"
         + (f": **{', '.join(flagged)}** (their numbers lean on invented pixels)." if flagged else " (none)."),
         "",
+        *_skipped(m),
         "| recording | km | interventions | per km (95 % interval) | lateral RMS m "
         "| no-source % mean / p95 | path |",
         "|---|---|---|---|---|---|---|",
