@@ -28,6 +28,7 @@ import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Any, List, Optional
 
 from lightning.fabric.plugins import CheckpointIO
@@ -35,12 +36,14 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from drive.data.datamodule import DriveDataModule
+from drive.io.checks import check_writable, existing_paths, read_yaml
 from drive.train.checkpoint_io import AtomicCheckpointIO
 from drive.train.hparams import checkpoint_hparams
 from drive.train.module import PolicyModule
 from drive.train.onpolicy import OnPolicyData
 from drive.train.predictions import PredictionCSV
 from drive.train.profiles import resolve_config_args
+from drive.train.refusal import no_trace_if_refused
 from drive.train.replay_validation import ReplayValidation
 from drive.train.throughput import Throughput
 
@@ -67,6 +70,35 @@ def check_ckpt_path(ckpt_path: Optional[str]) -> None:
         raise CheckpointNotFound(f"--ckpt_path {path}: no such checkpoint file")
 
 
+def check_root(root: str, data: Any) -> None:
+    """Refuse a ``--trainer.default_root_dir`` that cannot be written, is one of the logs the run
+    reads, or lies inside one (the run's files would be read as logs next time, or written over a
+    recording), before anything is read or made."""
+    check_writable(root, f"--trainer.default_root_dir {root}")
+    if data.get("cache_dir"):
+        check_writable(data.cache_dir, f"--data.cache_dir {data.cache_dir}")
+    logs = [p for split in ("train", "val", "test", "predict") for p in (data.get(split) or [])]
+    target = Path(os.path.realpath(root))
+    for path in existing_paths(logs):
+        if target == path or path in target.parents:
+            where = "is" if target == path else "lies inside"
+            raise ValueError(
+                f"--trainer.default_root_dir {root}: {where} the logs {path} the run reads; "
+                "write the run elsewhere"
+            )
+
+
+def check_config_files(argv: List[str]) -> None:
+    """Every ``--config`` file UTF-8 text holding a YAML mapping: an error naming the file, the line
+    and column (not jsonargparse's whole parse error, or a decode error naming no file)."""
+    for flag, value in zip(argv, argv[1:]):
+        if flag in ("--config", "-c") and os.path.isfile(value):
+            loaded = read_yaml(value, "--config ")
+            if not isinstance(loaded, dict):
+                kind = "empty" if loaded is None else f"a YAML {type(loaded).__name__}"
+                raise ValueError(f"--config {value}: the file is {kind}; expected a mapping (group: options)")
+
+
 class LastCheckpoint(ModelCheckpoint):
     """Lightning's ``ModelCheckpoint`` that also writes ``last`` when training ends after its last
     save: Lightning does that only for a run that never saved, so a step budget ending between two
@@ -88,6 +120,8 @@ class LastCheckpoint(ModelCheckpoint):
 
 class DriveCLI(LightningCLI):
     """LightningCLI with drive's checkpointing and logging defaults."""
+
+    hold_warnings = True  # a run's set-up warnings wait for its first batch (drive.train.refusal)
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
@@ -133,10 +167,17 @@ class DriveCLI(LightningCLI):
             kwargs["plugins"] = [*plugins, AtomicCheckpointIO()]
         return super().instantiate_trainer(**kwargs)
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        """The subcommand; refused before its first batch, it leaves no logger folder behind
+        (:mod:`drive.train.refusal`)."""
+        with no_trace_if_refused(self.trainer, hold_warnings=self.hold_warnings):
+            super()._run_subcommand(subcommand)
+
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         check_ckpt_path(cfg.get("ckpt_path"))
         root = cfg.trainer.default_root_dir or DEFAULT_ROOT
+        check_root(root, cfg.data)
         cfg.trainer.default_root_dir = root
         for group in (cfg.checkpoint, cfg.last_checkpoint):
             if group.dirpath is None:
@@ -193,7 +234,11 @@ class _CurrentStdout:
         sys.stdout.flush()
 
 
-def launch(argv: Optional[List[str]] = None) -> None:
+class _DebugCLI(DriveCLI):
+    hold_warnings = False  # --debug: every warning when it is issued
+
+
+def launch(argv: Optional[List[str]] = None, debug: bool = False) -> None:
     """Run ``fit | validate | test | predict`` with the rest of ``argv`` (as ``drive <subcommand>``;
     ``None``: ``sys.argv[1:]``).
 
@@ -202,8 +247,11 @@ def launch(argv: Optional[List[str]] = None) -> None:
     option exits through jsonargparse's ``SystemExit`` with its usage message, as LightningCLI does.
     ``--config`` takes shipped profiles by name (``ncp_ltc``, ``trainer/cpu``; :mod:`drive.train.profiles`);
     one that is neither a file nor a profile raises :class:`~drive.train.profiles.UnknownProfile`.
+    ``debug`` shows the warnings of a run's set-up when they are issued (else they wait for its
+    first batch, and a refused run prints none).
     """
     argv = resolve_config_args(list(sys.argv[1:] if argv is None else argv))
+    check_config_files(argv)
     _notes_to_stdout()
 
     with warnings.catch_warnings():
@@ -224,12 +272,14 @@ def launch(argv: Optional[List[str]] = None) -> None:
             # have nothing to do: Lightning's notes that they differ or moved are noise there.
             warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`, callbacks")
             warnings.filterwarnings("ignore", message="The dirpath has changed from")
-        DriveCLI(
+        (_DebugCLI if debug else DriveCLI)(
             PolicyModule,
             DriveDataModule,
             args=argv,
             seed_everything_default=1234,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"prog": "drive", "default_env": False},
+            # a refused option raises (jsonargparse's ArgumentError): drive.cli.fit reports it in one
+            # line instead of jsonargparse's usage dump
+            parser_kwargs={"prog": "drive", "default_env": False, "exit_on_error": False},
             auto_configure_optimizers=False,
         )
