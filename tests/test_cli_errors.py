@@ -262,27 +262,6 @@ def test_fit_names_a_bad_log_row(world, tmp_path, capsys) -> None:
     _check(argv, "fit", capsys, "log.csv")
 
 
-@pytest.fixture
-def read_only(tmp_path):
-    """A folder nothing can be written into: read-only tmpfs as root (root ignores modes), else mode 0555."""
-    folder = tmp_path / "ro"
-    folder.mkdir()
-    if os.geteuid() == 0:
-        if (
-            subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(folder)], capture_output=True
-            ).returncode
-            != 0
-        ):
-            pytest.skip("cannot mount a read-only tmpfs")
-        yield folder
-        subprocess.run(["umount", str(folder)], check=False)
-    else:
-        folder.chmod(0o555)
-        yield folder
-        folder.chmod(0o755)
-
-
 @pytest.mark.parametrize("command", ["export", "saliency", "robustness", "evaluate", "simulate", "fit"])
 def test_read_only_out_is_one_line_naming_it(command, world, read_only, capsys) -> None:
     if command == "simulate":

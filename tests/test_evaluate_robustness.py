@@ -320,10 +320,10 @@ def test_cli_parallel_closed_loop_run_in_variance_units_equals_a_one_worker_run(
         (["--other", "blur=1,x"], "--other 'blur=1,x': levels must be numbers"),
         (["--other", "salt_pepper=2"], "--other 'salt_pepper=2': salt_pepper level is a fraction"),
         (["--other", "blur=1", "blur=2"], "--other 'blur=2': blur is given twice"),
-        (["--noise", "0", "-0.1"], "--noise levels must be finite and >= 0"),
+        (["--noise", "0", "-0.1"], r"--noise must be in \[0, 1\], got -0.1"),
         (["--km", "0.5"], "--km applies to the closed loop only"),
-        (["--closed-loop", "--km", "0"], "--km must be positive"),
-        (["--workers", "0"], "--workers must be >= 1"),
+        (["--closed-loop", "--km", "0"], r"--km must be in \(0, 10000\], got 0"),
+        (["--workers", "0"], r"--workers must be in \[1, 1024\], got 0"),
     ],
     ids=[
         "unknown-kind",

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from drive.cli import evaluate as evaluate_cli
+from drive.cli import main
 from drive.policy_drivers import make_driver
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver
@@ -134,11 +135,10 @@ def test_evaluate_cli_runs_expert_and_reports_bad_policy(tmp_path, capsys):
         ["--policy", "missing.ckpt"],
         ["--policy", "constant:abc"],
         ["--policy", "expert", "--km", "-1"],
-    ):
-        args = parser.parse_args(bad + ["--out", str(tmp_path / "bad")])
-        assert evaluate_cli.run(args) == 2
+    ):  # errors of input are answered by the dispatcher, for every command alike
+        assert main(["evaluate", *bad, "--out", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err
-    assert "missing.ckpt" in err and "constant:K" in err and "--km must be positive" in err
+    assert "missing.ckpt" in err and "constant:K" in err and "--km must be in (0, " in err
 
 
 def test_evaluate_drives_a_saved_policy_checkpoint(tmp_path):

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+from drive.cli import main
 from drive.cli import simulate as cli
 from drive.io.recording import Recording
 from drive.sim.record import record_drive, simulate
@@ -91,9 +92,10 @@ def test_simulate_cli_reports_bad_arguments(tmp_path, capsys):
     ok = parser.parse_args(["--out", str(tmp_path / "ok"), "--minutes", "0.02", "--storage", "video"])
     assert cli.run(ok) == 0 and len(list((tmp_path / "ok").iterdir())) == 1
     for bad in (["--conditions", "spring"], ["--minutes", "0"], ["--seed", "-3"], ["--noise-std", "-1"]):
-        assert cli.run(parser.parse_args(["--out", str(tmp_path / "bad")] + bad)) == 2
+        # errors of input are answered by the dispatcher, for every command alike
+        assert main(["simulate", "--out", str(tmp_path / "bad"), *bad]) == 2
     err = capsys.readouterr().err
-    assert "unknown condition 'spring'" in err and "--minutes must be positive" in err
+    assert "unknown condition 'spring'" in err and "--minutes must be in (0, " in err
     assert "seed must be in" in err and "--noise-std" in err
     with pytest.raises(SystemExit):
         parser.parse_args(["--out", "x", "--split", "validation"])

@@ -19,34 +19,42 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import sys
-from pathlib import Path
-from typing import Dict, List, Optional
+from types import ModuleType
+from typing import Any, Dict, List, NoReturn, Optional
 
 from drive import __version__
 from drive.cli.discover import RESERVED, Command, find_commands
-from drive.cli.errors import INPUT_ERRORS, error_line, report_input_error
+from drive.cli.errors import INPUT_ERRORS, UsageError, error_line, report_input_error
+from drive.cli.outputs import check_out, check_out_against_inputs, check_ranges
 
 __all__ = ["main"]
 
 
-def _check_out(out: object) -> None:
-    """Refuse an ``--out`` that cannot be written (read-only file system, no permission) before
-    any work, naming it; the nearest existing folder on its path is what is tested."""
-    if out is None:
-        return
-    probe = Path(str(out)).absolute()
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if probe.is_file():
-        probe = probe.parent
-    if not os.access(probe, os.W_OK):
-        read_only = bool(os.statvfs(probe).f_flag & os.ST_RDONLY)
-        raise PermissionError(
-            f"--out {out}: cannot write in {probe} "
-            f"({'read-only file system' if read_only else 'permission denied'})"
-        )
+def _finite_float(text: str) -> float:
+    """argparse's ``type=float`` for every command: ``nan`` and ``inf`` are not settings."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every command's parser (and its sub-commands'): a refused command line is one line (a
+    :class:`UsageError`, reported by the dispatcher), not argparse's usage dump; every ``float``
+    option is finite."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("type", float, _finite_float)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def _debug(argv: List[str]) -> bool:
@@ -92,31 +100,47 @@ def main(argv: Optional[List[str]] = None) -> int:
     return _run(commands[argv[0]], argv[1:], debug)
 
 
+def _check_outputs(module: ModuleType, args: argparse.Namespace) -> None:
+    """Numbers and ``--out`` checked before the command reads anything (:mod:`drive.cli.outputs`):
+    numbers in range (``RANGES``), ``--out`` writable, of the kind the command writes (``OUTPUT``),
+    never an input (``INPUTS``)."""
+    check_ranges(args, getattr(module, "RANGES", {}))
+    out = getattr(args, "out", None)
+    check_out(out, getattr(module, "OUTPUT", None))
+    kinds = getattr(module, "INPUTS", {})
+    check_out_against_inputs(out, {name: getattr(args, name, None) for name in kinds}, kinds)
+
+
 def _run(command: Command, rest: List[str], debug: bool) -> int:
-    """Parse ``rest`` with the command's options, run it, and answer input errors in one line."""
+    """Parse ``rest`` with the command's options, run it, and answer input errors in one line:
+    every command's errors take this one path (``--debug`` re-raises them all)."""
     name = command.name
     module = importlib.import_module(command.module)
-    parser = argparse.ArgumentParser(prog=f"drive {name}", description=command.help)
+    parser = _Parser(prog=f"drive {name}", description=command.help)
     module.add_arguments(parser)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
-    args = parser.parse_args(rest)
+    args: Optional[argparse.Namespace] = None
     try:
-        _check_out(getattr(args, "out", None))
+        args = parser.parse_args(rest)
+        _check_outputs(module, args)
         return int(module.run(args) or 0)
     except SystemExit as stop:  # a command refusing an option with SystemExit("drive x: ...")
-        if not isinstance(stop.code, str) or debug:
+        if not isinstance(stop.code, str):
             raise
         message = stop.code.strip()
         prefix = f"drive {name}: "
         message = message[len(prefix) :] if message.startswith(prefix) else message
         message = message[len("error: ") :] if message.startswith("error: ") else message
+        if debug:
+            raise ValueError(message) from stop
         return report_input_error(name, ValueError(message))
     except INPUT_ERRORS as err:
         if debug:
             raise
+        line = error_line(err)
         if hasattr(args, "overwrite"):  # the library's advice, in the command's words
-            err = type(err)(error_line(err).replace("pass overwrite=True", "pass --overwrite"))
-        return report_input_error(name, err)
+            line = line.replace("pass overwrite=True", "pass --overwrite")
+        return report_input_error(name, ValueError(line))
 
 
 if __name__ == "__main__":

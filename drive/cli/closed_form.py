@@ -23,11 +23,21 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from drive.cli.outputs import SEED, THREADS
 from drive.evaluate.closed_form_fidelity import closed_form_report, markdown_report
 from drive.export.closed_form import METHODS
 
 COMMAND = "closed-form"
 HELP = "convert a trained LTC policy to its closed form (no ODE solver)"
+OUTPUT = "file"  # drive.cli.outputs: --out is checked before anything is read
+INPUTS = {"ckpt": "file", "recordings": "logs"}
+RANGES = {
+    "sim_minutes": dict(low=0.0, high=1e4, low_open=True),
+    "km": dict(low=0.0, high=1e4),  # 0 skips the closed loop
+    "seed": SEED,
+    "substeps": dict(low=1, high=1000, integer=True),
+    "threads": THREADS,
+}
 __all__ = ["add_arguments", "run"]
 
 

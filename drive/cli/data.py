@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from drive.cli.errors import error_line
 from drive.cli.reader_args import add_reader_arguments, reader_options
-from drive.data.errors import DataError
 from drive.data.inspect import convert_logs, format_report, inspect_logs
+from drive.io.atomic import all_or_nothing, no_empty_dir_on_error
 
 COMMAND = "data"
 HELP = "inspect or convert driving logs (`drive data inspect|convert`)"
+OUTPUT = "folder"  # drive.cli.outputs: --out is checked before any log is read
+INPUTS = {"logs": "logs", "reader": "file"}
+RANGES = {"gap_factor": dict(low=1.0, high=1e6, low_open=True)}
 __all__ = ["add_arguments", "run"]
 
 
@@ -33,7 +34,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="data_command", required=True)
+    sub = parser.add_subparsers(dest="data_command", required=True, metavar="inspect|convert")
     p = sub.add_parser("inspect", help="what the readers find: recordings, timing, gaps, labels, problems")
     _common(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -49,29 +50,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        options = reader_options(args)
-        if args.data_command == "inspect":
-            report = inspect_logs(
-                args.logs,
-                args.format,
-                options,
-                decode=not args.quick,
-                gap_factor=args.gap_factor,
-                plot=args.plot,
-            )
-            print(json.dumps(report, indent=2) if args.json else format_report(report))
-            return 1 if report["problems"] else 0
+    # errors of input (unreadable logs, bad options, a full or read-only --out) propagate to
+    # drive.cli: one line, exit 2, the traceback with --debug
+    options = reader_options(args)
+    if args.data_command == "inspect":
+        if not args.gap_factor > 1:
+            raise ValueError(f"--gap-factor must be > 1, got {args.gap_factor:g}")
+        report = inspect_logs(
+            args.logs, args.format, options, decode=not args.quick, gap_factor=args.gap_factor, plot=args.plot
+        )
+        print(json.dumps(report, indent=2) if args.json else format_report(report))
+        return 1 if report["problems"] else 0
+    with no_empty_dir_on_error(args.out), all_or_nothing():  # a refused run leaves nothing behind
         written = convert_logs(
             args.logs, args.out, args.format, options, args.on_error, args.storage, args.overwrite
         )
-        for path in written:
-            print(path)
-        return 0
-    except (DataError, FileNotFoundError, ValueError) as e:
-        # one line, plain numbers, the option's spelling
-        print(
-            f"drive data: error: {error_line(e).replace('pass overwrite=True', 'pass --overwrite')}",
-            file=sys.stderr,
-        )
-        return 2
+    for path in written:
+        print(path)
+    return 0

@@ -22,12 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
+import os
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any, Dict, Tuple
 
+from drive.cli.outputs import KM, SEED, THREADS, WORKERS
 from drive.cli.reader_args import add_reader_arguments, reader_options
-from drive.io.atomic import no_empty_dir_on_error
+from drive.io.atomic import all_or_nothing, no_empty_dir_on_error
+from drive.io.checks import read_yaml
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.sim.camera import Camera
 from drive.sim.closed_loop import Segment, evaluate
@@ -38,6 +40,16 @@ from drive.sim.road import ROAD_KINDS, SPLITS
 
 COMMAND = "evaluate"
 HELP = "closed-loop driving of a policy (expert, checkpoint, exported file)"
+OUTPUT = "folder"  # drive.cli.outputs: --out is checked before anything is read
+INPUTS = {"logs": "logs", "policy": "file", "reader": "file", "env_config": "file"}
+RANGES = {
+    "km": KM,
+    "seed": SEED,
+    "segment_km": dict(low=0.0, high=1e3, low_open=True),
+    "noise_std": dict(low=0.0, high=1.0),
+    "threads": THREADS,
+    "workers": WORKERS,
+}
 __all__ = ["add_arguments", "run"]
 
 
@@ -147,50 +159,53 @@ def run(args: argparse.Namespace) -> int:
         return _run_logs(args)
     from drive.policy_drivers import camera_size, make_driver  # at run time: torch (seconds)
 
-    try:
-        parse_conditions(args.conditions)
-        for name in ("km", "segment_km", "speed_kmh", "fps"):
-            value = getattr(args, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
-        if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
-            raise ValueError(f"--noise-std must be a number >= 0, got {args.noise_std}")
-        check_world_settings(speed_kmh=args.speed_kmh, fps=args.fps, width=args.width, height=args.height)
-        driver = make_driver(args.policy, args.device, args.threads)
-        args.fps = _camera_fps(driver, args.policy, args.fps)
-        args.height, args.width = camera_size(driver, args.height, args.width)
-        perturb = _noise(args, driver)
-        out = Path(args.out)
+    # errors of input (options, the policy, a full or read-only --out) propagate to drive.cli: one
+    # line, exit 2, the traceback with --debug
+    parse_conditions(args.conditions)
+    check_world_settings(speed_kmh=args.speed_kmh, fps=args.fps, width=args.width, height=args.height)
+    driver = make_driver(args.policy, args.device, args.threads)
+    args.fps = _camera_fps(driver, args.policy, args.fps)
+    args.height, args.width = camera_size(driver, args.height, args.width)
+    perturb = _noise(args, driver)
+    out = Path(args.out)
 
-        def progress(seg: Any) -> None:
-            print(
-                f"segment {seg.index}: {seg.km:.2f} km, {len(seg.intervention_xy)} interventions "
-                f"({'/'.join(seg.conditions.values())})",
-                flush=True,
-            )
+    def progress(seg: Any) -> None:
+        print(
+            f"segment {seg.index}: {seg.km:.2f} km, {len(seg.intervention_xy)} interventions "
+            f"({'/'.join(seg.conditions.values())})",
+            flush=True,
+        )
 
-        with no_empty_dir_on_error(out):  # a failed run leaves no empty --out folder
-            result = evaluate(
-                driver,
-                args.km,
-                args.seed,
-                conditions=args.conditions,
-                perturb=perturb,
-                split=args.split,
-                video_path=out / "drive.mp4" if args.video else None,
-                segment_km=args.segment_km,
-                camera=Camera.default(args.width, args.height),
-                speed_mps=args.speed_kmh / 3.6,
-                fps=args.fps,
-                progress=progress,
-                roads=args.roads,
-            )
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"drive evaluate: error: {e}", file=sys.stderr)
-        return 2
-    result.metrics["policy"] = args.policy
-    result.metrics["image_noise_std"] = args.noise_std
-    return _summary(result.metrics, result.save(out))
+    # a refused run leaves no --out folder; a failed one none of its files (they appear together)
+    with no_empty_dir_on_error(out), all_or_nothing():
+        result = evaluate(
+            driver,
+            args.km,
+            args.seed,
+            conditions=args.conditions,
+            perturb=perturb,
+            split=args.split,
+            video_path=out / "drive.mp4" if args.video else None,
+            segment_km=args.segment_km,
+            camera=Camera.default(args.width, args.height),
+            speed_mps=args.speed_kmh / 3.6,
+            fps=args.fps,
+            progress=progress,
+            roads=args.roads,
+        )
+        result.metrics["policy"] = args.policy
+        result.metrics["image_noise_std"] = args.noise_std
+        paths = result.save(out)
+    return _summary(result.metrics, paths)
+
+
+def _check_numbers(args: argparse.Namespace, positive: Tuple[str, ...]) -> None:
+    """``positive`` options > 0 when given (drive's world checks its own settings; an env's are
+    checked here); argparse made every float finite, RANGES the rest."""
+    for name in positive:
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value:g}")
 
 
 # `drive evaluate` options that configure the built-in world, with their defaults
@@ -236,14 +251,13 @@ def _run_env(args: argparse.Namespace) -> int:
             progress=progress,
             episode_m=1000.0 * args.segment_km if overrides else None,
         )
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"drive evaluate: error: {e}", file=sys.stderr)
-        return 2
     finally:
         if env is not None:
             env.close()
     result.metrics.update(policy=args.policy, image_noise_std=args.noise_std, env_config=args.env_config)
-    return _summary(result.metrics, result.save(args.out, plot=False))
+    with no_empty_dir_on_error(args.out), all_or_nothing():
+        paths = result.save(args.out, plot=False)
+    return _summary(result.metrics, paths)
 
 
 def _check_env_args(args: argparse.Namespace) -> None:
@@ -253,11 +267,11 @@ def _check_env_args(args: argparse.Namespace) -> None:
             "--policy expert needs the built-in world's road (privileged); with --env drive "
             "a checkpoint, an exported file or constant:K"
         )
-    for name in ("km", "segment_km", "speed_kmh", "fps"):
-        if getattr(args, name) is not None and not getattr(args, name) > 0:
-            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    if not args.noise_std >= 0:
-        raise ValueError(f"--noise-std must be >= 0, got {args.noise_std}")
+    _check_numbers(args, ("speed_kmh", "fps"))
+    if args.env_config is not None and os.path.isfile(args.env_config):
+        read_yaml(
+            args.env_config, "--env-config "
+        )  # UTF-8 and valid YAML, named (the mapping checks the rest)
     if getattr(args, "video", False):
         raise ValueError("--video is not available with --env (record with the env's own render_mode)")
 
@@ -316,54 +330,49 @@ def _run_logs(args: argparse.Namespace) -> int:
     """``drive evaluate --logs PATH... --policy P --out DIR`` (:mod:`drive.evaluate.log_replay`)."""
     from drive.evaluate.log_replay import ReplaySettings, evaluate_logs  # at run time: torch (seconds)
 
-    try:
-        given = [
-            f"--{k.replace('_', '-')}"
-            for k, default in {**WORLD_DEFAULTS, "km": 2.0}.items()
-            if k not in ("fps",) and getattr(args, k, default) not in (default, None)
-        ]
-        if given:
-            raise ValueError(
-                f"{', '.join(given)} set(s) up drive's own world; --logs drives the logs as recorded"
-            )
-        if args.fps is not None and not (math.isfinite(args.fps) and args.fps > 0):
-            raise ValueError(f"--fps must be positive, got {args.fps:g}")
-        if not (math.isfinite(args.noise_std) and args.noise_std >= 0):
-            raise ValueError(f"--noise-std must be a number >= 0, got {args.noise_std}")
-        if args.workers is not None and args.workers < 1:
-            raise ValueError(f"--workers must be >= 1, got {args.workers}")
-        settings = ReplaySettings(
-            fps=args.fps,
-            noise_std=args.noise_std,
-            seed=args.seed,
-            use_poses=not args.no_poses,
-            video=args.video,
-            device=args.device,
+    given = [
+        f"--{k.replace('_', '-')}"
+        for k, default in {**WORLD_DEFAULTS, "km": 2.0}.items()
+        if k not in ("fps",) and getattr(args, k, default) not in (default, None)
+    ]
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} set(s) up drive's own world; --logs drives the logs as recorded"
         )
-        out = Path(args.out)
+    _check_numbers(args, ("fps",))
+    settings = ReplaySettings(
+        fps=args.fps,
+        noise_std=args.noise_std,
+        seed=args.seed,
+        use_poses=not args.no_poses,
+        video=args.video,
+        device=args.device,
+    )
+    out = Path(args.out)
 
-        def progress(row: Dict[str, Any]) -> None:
-            print(
-                f"{row['name']}: {row['km']:.2f} km, {row['interventions']} interventions, "
-                f"no-source {100 * row['no_source_share']['mean']:.1f} %",
-                flush=True,
-            )
+    def progress(row: Dict[str, Any]) -> None:
+        if "skipped" in row:
+            print(f"{row['name']}: skipped, {row['skipped']}", flush=True)
+            return
+        print(
+            f"{row['name']}: {row['km']:.2f} km, {row['interventions']} interventions, "
+            f"no-source {100 * row['no_source_share']['mean']:.1f} %",
+            flush=True,
+        )
 
-        with no_empty_dir_on_error(out):
-            result = evaluate_logs(
-                args.policy,
-                args.logs,
-                args.format,
-                reader_options(args),
-                settings,
-                workers=args.workers,
-                video_dir=out / "videos" if args.video else None,
-                progress=progress,
-            )
-            paths = result.save(out)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"drive evaluate: error: {e}", file=sys.stderr)
-        return 2
+    # a refused run leaves no --out folder; a failed one none of its files (they appear together)
+    with no_empty_dir_on_error(out), all_or_nothing():
+        result = evaluate_logs(
+            args.policy,
+            args.logs,
+            args.format,
+            reader_options(args),
+            settings,
+            workers=args.workers,
+            video_dir=out / "videos" if args.video else None,
+            progress=progress,
+        )
+        paths = result.save(out)
     return _summary(result.metrics, paths)
 
 

@@ -26,6 +26,13 @@ from drive.export.verify import verify_export
 
 COMMAND = "export"
 HELP = "export a policy for the vehicle (TorchScript, AOTInductor, ONNX)"
+OUTPUT = "file"  # drive.cli.outputs: --out is checked before the checkpoint is read
+INPUTS = {"ckpt": "file"}
+RANGES = {
+    "curvature_limit": dict(low=0.0, high=10.0, low_open=True),  # 1/m: a 0.1 m radius
+    "black_level": dict(low=0.0, high=255.0),
+    "max_gap": dict(low=0.0, high=3600.0, low_open=True),
+}
 __all__ = ["add_arguments", "run"]
 
 _SUFFIX_FORMAT = {".ts": "torchscript", ".pt2": "aoti", ".onnx": "onnx"}
@@ -38,6 +45,8 @@ def _frame_size(text: str) -> Tuple[int, int]:
         raise argparse.ArgumentTypeError(
             f"frame size must be HEIGHTxWIDTH, e.g. 1208x1920; got {text!r}"
         ) from None
+    if not (8 <= h <= 10_000 and 8 <= w <= 10_000):
+        raise argparse.ArgumentTypeError(f"frame sides must be 8 to 10000 pixels, got {text!r}")
     return h, w
 
 

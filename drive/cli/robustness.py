@@ -7,14 +7,24 @@ second with the argument's name rather than minutes later inside a worker.
 from __future__ import annotations
 
 import argparse
-import math
 from typing import Dict, List, Tuple
 
+from drive.cli.outputs import COUNT, KM, SEED, WORKERS
 from drive.data.perturb import KINDS, Perturbation
 from drive.evaluate.robustness import RobustnessConfig, robustness_report
 
 COMMAND = "robustness"
 HELP = "noise-robustness report: open loop, closed loop, saliency stability"
+OUTPUT = "folder"  # drive.cli.outputs: --out is checked before anything is read
+INPUTS = {"ckpt": "file", "recordings": "logs"}
+RANGES = {
+    "noise": dict(low=0.0, high=1.0),
+    "km": KM,
+    "seed": SEED,
+    "saliency_frames": COUNT,
+    "max_frames": COUNT,
+    "workers": WORKERS,
+}
 
 DEFAULT_OTHER = "salt_pepper=0.05 blur=2 brightness=-0.3,0.3 occlusion=0.1"
 DEFAULT_KM = 1.0
@@ -101,20 +111,10 @@ def _parse_other(items: List[str]) -> Dict[str, Tuple[float, ...]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if any(not math.isfinite(v) or v < 0 for v in args.noise):
-        raise _fail(f"--noise levels must be finite and >= 0, got {args.noise}")
+    # numbers are in range already (RANGES, checked by drive.cli before run)
     if args.km is not None and not args.closed_loop:
         raise _fail("--km applies to the closed loop only; add --closed-loop")
     km = DEFAULT_KM if args.km is None else args.km
-    if args.closed_loop and not (math.isfinite(km) and km > 0):
-        raise _fail(f"--km must be positive, got {km}")
-    for flag, value in (
-        ("--saliency-frames", args.saliency_frames),
-        ("--max-frames", args.max_frames),
-        ("--workers", args.workers),
-    ):
-        if value is not None and value < 1:
-            raise _fail(f"{flag} must be >= 1, got {value}")
     config = RobustnessConfig(
         noise_levels=tuple(args.noise),
         variance=args.variance,

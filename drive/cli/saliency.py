@@ -16,12 +16,23 @@ import argparse
 import json
 
 from drive.checkpoint import load_policy
+from drive.cli.outputs import COUNT, KM, SEED
 from drive.explain.live import saliency_drive
 from drive.explain.video import saliency_still, saliency_video
 from drive.explain.visual_backprop import METHODS
 
 COMMAND = "saliency"
 HELP = "VisualBackProp saliency video of a policy on a recording"
+OUTPUT = "file"  # drive.cli.outputs: --out is checked before anything is read
+INPUTS = {"ckpt": "file", "recording": "logs"}
+RANGES = {
+    "km": KM,
+    "noise": dict(low=0.0, high=1.0),
+    "max_frames": COUNT,
+    "still_frame": dict(low=0, high=1e9, integer=True),
+    "seed": SEED,
+    "scale": dict(low=1, high=16, integer=True),
+}
 __all__ = ["add_arguments", "run"]
 
 DEFAULT_KM = 0.5
@@ -82,10 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.noise is not None and not 0.0 <= args.noise <= 1.0:
-        raise SystemExit(f"drive saliency: --noise must be in [0, 1], got {args.noise}")
-    if args.max_frames is not None and args.max_frames <= 0:
-        raise SystemExit(f"drive saliency: --max-frames must be positive, got {args.max_frames}")
+    # numbers are in range already (RANGES, checked by drive.cli before run)
     source, other, misplaced = (
         ("--world", "--recording", RECORDING_ONLY) if args.world else ("--recording", "--world", WORLD_ONLY)
     )
@@ -134,8 +142,6 @@ def run(args: argparse.Namespace) -> int:
 def _world(args: argparse.Namespace, policy, meta) -> int:
     """Closed-loop drive with live saliency (drive.explain.live.saliency_drive)."""
     km = DEFAULT_KM if args.km is None else args.km
-    if not km > 0:
-        raise SystemExit(f"drive saliency: --km must be positive, got {km}")
     result = saliency_drive(
         policy,
         meta,

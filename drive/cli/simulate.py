@@ -9,9 +9,9 @@ Example::
 from __future__ import annotations
 
 import argparse
-import sys
 
-from drive.io.atomic import no_empty_dir_on_error
+from drive.cli.outputs import SEED
+from drive.io.atomic import all_or_nothing, no_empty_dir_on_error
 from drive.sim.appearance import CONDITION_AXES, parse_conditions
 from drive.sim.camera import Camera
 from drive.sim.record import DEFAULT_NOISE_STD, check_world_settings, simulate
@@ -19,6 +19,8 @@ from drive.sim.road import ROAD_KINDS, SPLITS, TEST_SEED_OFFSET
 
 COMMAND = "simulate"
 HELP = "record driving logs in the built-in world"
+OUTPUT = "folder"  # drive.cli.outputs: --out is checked before anything is written
+RANGES = {"minutes": dict(low=0.0, high=1e4, low_open=True), "seed": SEED}
 __all__ = ["add_arguments", "run"]
 
 
@@ -73,42 +75,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        parse_conditions(args.conditions)
-        check_world_settings(
-            speed_kmh=args.speed_kmh,
-            fps=args.fps,
-            width=args.width,
-            height=args.height,
-            noise_std=args.noise_std,
-            minutes=args.minutes,
+    # errors of input (settings, an existing recording, a full or read-only --out) propagate to
+    # drive.cli: one line, exit 2, the traceback with --debug
+    parse_conditions(args.conditions)
+    check_world_settings(
+        speed_kmh=args.speed_kmh,
+        fps=args.fps,
+        width=args.width,
+        height=args.height,
+        noise_std=args.noise_std,
+        minutes=args.minutes,
+        recording_minutes=args.recording_minutes,
+    )
+    camera = Camera.default(args.width, args.height)
+
+    def progress(i: int, n: int, path) -> None:
+        print(f"[{i + 1}/{n}] {path}", flush=True)
+
+    # a refused run leaves no --out folder, and a failed one none of its recordings: they appear
+    # together when the last is written
+    with no_empty_dir_on_error(args.out), all_or_nothing():
+        paths = simulate(
+            args.out,
+            args.minutes,
+            args.seed,
+            args.conditions,
+            split=args.split,
             recording_minutes=args.recording_minutes,
+            storage=args.storage,
+            noise_std=args.noise_std,
+            camera=camera,
+            speed_mps=args.speed_kmh / 3.6,
+            fps=args.fps,
+            overwrite=args.overwrite,
+            progress=progress,
+            roads=args.roads,
         )
-        camera = Camera.default(args.width, args.height)
-
-        def progress(i: int, n: int, path) -> None:
-            print(f"[{i + 1}/{n}] {path}", flush=True)
-
-        with no_empty_dir_on_error(args.out):  # a refused run leaves no empty --out folder
-            paths = simulate(
-                args.out,
-                args.minutes,
-                args.seed,
-                args.conditions,
-                split=args.split,
-                recording_minutes=args.recording_minutes,
-                storage=args.storage,
-                noise_std=args.noise_std,
-                camera=camera,
-                speed_mps=args.speed_kmh / 3.6,
-                fps=args.fps,
-                overwrite=args.overwrite,
-                progress=progress,
-                roads=args.roads,
-            )
-    except (ValueError, TypeError) as e:
-        message = str(e).replace("pass overwrite=True", "pass --overwrite")
-        print(f"drive simulate: error: {message}", file=sys.stderr)
-        return 2
     print(f"wrote {len(paths)} recording(s) to {args.out}")
     return 0

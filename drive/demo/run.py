@@ -63,6 +63,7 @@ from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver, Observation
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.record import simulate
+from drive.train.launch import check_config_files
 from drive.train.profiles import resolve_config
 
 __all__ = ["run_demo"]
@@ -279,6 +280,7 @@ def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Dict[str,
 def run_demo(s: DemoSettings) -> Dict[str, Any]:
     """Run every stage (skipping finished ones) and write ``<out>/REPORT.md``; returns the summary."""
     s = replace(s, config=resolve_config(s.config))  # a shipped profile's name -> its file
+    check_config_files(["--config", s.config])  # UTF-8 YAML holding a mapping, named
     branch_step(s)  # a bad --onpolicy-steps is named before anything runs
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
