@@ -102,13 +102,15 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _check_outputs(module: ModuleType, args: argparse.Namespace) -> None:
     """Numbers and ``--out`` checked before the command reads anything (:mod:`drive.cli.outputs`):
-    numbers in range (``RANGES``), ``--out`` writable, of the kind the command writes (``OUTPUT``),
-    never an input (``INPUTS``)."""
+    numbers in range (``RANGES``), every output (``OUTPUTS``, else ``--out``) writable, of the kind
+    the command writes, never an input (``INPUTS``)."""
     check_ranges(args, getattr(module, "RANGES", {}))
-    out = getattr(args, "out", None)
-    check_out(out, getattr(module, "OUTPUT", None))
     kinds = getattr(module, "INPUTS", {})
-    check_out_against_inputs(out, {name: getattr(args, name, None) for name in kinds}, kinds)
+    inputs = {name: getattr(args, name, None) for name in kinds}
+    for dest, kind in getattr(module, "OUTPUTS", {"out": None}).items():
+        flag = "--" + dest.replace("_", "-")
+        check_out(getattr(args, dest, None), kind, flag)
+        check_out_against_inputs(getattr(args, dest, None), inputs, kinds, flag, kind)
 
 
 def _run(command: Command, rest: List[str], debug: bool) -> int:

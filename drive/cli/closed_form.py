@@ -29,7 +29,7 @@ from drive.export.closed_form import METHODS
 
 COMMAND = "closed-form"
 HELP = "convert a trained LTC policy to its closed form (no ODE solver)"
-OUTPUT = "file"  # drive.cli.outputs: --out is checked before anything is read
+OUTPUTS = {"out": "file"}  # drive.cli.outputs: --out is checked before anything is read
 INPUTS = {"ckpt": "file", "recordings": "logs"}
 RANGES = {
     "sim_minutes": dict(low=0.0, high=1e4, low_open=True),

@@ -19,7 +19,7 @@ from drive.demo.settings import DemoSettings
 
 COMMAND = "demo"
 HELP = "the whole pipeline on built-in data: simulate, train, drive, explain, export"
-OUTPUT = "folder"  # drive.cli.outputs: --out is checked before anything runs
+OUTPUTS = {"out": "folder"}  # drive.cli.outputs: --out is checked before anything runs
 INPUTS = {"config": "file"}
 __all__ = ["add_arguments", "run"]
 

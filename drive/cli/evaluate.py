@@ -40,7 +40,7 @@ from drive.sim.road import ROAD_KINDS, SPLITS
 
 COMMAND = "evaluate"
 HELP = "closed-loop driving of a policy (expert, checkpoint, exported file)"
-OUTPUT = "folder"  # drive.cli.outputs: --out is checked before anything is read
+OUTPUTS = {"out": "folder"}  # drive.cli.outputs: --out is checked before anything is read
 INPUTS = {"logs": "logs", "policy": "file", "reader": "file", "env_config": "file"}
 RANGES = {
     "km": KM,

@@ -26,7 +26,7 @@ from drive.export.verify import verify_export
 
 COMMAND = "export"
 HELP = "export a policy for the vehicle (TorchScript, AOTInductor, ONNX)"
-OUTPUT = "file"  # drive.cli.outputs: --out is checked before the checkpoint is read
+OUTPUTS = {"out": "file"}  # drive.cli.outputs: --out is checked before the checkpoint is read
 INPUTS = {"ckpt": "file"}
 RANGES = {
     "curvature_limit": dict(low=0.0, high=10.0, low_open=True),  # 1/m: a 0.1 m radius

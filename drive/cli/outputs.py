@@ -2,13 +2,13 @@
 
 A command module may declare, beside ``COMMAND`` and ``HELP``::
 
-    OUTPUT = "folder"            # --out is a folder (or "file": --out is one file)
+    OUTPUTS = {"out": "folder"}  # options naming outputs: a folder ("file": one file)
     INPUTS = {"logs": "logs", "policy": "file"}   # its options that name inputs, and their kind
     RANGES = {"km": dict(low=0.0, high=1e4, low_open=True)}   # number options and their ranges
 
 and the dispatcher (:mod:`drive.cli`) refuses a number out of its range (every ``float`` option is
-finite already: the dispatcher's parser refuses ``nan`` and ``inf``), and, in one line naming
-``--out``, an output that
+finite already: the dispatcher's parser refuses ``nan`` and ``inf``), and, in one line naming the
+option, an output that
 
 * cannot be written: a read-only file system, no permission, a file in its path where a folder
   should be (``ENOTDIR``);
@@ -45,44 +45,57 @@ WORKERS = dict(low=1, high=1024, integer=True)  # processes
 COUNT = dict(low=1, high=1e9, integer=True)  # frames, rounds, samples
 
 
-def check_out(out: object, kind: Optional[str] = None) -> None:
-    """Refuse an ``--out`` that cannot be written or is of the wrong ``kind`` (``"folder"`` /
-    ``"file"`` / None: either), naming it; nothing is created."""
+def check_out(out: object, kind: Optional[str] = None, flag: str = "--out") -> None:
+    """Refuse an output (``flag``: ``--out``) that cannot be written or is of the wrong ``kind``
+    (``"folder"`` / ``"file"`` / None: either), naming it; nothing is created."""
     if out is None:
         return
     path = Path(str(out)).absolute()
     if kind == "folder" and path.is_file():
-        raise FileExistsError(f"--out {out}: is a file; give a folder (new or existing)")
+        raise FileExistsError(f"{flag} {out}: is a file; give a folder (new or existing)")
     if kind == "file" and path.is_dir():
-        raise IsADirectoryError(f"--out {out}: is a folder; give a file name")
-    check_writable(path, f"--out {out}")
+        raise IsADirectoryError(f"{flag} {out}: is a folder; give a file name")
+    check_writable(path, f"{flag} {out}")
 
 
 def _inside(path: Path, folder: Path) -> bool:
     return path == folder or folder in path.parents
 
 
-def check_out_against_inputs(out: object, inputs: Mapping[str, object], kinds: Mapping[str, str]) -> None:
-    """Refuse an ``--out`` that is an input, or (``logs`` inputs) contains one or lies inside one.
-    ``inputs``: option name -> value; ``kinds``: option name -> ``"logs"`` | ``"file"``."""
+def _in_a_log(target: Path, folder: Path) -> bool:
+    """Whether a file written at ``target`` (below ``folder``) lands inside a log: a folder on the
+    way from ``folder`` down to it is itself a log (a PNG beside a folder log's images joins them)."""
+    from drive.data.readers import detect_format  # at run time: the readers' imports (start-up time)
+
+    return any(detect_format(p) is not None for p in [*target.parents] if _inside(p, folder))
+
+
+def check_out_against_inputs(
+    out: object,
+    inputs: Mapping[str, object],
+    kinds: Mapping[str, str],
+    flag: str = "--out",
+    out_kind: Optional[str] = None,
+) -> None:
+    """Refuse an output (``flag``: ``--out``) that is an input, or (``logs`` inputs) contains one or
+    lies inside one; a file output (``out_kind`` ``"file"``) below a folder of logs only when it
+    would land inside one of the logs. ``inputs``: option name -> value; ``kinds``: option name ->
+    ``"logs"`` | ``"file"``."""
     if out is None:
         return
     target = Path(os.path.realpath(str(out)))
     for option, value in inputs.items():
         for path in existing_paths([value]):
-            flag = "--" + option.replace("_", "-")
+            given = f"the input --{option.replace('_', '-')} {path}"
             if path == target:
-                raise ValueError(f"--out {out}: is the input {flag} {path}; write the output elsewhere")
+                raise ValueError(f"{flag} {out}: is {given}; write the output elsewhere")
             if kinds.get(option) != "logs":
                 continue
-            if _inside(target, path):
-                raise ValueError(
-                    f"--out {out}: lies inside the input {flag} {path}; write the output elsewhere"
-                )
+            if _inside(target, path) and (out_kind != "file" or _in_a_log(target, path)):
+                raise ValueError(f"{flag} {out}: lies inside {given}; write the output elsewhere")
             if _inside(path, target):
                 raise ValueError(
-                    f"--out {out}: contains the input {flag} {path} (it could be written over); "
-                    "write the output elsewhere"
+                    f"{flag} {out}: contains {given} (it could be written over); write the output elsewhere"
                 )
 
 

@@ -15,7 +15,7 @@ from drive.evaluate.robustness import RobustnessConfig, robustness_report
 
 COMMAND = "robustness"
 HELP = "noise-robustness report: open loop, closed loop, saliency stability"
-OUTPUT = "folder"  # drive.cli.outputs: --out is checked before anything is read
+OUTPUTS = {"out": "folder"}  # drive.cli.outputs: --out is checked before anything is read
 INPUTS = {"ckpt": "file", "recordings": "logs"}
 RANGES = {
     "noise": dict(low=0.0, high=1.0),

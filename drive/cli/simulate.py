@@ -19,7 +19,7 @@ from drive.sim.road import ROAD_KINDS, SPLITS, TEST_SEED_OFFSET
 
 COMMAND = "simulate"
 HELP = "record driving logs in the built-in world"
-OUTPUT = "folder"  # drive.cli.outputs: --out is checked before anything is written
+OUTPUTS = {"out": "folder"}  # drive.cli.outputs: --out is checked before anything is written
 RANGES = {"minutes": dict(low=0.0, high=1e4, low_open=True), "seed": SEED}
 __all__ = ["add_arguments", "run"]
 
