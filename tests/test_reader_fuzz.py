@@ -1,14 +1,15 @@
 """Fuzzing the readers with a seeded generator (numpy's; no extra dependency): damaged CSV label
-tables, damaged canonical recordings (log.csv and meta.json), reader options given as YAML and camera
-calibrations, each run through the library entry points the commands use (``read_logs`` as
-``drive data convert`` and ``drive fit`` read, ``inspect_logs`` as ``drive data inspect`` does, and
-``drive.cli.reader_args.reader_options`` for ``--reader`` / ``--set``), in-process.
+tables, damaged canonical recordings (log.csv and meta.json), reader options given as YAML, camera
+calibrations, Donkeycar tubs and dave2 logs, each run through the library entry points the commands
+use (``read_logs`` as ``drive data convert`` and ``drive fit`` read, ``inspect_logs`` as ``drive data
+inspect`` does, and ``drive.cli.reader_args.reader_options`` for ``--reader`` / ``--set``),
+in-process.
 
 Every case must end in a recordings list (a skip counted as a problem where skipping is on, a
 damaged row never silently kept) or in the one-line input error of the project, a ``ValueError`` or
 ``OSError`` whose message is one line naming the file or the option -- never another exception,
-and within a bounded time. 300 cases: 120 label tables, 60 recordings, 60 option sets and 60
-calibrations (a few seconds in all).
+and within a bounded time. 380 cases: 120 label tables, 60 recordings, 60 option sets, 60
+calibrations, 40 Donkeycar tubs and 40 dave2 logs (a few seconds in all).
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from drive.data.inspect import inspect_logs
 from drive.data.readers import read_logs
 from drive.io.recording import CameraCalibration, RecordingMeta, RecordingWriter
 
+# numpy's warnings (an overflow, a NaN from a damaged row) would print beside the one error line
+pytestmark = pytest.mark.filterwarnings("error::RuntimeWarning")
 SEED = 44
-N_TABLES, N_RECORDINGS, N_OPTIONS, N_CAMERAS = 120, 60, 60, 60
+N_TABLES, N_RECORDINGS, N_OPTIONS, N_CAMERAS, N_LINE_LOGS = 120, 60, 60, 60, 40
 ROWS = 12
 CASE_SECONDS = 2.0  # the most one case may take
 BAD_VALUES = [
@@ -284,3 +287,55 @@ def test_camera_calibrations(base, tmp_path) -> None:
         (tmp_path / f"c{i}").mkdir()
         seen.add(_options_case(base, rng, tmp_path / f"c{i}", ["camera={" + ", ".join(full) + "}"]))
     assert seen == {"ok", "refused"}
+
+
+# -- line-per-record logs: dave2's data.txt, a Donkeycar tub's catalog --------------------------
+BAD_FIELDS = [None, "abc", [1], {}, True, float("nan"), 1e308, -1, "", "9" * 300]
+
+
+def _tub(rng, folder: Path, images: Path) -> None:
+    """A Donkeycar tub of six records, some fields, lines or the manifest damaged."""
+    (folder / "images").symlink_to(images)
+    records = [
+        {
+            "_index": k,
+            "cam/image_array": f"{k:03d}.jpg",
+            "user/angle": 0.1 * k,
+            "_timestamp_ms": 1000 + 100 * k,
+        }
+        for k in range(6)
+    ]
+    for _ in range(int(rng.integers(1, 4))):
+        record = records[int(rng.integers(len(records)))]
+        record[list(record)[int(rng.integers(len(record)))]] = BAD_FIELDS[int(rng.integers(len(BAD_FIELDS)))]
+    lines = [json.dumps(r) for r in records]
+    if rng.random() < 0.3:
+        lines[int(rng.integers(len(lines)))] = ["{broken", "[1, 2]", "7"][int(rng.integers(3))]
+    manifest = {"paths": ["catalog_0.catalog"], "deleted_indexes": [int(rng.integers(6))]}
+    if rng.random() < 0.2:
+        manifest = [{"paths": "catalog_0.catalog"}, {"deleted_indexes": [[1]]}][int(rng.integers(2))]
+    (folder / "manifest.json").write_text("[]\n{}\n" + json.dumps(manifest) + "\n")
+    (folder / "catalog_0.catalog").write_bytes(_bytes_damage(rng, "\n".join(lines).encode()))
+
+
+def _dave2(rng, folder: Path, images: Path) -> None:
+    """A dave2 data.txt of six lines, angles and times damaged."""
+    lines = []
+    for k in range(6):
+        angle = (
+            ["0.5", "nan", "abc", "1e400", "-3", ""][int(rng.integers(6))] if rng.random() < 0.3 else "0.5"
+        )
+        lines.append(f"{images / f'{k:03d}.jpg'} {angle},2018-01-01 10:00:0{k}:{int(rng.integers(1000)):03d}")
+    (folder / "data.txt").write_bytes(_bytes_damage(rng, "\n".join(lines).encode()))
+
+
+@pytest.mark.parametrize("make", [_tub, _dave2], ids=["donkeycar", "dave2"])
+def test_damaged_line_logs(make, base, tmp_path) -> None:
+    rng = np.random.default_rng(SEED + 4)
+    seen = set()
+    for i in range(N_LINE_LOGS):
+        folder = tmp_path / f"l{i:03d}"
+        folder.mkdir()
+        make(rng, folder, base["images"])
+        seen.update(_check_case(folder).values())
+    assert "refused" in seen

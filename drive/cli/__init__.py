@@ -11,8 +11,12 @@ line to :mod:`drive.cli.fit`, which owns its own ``--help``.
 
 Errors caused by input (a missing or damaged file, a bad option value, a read-only or full
 output location) are answered with one line on stderr, ``drive <command>: error: <what>``, naming
-the file or option, and exit status 2; no traceback. ``--debug`` (anywhere on the command line,
-or ``DRIVE_DEBUG=1``) shows the traceback instead. Anything else (a bug) keeps its traceback.
+the file or option, and exit status 2; no traceback. Every command's errors take this one path (a
+command raises, it does not print them): argparse's refusals too (no usage dump), and YAML, OS and
+decoding errors. ``--debug`` (anywhere on the command line, or ``DRIVE_DEBUG=1``) shows the
+traceback instead, for every command. Anything else (a bug) keeps its traceback. Before a command
+runs, its float options are finite (the parser's type), and its ``RANGES``, ``OUTPUTS`` and
+``INPUTS`` are checked (:mod:`drive.cli.outputs`).
 """
 
 from __future__ import annotations

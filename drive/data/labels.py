@@ -100,7 +100,8 @@ def to_curvature_per_m(values: np.ndarray, spec: LabelSpec) -> np.ndarray:
         delta = np.radians(v) / spec.steering_ratio
     else:  # steering_wheel_rad
         delta = v / spec.steering_ratio
-    return np.tan(delta) / spec.wheelbase_m
+    with np.errstate(invalid="ignore", over="ignore"):  # a damaged row's inf is NaN here, reported by row
+        return np.tan(delta) / spec.wheelbase_m
 
 
 def speed_to_mps(values: np.ndarray, unit: str) -> np.ndarray:

@@ -20,6 +20,7 @@ from drive.data.errors import Problems
 from drive.data.labels import to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording, reroot
 from drive.data.readers.registry import register_reader
+from drive.io.checks import decode_lines
 from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "LABEL_DEFAULTS"]
@@ -45,7 +46,11 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
     log_path = path / "data.txt" if path.is_dir() else path
     base = log_path.parent
     images, lines, angles, stamps = [], [], [], []
-    for number, text in enumerate(log_path.read_text().splitlines(), start=1):
+
+    def not_utf8(line: int, message: str) -> None:
+        problems.report(str(log_path), line, "not_utf8", message)
+
+    for number, text in enumerate(decode_lines(log_path, not_utf8).splitlines(), start=1):
         if not text.strip():
             continue
         m = _LINE.match(text)

@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from drive.data.errors import Problems
+from drive.data.errors import DataError, Problems
 from drive.data.labels import time_to_s, to_curvature_per_m
-from drive.data.readers.base import ReaderOptions, build_recording
+from drive.data.readers.base import ReaderOptions, build_recording, reroot
 from drive.data.readers.registry import register_reader
+from drive.io.checks import decode_lines
 from drive.io.recording import ImageFiles, Recording
 
 __all__ = ["read", "detect", "LABEL_DEFAULTS"]
@@ -32,51 +33,98 @@ def detect(path: Path) -> bool:
 
 
 def _manifest(path: Path) -> Dict[str, Any]:
-    """The manifest's last JSON line that names the catalogs (tub v2 writes five lines)."""
+    """The manifest's last JSON line that names the catalogs (tub v2 writes five lines); a line
+    that is not JSON, or catalogs and deleted records that are not lists, are an error naming it."""
     found: Dict[str, Any] = {}
-    for line in (path / "manifest.json").read_text().splitlines():
+    where = path / "manifest.json"
+
+    def refuse(line: int, message: str) -> None:
+        raise DataError(str(where), line, "bad_manifest", message)
+
+    for number, line in enumerate(decode_lines(where, refuse).splitlines(), start=1):
         line = line.strip()
         if line.startswith("{"):
-            d = json.loads(line)
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                refuse(number, f"not JSON ({e.msg})")
             if "paths" in d or "deleted_indexes" in d:
+                if not all(isinstance(d.get(k, []), list) for k in ("paths", "deleted_indexes")):
+                    refuse(number, "paths and deleted_indexes must be lists")
                 found = d
     return found
 
 
+def _number(value: Any) -> float:
+    """A record's number (None is a missing value, NaN, reported as such by build_recording)."""
+    if value is None:
+        return np.nan
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} is not a number")
+    return float(value)
+
+
+def _reporter(catalog: Path, problems: Problems) -> Any:
+    def not_utf8(line: int, message: str) -> None:
+        problems.report(str(catalog), line, "not_utf8", message)
+
+    return not_utf8
+
+
+def _record(
+    path: Path, catalog: Path, number: int, text: str, keys: tuple, deleted: set, problems: Problems
+) -> Optional[Tuple[Path, float, float]]:
+    """(image, angle, timestamp) of one catalog line, or None: deleted, or reported (not a JSON
+    record, a key missing, no image, not a number)."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as e:
+        problems.report(str(catalog), number, "malformed_row", f"not JSON ({e.msg})")
+        return None
+    if not isinstance(record, dict):
+        problems.report(str(catalog), number, "malformed_row", "not a JSON record ({...})")
+        return None
+    if isinstance(record.get("_index"), int) and record["_index"] in deleted:
+        return None
+    missing = [k for k in keys if k not in record]
+    if missing:
+        problems.report(str(catalog), number, "malformed_row", f"record lacks {missing}")
+        return None
+    image = path / "images" / str(record[keys[0]])
+    if reroot(str(record[keys[0]]), path / "images") != image:  # not there (or not a file name at all)
+        problems.report(str(catalog), number, "missing_image", f"image {image} not found")
+        return None
+    try:
+        return image, _number(record[keys[1]]), _number(record[keys[2]])
+    except ValueError as e:
+        problems.report(str(catalog), number, "not_a_number", str(e))
+        return None
+
+
 def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recording]:
     manifest = _manifest(path)
-    deleted = set(manifest.get("deleted_indexes", []))
+    deleted = {i for i in manifest.get("deleted_indexes", []) if isinstance(i, int)}
     catalogs = [path / c for c in manifest.get("paths", [])] or sorted(
         path.glob("catalog_*.catalog"), key=lambda p: int(p.stem.split("_")[-1])
     )
+    keys = (
+        options.image_column or "cam/image_array",
+        options.steering_column or "user/angle",
+        options.timestamp_column or "_timestamp_ms",
+    )
     files, lines, stamps, angles, images = [], [], [], [], []
-    image_key = options.image_column or "cam/image_array"
-    angle_key = options.steering_column or "user/angle"
-    time_key = options.timestamp_column or "_timestamp_ms"
     for catalog in catalogs:
-        for number, text in enumerate(catalog.read_text().splitlines(), start=1):
-            if not text.strip():
-                continue
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError as e:
-                problems.report(str(catalog), number, "malformed_row", f"not JSON ({e.msg})")
-                continue
-            if record.get("_index") in deleted:
-                continue
-            missing = [k for k in (image_key, angle_key, time_key) if k not in record]
-            if missing:
-                problems.report(str(catalog), number, "malformed_row", f"record lacks {missing}")
-                continue
-            image = path / "images" / str(record[image_key])
-            if not image.is_file():
-                problems.report(str(catalog), number, "missing_image", f"image {image} not found")
-                continue
-            files.append(str(catalog))
-            lines.append(number)
-            stamps.append(float(record[time_key]) if record[time_key] is not None else np.nan)
-            angles.append(float(record[angle_key]) if record[angle_key] is not None else np.nan)
-            images.append(image)
+        if not catalog.is_file():
+            problems.report(str(catalog), None, "missing_catalog", "the manifest names it, it is not there")
+            continue
+        for number, text in enumerate(decode_lines(catalog, _reporter(catalog, problems)).splitlines(), 1):
+            row = _record(path, catalog, number, text, keys, deleted, problems) if text.strip() else None
+            if row is not None:
+                files.append(str(catalog))
+                lines.append(number)
+                images.append(row[0])
+                angles.append(row[1])
+                stamps.append(row[2])
     if not images:
         problems.report(str(path), None, "empty", "no usable records")
         return []
