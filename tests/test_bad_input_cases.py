@@ -388,3 +388,16 @@ def test_outputs_of_a_failed_command_appear_none_of_them(tmp_path) -> None:
         write_text(tmp_path / "metrics.json", "{}\n")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "old.txt", "videos"]
     assert [p.name for p in (tmp_path / "videos").iterdir()] == ["a.mp4"]
+
+
+@pytest.mark.parametrize("argv", [["export", "--ckpt", "{ckpt}", "--format", "torchscript"], ["simulate"]])
+def test_an_output_that_is_a_device_or_empty_is_refused(argv, tmp_path, capsys) -> None:
+    """`export --out /dev/null` renamed its temporary onto the device (as root: /dev/null replaced)."""
+    ckpt = tmp_path / "policy.ckpt"
+    ckpt.write_bytes(b"not read")
+    argv = [a.format(ckpt=ckpt) for a in argv]
+    assert main([*argv, "--out", "/dev/null"]) == 2
+    one_line(_err(capsys), argv[0], "--out /dev/null: is not a regular file or folder")
+    assert Path("/dev/null").is_char_device()
+    assert main([*argv, "--out", ""]) == 2  # export's --out is a Path: "" is "."
+    one_line(_err(capsys), argv[0], "--out .: is a folder" if argv[0] == "export" else "--out: an empty path")

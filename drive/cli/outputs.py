@@ -50,7 +50,11 @@ def check_out(out: object, kind: Optional[str] = None, flag: str = "--out") -> N
     (``"folder"`` / ``"file"`` / None: either), naming it; nothing is created."""
     if out is None:
         return
+    if not str(out).strip():
+        raise ValueError(f"{flag}: an empty path; give a {kind or 'path'}")
     path = Path(str(out)).absolute()
+    if path.exists() and not (path.is_file() or path.is_dir()):  # a device, a pipe: never replaced
+        raise FileExistsError(f"{flag} {out}: is not a regular file or folder; write elsewhere")
     if kind == "folder" and path.is_file():
         raise FileExistsError(f"{flag} {out}: is a file; give a folder (new or existing)")
     if kind == "file" and path.is_dir():
