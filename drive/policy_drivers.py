@@ -23,6 +23,7 @@ from drive.checkpoint import CHECKPOINT_SUFFIXES, EXPORT_SUFFIXES, load_policy
 from drive.data.perturb import perturb_views
 from drive.data.preprocess import Preprocessing
 from drive.export import ExportedDriver
+from drive.io.checks import number
 from drive.nn.policy import Policy
 from drive.sim.driver import ConstantDriver
 from drive.sim.expert import PurePursuitExpert
@@ -109,12 +110,10 @@ def make_driver(spec: str, device: str = "cpu", threads: int = 0) -> Any:
         return PurePursuitExpert()
     if spec.startswith("constant:"):
         value = spec.split(":", 1)[1]
-        try:
-            return ConstantDriver(float(value))
-        except ValueError:
-            raise ValueError(
-                f"--policy constant:K needs a number K (curvature in 1/m), got {value!r}"
-            ) from None
+        try:  # a finite curvature a car can steer: within a 1 m radius either way
+            return ConstantDriver(number(value, "K", low=-1.0, high=1.0))
+        except ValueError as e:
+            raise ValueError(f"--policy constant:K needs a number K (curvature in 1/m): {e}") from None
     path = Path(spec)
     if not path.exists():
         raise ValueError(f"--policy {spec}: no such file (nor 'expert' or 'constant:K')")

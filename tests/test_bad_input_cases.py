@@ -401,3 +401,13 @@ def test_an_output_that_is_a_device_or_empty_is_refused(argv, tmp_path, capsys) 
     assert Path("/dev/null").is_char_device()
     assert main([*argv, "--out", ""]) == 2  # export's --out is a Path: "" is "."
     one_line(_err(capsys), argv[0], "--out .: is a folder" if argv[0] == "export" else "--out: an empty path")
+
+
+@pytest.mark.parametrize("k, must", [("1e9", "in [-1, 1], got '1e9'"), ("nan", "a finite number, got 'nan'")])
+def test_a_constant_policy_is_a_curvature_a_car_can_steer(k, must, tmp_path, capsys) -> None:
+    """`--policy constant:1e9` drove (a 1 nm radius)."""
+    assert main(["evaluate", "--policy", f"constant:{k}", "--km", "0.01", "--out", str(tmp_path / "o")]) == 2
+    one_line(
+        _err(capsys), "evaluate", "--policy constant:K needs a number K (curvature in 1/m): K must be", must
+    )
+    assert not (tmp_path / "o").exists()

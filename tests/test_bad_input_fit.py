@@ -119,6 +119,7 @@ def test_a_fit_that_trained_keeps_its_logs(logs, tmp_path, capsys) -> None:
         ("--data.gap_factor", "1", "--data.gap_factor must be in (1, 1e+06], got 1"),
         ("--data.val_fraction", "1.5", "--data.val_fraction must be in [0, 1), got 1.5"),
         ("--no.such_option", "1", "unrecognized arguments: --no.such_option 1"),
+        ("--trainer.max_steps", "-5", "`max_steps` must be a non-negative integer or -1"),
         ("--data.reader", "{camera: [", "--data.reader: not valid YAML"),
         ("--data.reader", "[1, 2]", "--data.reader: expected a mapping or null, got '[1, 2]'"),
         (

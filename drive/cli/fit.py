@@ -27,6 +27,8 @@ import re
 import sys
 from typing import List, Optional
 
+from lightning.fabric.utilities.exceptions import MisconfigurationException
+
 from drive.cli.errors import INPUT_ERRORS, report_input_error
 from drive.io.checks import load_yaml
 from drive.train.launch import launch
@@ -79,7 +81,7 @@ def lightning_main(argv: Optional[List[str]] = None, debug: bool = False) -> int
         except ValueError as yaml_error:
             line = str(yaml_error)
         return report_input_error(command, ValueError(f"{line} (see drive {command} --help)"))
-    except INPUT_ERRORS as e:
+    except (*INPUT_ERRORS, MisconfigurationException) as e:  # Lightning's word for a bad setting
         if debug:
             raise
         return report_input_error(command, e)
