@@ -33,6 +33,7 @@ _RANGES: Dict[str, Dict[str, Any]] = {
     "fps": dict(low=0.0, high=MAX_FPS, low_open=True),
     "dart_noise": dict(low=0.0, high=MAX_NOISE_STD),
     "km": dict(low=0.0, high=1e4, low_open=True),
+    "hard_km": dict(low=0.0, high=1e4),
     "max_steps": dict(low=0, **_WHOLE),
     "threads": dict(low=0, high=4096, integer=True),
     "baseline_steps": dict(low=1, **_WHOLE),
