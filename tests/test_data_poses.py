@@ -9,6 +9,7 @@ east-north-up positions within 1e-4 m of the local positions the ECEF ones were 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Dict, List, Sequence
@@ -21,8 +22,11 @@ from bad_input_util import one_line
 from drive.cli import main
 from drive.data.errors import DataError, Problems
 from drive.data.readers import read_logs
-from drive.io.recording import POSE_COLUMNS
-from drive.replay import reference_paths
+from drive.io.recording import POSE_COLUMNS, Recording
+from drive.replay import reference_paths, replay_recording
+from drive.sim.closed_loop import summarize
+from drive.sim.expert import PurePursuitExpert
+from drive.sim.record import simulate
 
 K, V = 0.02, 8.0  # the test drives: a left-hand circle of 50 m radius at 8 m/s
 
@@ -172,3 +176,78 @@ def test_a_yaw_against_the_travel_is_skipped_with_its_poses_only(tmp_path):
     (rec,) = read_logs(str(log), problems=problems)
     assert len(rec) == 60 and problems.counts() == {"pose_heading": 1}
     assert not set(POSE_COLUMNS) & set(rec.log) and reference_paths(rec)[0].source == "curvature"
+
+
+# -- the replay path and the report ---------------------------------------------------------------
+def _as_folder_log(rec: Recording, out: Path, poses: bool) -> Path:
+    """A recording of the world as a user's folder + CSV: PNGs, labels and the pose (or none)."""
+    out.mkdir()
+    rows = ["image,t,curvature_per_m,speed" + (",x_m,y_m,yaw_rad" if poses else "")]
+    for i in range(len(rec)):
+        cv2.imwrite(str(out / f"{i:05d}.png"), cv2.cvtColor(rec.frame(i), cv2.COLOR_RGB2BGR))
+        log = rec.log
+        pose = (
+            f",{float(log['x_m'][i])!r},{float(log['y_m'][i])!r},{float(log['yaw_rad'][i])!r}"
+            if poses
+            else ""
+        )
+        rows.append(
+            f"{i:05d}.png,{float(log['timestamp_s'][i])!r},{float(log['curvature'][i])!r},{float(log['speed_mps'][i])!r}{pose}"
+        )
+    (out / "labels.csv").write_text("\n".join(rows) + "\n")
+    return out
+
+
+def test_a_curved_log_is_driven_on_its_own_poses_and_the_report_says_which_path(tmp_path, capsys):
+    """A world log recorded with steering noise (DART): its labels are the expert's commands, not what
+    the car did, so integrating them goes astray (tens of metres over 150 m); its poses are the path."""
+    (world,) = simulate(
+        tmp_path / "world", minutes=0.3, seed=3, split="test", fps=10.0, recording_minutes=0.3
+    )
+    recorded = Recording.open(world)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    _as_folder_log(recorded, logs / "with_poses", poses=True)
+    _as_folder_log(recorded, logs / "labels_only", poses=False)
+    options = {"camera": "approximate"}  # the world's own camera
+    (rec,) = read_logs(str(logs / "with_poses"), options=options)
+    (path,) = reference_paths(rec)
+    assert path.source == "poses" and path.length_m > 140
+    np.testing.assert_allclose(
+        path.frame_pose[:, :2], np.stack([recorded.log["x_m"], recorded.log["y_m"]], 1), atol=1e-9
+    )
+    (integrated,) = reference_paths(rec, use_poses=False)  # from (0, 0, 0): put where the poses start
+    x0, y0, yaw0 = path.frame_pose[0]
+    c, s, q = math.cos(yaw0), math.sin(yaw0), integrated.frame_pose
+    aligned = np.stack([x0 + c * q[:, 0] - s * q[:, 1], y0 + s * q[:, 0] + c * q[:, 1]], axis=1)
+    assert np.hypot(*(aligned - path.frame_pose[:, :2]).T).max() > 20.0  # metres astray
+    # the expert drives the recorded path: every driven point within 0.3 m of where the car went
+    (seg,) = replay_recording(rec, PurePursuitExpert(), 10.0, use_poses=True).segments
+    dense = np.linspace(0, len(rec) - 1, 20 * len(rec))
+    xs = np.interp(dense, np.arange(len(rec)), recorded.log["x_m"])
+    ys = np.interp(dense, np.arange(len(rec)), recorded.log["y_m"])
+    gap = np.hypot(seg.x_m[:, None] - xs[None], seg.y_m[:, None] - ys[None]).min(axis=1)
+    assert summarize([seg])["interventions"] == 0 and gap.max() < 0.3
+    # drive data inspect says which log has poses; the log replay report which path each drove
+    sets = [a for k, v in options.items() for a in ("--set", f"{k}={v}")]
+    assert main(["data", "inspect", str(logs), "--quick", *sets]) == 0
+    said = {
+        line.split(" ")[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("- ")
+    }
+    assert said["with_poses"].endswith(", poses (149 m)") and said["labels_only"].endswith(", no poses")
+    out = tmp_path / "replay"
+    args = ["evaluate", "--logs", str(logs), "--policy", "expert", "--out", str(out), "--workers", "1"]
+    assert main([*args, *sets]) == 0
+    printed = capsys.readouterr().out
+    assert "path from poses" in printed and "path from curvature" in printed
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["path_sources"] == {"poses": 1, "curvature": 1}
+    assert {Path(r["name"]).parent.name: r["path_source"] for r in m["per_recording"]} == {
+        "with_poses": "poses",
+        "labels_only": "curvature",
+    }
+    report = (out / "REPORT.md").read_text()
+    assert (
+        "- Recorded path: from the log's own poses (x, y, yaw) in 1 recording(s); integrated from " in report
+    )
+    assert "| log's poses |" in report and "| integrated |" in report

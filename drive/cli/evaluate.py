@@ -356,7 +356,7 @@ def _run_logs(args: argparse.Namespace) -> int:
             return
         print(
             f"{row['name']}: {row['km']:.2f} km, {row['interventions']} interventions, "
-            f"no-source {100 * row['no_source_share']['mean']:.1f} %",
+            f"no-source {100 * row['no_source_share']['mean']:.1f} %, path from {row['path_source']}",
             flush=True,
         )
 

@@ -17,7 +17,7 @@ from drive.data.errors import DataError, Problems
 from drive.data.readers import discover, no_log_message, read_logs
 from drive.data.readers.rosbag_io import list_topics
 from drive.io.atomic import save_figure
-from drive.io.recording import Recording, RecordingMeta, RecordingWriter
+from drive.io.recording import POSE_COLUMNS, Recording, RecordingMeta, RecordingWriter
 
 __all__ = [
     "inspect_logs",
@@ -138,7 +138,17 @@ def _summary(rec: Recording, gap_factor: float) -> Dict[str, Any]:
         "labels": label_statistics(k),
         "speed_mps": {"min": float(v.min()), "max": float(v.max())},
         "camera": rec.meta.camera.to_dict() if rec.meta.camera else None,
+        "poses": _poses(rec),
     }
+
+
+def _poses(rec: Recording) -> Any:
+    """Whether the log has the car's pose (log replay's path then comes from it, not from
+    integrating curvature): where it came from and the length of the path, or None."""
+    if not all(c in rec.log for c in POSE_COLUMNS):
+        return None
+    step = np.hypot(np.diff(rec.log["x_m"]), np.diff(rec.log["y_m"]))
+    return {"from": rec.meta.extra.get("poses", "x_m, y_m, yaw_rad"), "path_m": float(step.sum())}
 
 
 def plot_recordings(recs: Sequence[Recording], out: str, gap_factor: float = 3.0, limit: int = 8) -> None:
@@ -262,6 +272,7 @@ def format_report(report: Dict[str, Any]) -> str:
             f"{len(s['gaps'])} gap(s), curvature {k['min']:+.4f}..{k['max']:+.4f} 1/m, "
             f"speed {s['speed_mps']['min']:.1f}..{s['speed_mps']['max']:.1f} m/s"
             + ("" if s["camera"] else ", no camera calibration")
+            + (f", poses ({s['poses']['path_m']:.0f} m)" if s.get("poses") else ", no poses")
             + (f", {s['decodable_frames']} decodable" if "decodable_frames" in s else "")
         )
         for g in s["gaps"][:5]:

@@ -287,6 +287,8 @@ def _metrics(
         "recordings": len(recordings),
         "segments": len(segments),
         "camera": sorted({row["camera"] for row in rows}),
+        # per recording: the path from the log's own poses, or integrated from curvature and speed
+        "path_sources": {src: sum(r["path_source"] == src for r in rows) for src in ("poses", "curvature")},
         "no_source_share_mean": float((means * shown).sum() / shown.sum()) if shown.sum() else 0.0,
         **summarize_with_conditions(segments),
         "per_recording": rows,

@@ -33,8 +33,26 @@ def _row(r: Dict[str, Any]) -> str:
     return (
         f"| {Path(r['name']).name} | {r['km']:.2f} | {r['interventions']} | "
         f"{format_rate(r['interventions'], r['km'])} | {r['lateral_rms_m']:.3f} | "
-        f"{100 * share['mean']:.1f} / {100 * share['p95']:.1f}{flag} | {r['path_source']} |"
+        f"{100 * share['mean']:.1f} / {100 * share['p95']:.1f}{flag} | {_PATH[r['path_source']]} |"
     )
+
+
+_PATH = {"poses": "log's poses", "curvature": "integrated", "none": "-"}
+
+
+def _path_line(metrics: Dict[str, Any]) -> str:
+    """Where the recorded paths came from: the logs' own poses, or integrated from the labels."""
+    counts = metrics.get("path_sources") or {}
+    off = " (`--no-poses`)" if not metrics.get("settings", {}).get("use_poses", True) else ""
+    parts = []
+    if counts.get("poses"):
+        parts.append(f"from the log's own poses (x, y, yaw) in {counts['poses']} recording(s)")
+    if counts.get("curvature"):
+        parts.append(
+            f"integrated from curvature and speed in {counts['curvature']} recording(s){off}, "
+            "only as right as their labels and speeds"
+        )
+    return "- Recorded path: " + "; ".join(parts or ["none"]) + " (docs/replay.md)."
 
 
 def _skipped(metrics: Dict[str, Any]) -> List[str]:
@@ -71,6 +89,7 @@ def _lines(metrics: Dict[str, Any], plotted: int, total: int) -> List[str]:
         f"{m['criteria']['max_heading_rad']:.3f} rad from the recorded path; the car is put back on the "
         "path and the policy's state reset, as in the built-in world.",
         "- Camera: " + "; ".join(_CAMERA_NOTE[c] for c in m["camera"]) + ".",
+        _path_line(m),
         "- Re-rendered pixels with no recorded content (repeated border): "
         f"{100 * m['no_source_share_mean']:.1f} % "
         f"of what the policy saw on average; recordings above {100 * NO_SOURCE_FLAG:.0f} % are flagged"
