@@ -140,13 +140,17 @@ def write_bag(
     speed: Optional[Sequence[Tuple[int, float]]] = None,
     speed_type: str = "std_msgs/msg/Float32",
     speed_topic: str = "/vehicle/speed",
+    poses: Optional[Sequence[Tuple[int, float, float, float]]] = None,
+    pose_type: str = "nav_msgs/msg/Odometry",
+    pose_topic: str = "/odom",
 ) -> Path:
     """Write ``frames`` [(stamp ns, rgb)] and ``steering`` [(stamp ns, kappa 1/m, speed m/s)].
 
     Messages are stored in receive order (bag time = stamp + ``receive_delay_ns``), the two topics
     interleaved as a recorder would (``camera_delay_ns``: the camera's own delay, e.g. a slow
     encoder). ``extra_topics`` {topic: msgtype} adds distractor topics (one message each at the
-    start) to exercise topic picking. ``speed`` [(stamp ns, m/s)] adds a speed topic.
+    start) to exercise topic picking. ``speed`` [(stamp ns, m/s)] adds a speed topic (an Odometry
+    speed topic has a zero pose), ``poses`` [(stamp ns, x m, y m, yaw rad)] a pose topic.
     """
     ts = store(kind)
     records: List[Tuple[int, str, bytes]] = []
@@ -158,29 +162,7 @@ def write_bag(
     for t_ns, kappa, v_mps in steering:
         msg = steering_msg(ts, kind, steering_type, t_ns, kappa, v_mps, wheelbase)
         records.append((t_ns + receive_delay_ns, "steer", serialize(ts, kind, msg, steering_type)))
-    for t_ns, v in speed or ():
-        if speed_type == "nav_msgs/msg/Odometry":
-            V = ts.types["geometry_msgs/msg/Vector3"]
-            tw = ts.types["geometry_msgs/msg/TwistWithCovariance"](
-                twist=ts.types["geometry_msgs/msg/Twist"](
-                    linear=V(x=v, y=0.0, z=0.0), angular=V(x=0.0, y=0.0, z=0.0)
-                ),
-                covariance=np.zeros(36),
-            )
-            P = ts.types["geometry_msgs/msg/Point"]
-            Q = ts.types["geometry_msgs/msg/Quaternion"]
-            pose = ts.types["geometry_msgs/msg/PoseWithCovariance"](
-                pose=ts.types["geometry_msgs/msg/Pose"](
-                    position=P(x=0.0, y=0.0, z=0.0), orientation=Q(x=0.0, y=0.0, z=0.0, w=1.0)
-                ),
-                covariance=np.zeros(36),
-            )
-            msg = ts.types[speed_type](
-                header=_header(ts, kind, t_ns), child_frame_id="base_link", pose=pose, twist=tw
-            )
-        else:
-            msg = ts.types[speed_type](data=v)
-        records.append((t_ns + receive_delay_ns, "speed", serialize(ts, kind, msg, speed_type)))
+    records += _speed_and_pose_records(ts, kind, speed, speed_type, poses, pose_type, receive_delay_ns)
     t_first = min(r[0] for r in records)
     for topic, msgtype in (extra_topics or {}).items():
         msg = ts.types[msgtype](data=1.0) if msgtype.startswith("std_msgs") else None
@@ -195,9 +177,49 @@ def write_bag(
             conns[topic] = w.add_connection(topic, msgtype, typestore=ts)
         if speed:
             conns["speed"] = w.add_connection(speed_topic, speed_type, typestore=ts)
+        if poses:
+            conns["pose"] = w.add_connection(pose_topic, pose_type, typestore=ts)
         for t, key, raw in records:
             w.write(conns[key], t, raw)
     return path
+
+
+def _speed_and_pose_records(ts, kind, speed, speed_type, poses, pose_type, delay_ns):
+    records = []
+    for t_ns, v in speed or ():
+        if speed_type == "nav_msgs/msg/Odometry":
+            msg = pose_msg(ts, kind, speed_type, t_ns, speed=v)
+        else:
+            msg = ts.types[speed_type](data=v)
+        records.append((t_ns + delay_ns, "speed", serialize(ts, kind, msg, speed_type)))
+    for t_ns, x, y, yaw in poses or ():
+        msg = pose_msg(ts, kind, pose_type, t_ns, x=x, y=y, yaw=yaw)
+        records.append((t_ns + delay_ns, "pose", serialize(ts, kind, msg, pose_type)))
+    return records
+
+
+def pose_msg(ts, kind: str, msgtype: str, t_ns: int, x=0.0, y=0.0, yaw=0.0, speed=0.0):
+    """An Odometry, PoseStamped or PoseWithCovarianceStamped at (x, y) heading ``yaw`` (rad, about
+    +z: quaternion (0, 0, sin(yaw/2), cos(yaw/2)), REP 103), an Odometry moving at ``speed``."""
+    P, Q = ts.types["geometry_msgs/msg/Point"], ts.types["geometry_msgs/msg/Quaternion"]
+    pose = ts.types["geometry_msgs/msg/Pose"](
+        position=P(x=x, y=y, z=0.0), orientation=Q(x=0.0, y=0.0, z=math.sin(yaw / 2), w=math.cos(yaw / 2))
+    )
+    if msgtype == "geometry_msgs/msg/PoseStamped":
+        return ts.types[msgtype](header=_header(ts, kind, t_ns, "odom"), pose=pose)
+    with_cov = ts.types["geometry_msgs/msg/PoseWithCovariance"](pose=pose, covariance=np.zeros(36))
+    if msgtype == "geometry_msgs/msg/PoseWithCovarianceStamped":
+        return ts.types[msgtype](header=_header(ts, kind, t_ns, "odom"), pose=with_cov)
+    V = ts.types["geometry_msgs/msg/Vector3"]
+    tw = ts.types["geometry_msgs/msg/TwistWithCovariance"](
+        twist=ts.types["geometry_msgs/msg/Twist"](
+            linear=V(x=speed, y=0.0, z=0.0), angular=V(x=0.0, y=0.0, z=0.0)
+        ),
+        covariance=np.zeros(36),
+    )
+    return ts.types[msgtype](
+        header=_header(ts, kind, t_ns, "odom"), child_frame_id="base_link", pose=with_cov, twist=tw
+    )
 
 
 def drive_frames(

@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 import pytest
 from bad_input_util import one_line
+from rosbag_util import bag_path, drive_frames, steering_samples, write_bag
 
 from drive.cli import main
 from drive.data.errors import DataError, Problems
@@ -176,6 +177,77 @@ def test_a_yaw_against_the_travel_is_skipped_with_its_poses_only(tmp_path):
     (rec,) = read_logs(str(log), problems=problems)
     assert len(rec) == 60 and problems.counts() == {"pose_heading": 1}
     assert not set(POSE_COLUMNS) & set(rec.log) and reference_paths(rec)[0].source == "curvature"
+
+
+# -- ROS bags -------------------------------------------------------------------------------------
+T0 = 1_700_000_000_000_000_000
+
+
+def _pose_bag(tmp_path: Path, kind: str, pose_type: str, skip: slice = slice(0, 0)) -> Path:
+    t = np.arange(-0.2, 4.4, 0.02)  # 50 Hz around the camera's 4 s at 10 Hz
+    p = circle(t, yaw0=3.0)
+    keep = np.ones(len(t), bool)
+    keep[skip] = False
+    poses = [
+        (T0 + int(round(t[i] * 1e9)), float(p["x_m"][i]), float(p["y_m"][i]), float(p["yaw_rad"][i]))
+        for i in np.flatnonzero(keep)
+    ]
+    return write_bag(
+        bag_path(tmp_path, kind),
+        kind,
+        frames=drive_frames(4, 10),
+        steering=steering_samples(4, 50),
+        poses=poses,
+        pose_type=pose_type,
+    )
+
+
+@pytest.mark.parametrize(
+    "kind,pose_type", [("rosbag1", "nav_msgs/msg/Odometry"), ("mcap", "geometry_msgs/msg/PoseStamped")]
+)
+def test_a_bag_odometry_topic_gives_the_poses_at_the_frame_times(kind, pose_type, tmp_path, capsys):
+    bag = _pose_bag(tmp_path, kind, pose_type)
+    assert main(["data", "inspect", str(bag), "--quick", "--set", "odometry_topic=/odom"]) == 0
+    out = capsys.readouterr().out
+    role = "speed/pose" if pose_type.endswith("Odometry") else "pose"
+    assert f"/odom  {pose_type}  231 msgs  <- {role}" in out and ", poses (31 m)" in out  # 3.9 s at 8 m/s
+    (rec,) = read_logs(str(bag), options={"odometry_topic": "/odom"})
+    truth = circle(rec.log["timestamp_s"], yaw0=3.0)  # header stamps: t = 0 at the first frame
+    assert len(rec) == 40 and rec.meta.extra["odometry_topic"] == "/odom"
+    np.testing.assert_allclose(rec.log["x_m"], truth["x_m"], atol=1e-3)
+    np.testing.assert_allclose(rec.log["y_m"], truth["y_m"], atol=1e-3)
+    assert np.abs(_wrapped(rec.log["yaw_rad"] - truth["yaw_rad"])).max() < 1e-6
+    assert reference_paths(rec)[0].source == "poses"
+    # never picked unless named: an odometry topic often has a speed and no pose
+    (plain,) = read_logs(str(bag))
+    assert not set(POSE_COLUMNS) & set(plain.log)
+
+
+def test_frames_in_a_pose_dropout_have_no_pose_and_a_steering_topic_is_no_pose(tmp_path, capsys):
+    bag = _pose_bag(tmp_path, "sqlite3", "nav_msgs/msg/Odometry", skip=slice(60, 90))  # none in 1.0..1.58 s
+    problems = Problems("skip")
+    (rec,) = read_logs(str(bag), options={"odometry_topic": "/odom"}, problems=problems)
+    (p,) = problems.items
+    assert p.kind == "unlabelled_frames" and p.file.endswith("/camera/image") and p.row == 10
+    assert "6 frame(s) have no pose" in p.message and "in a gap of /odom" in p.message  # 1.0..1.5 s
+    assert len(rec) == 34
+    assert (
+        main(
+            [
+                "data",
+                "convert",
+                str(bag),
+                "--out",
+                str(tmp_path / "o"),
+                "--set",
+                "odometry_topic=/vehicle/steering",
+            ]
+        )
+        == 2
+    )
+    one_line(
+        capsys.readouterr().err, "data", "odometry_topic '/vehicle/steering' is a", "nav_msgs/msg/Odometry"
+    )
 
 
 # -- the replay path and the report ---------------------------------------------------------------

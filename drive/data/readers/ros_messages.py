@@ -1,6 +1,8 @@
 """ROS messages as drive's quantities: camera images as RGB frames, steering messages
 (``ackermann_msgs`` AckermannDrive[Stamped], ``geometry_msgs`` Twist[Stamped], ``std_msgs``
-Float32/Float64) as curvature in 1/m, speed messages as m/s, header stamps as nanoseconds.
+Float32/Float64) as curvature in 1/m, speed messages as m/s, poses (``nav_msgs`` Odometry,
+``geometry_msgs`` PoseStamped, PoseWithCovarianceStamped) as x, y (m) and yaw (rad, REP 103), header
+stamps as nanoseconds.
 
 The conversions and supported encodings are listed in :mod:`drive.data.readers.rosbag`, the
 reader that opens bags and aligns these values to the camera frames.
@@ -19,6 +21,7 @@ import numpy as np
 from drive.data.errors import Problems
 from drive.data.labels import to_curvature_per_m
 from drive.data.readers.base import ReaderOptions
+from drive.data.readers.poses import yaw_from_quaternion
 
 __all__ = [
     "decode_image",
@@ -28,6 +31,7 @@ __all__ = [
     "IMAGE_TYPES",
     "STEERING_TYPES",
     "SPEED_TYPES",
+    "POSE_TYPES",
     "ACKERMANN_MSGS",
     "DEFAULT_MIN_SPEED_MPS",
 ]
@@ -42,6 +46,11 @@ STEERING_TYPES = (
     "std_msgs/msg/Float64",
 )
 SPEED_TYPES = STEERING_TYPES + ("nav_msgs/msg/Odometry",)
+POSE_TYPES = (
+    "nav_msgs/msg/Odometry",
+    "geometry_msgs/msg/PoseStamped",
+    "geometry_msgs/msg/PoseWithCovarianceStamped",
+)
 
 # ackermann_msgs is not in rosbags' built-in typestores; its definitions (ROS 2, identical in ROS 1
 # apart from the Header) are registered from text for bags that carry no definitions of their own.
@@ -150,7 +159,7 @@ def stamp_ns(msg: Any) -> int:
 
 
 def message_values(msg: Any, msgtype: str) -> Dict[str, float]:
-    """Raw physical values of a steering/speed message."""
+    """Raw physical values of a steering, speed or pose message."""
     short = msgtype.rsplit("/", 1)[-1]
     if short == "AckermannDriveStamped":
         return {"angle": msg.drive.steering_angle, "speed": msg.drive.speed}
@@ -161,8 +170,22 @@ def message_values(msg: Any, msgtype: str) -> Dict[str, float]:
     if short == "Twist":
         return {"yaw_rate": msg.angular.z, "speed": msg.linear.x}
     if short == "Odometry":
-        return {"speed": msg.twist.twist.linear.x}
+        return {"speed": msg.twist.twist.linear.x, **_pose_values(msg.pose.pose)}
+    if short == "PoseStamped":
+        return _pose_values(msg.pose)
+    if short == "PoseWithCovarianceStamped":
+        return _pose_values(msg.pose.pose)
     return {"value": msg.data}
+
+
+def _pose_values(pose: Any) -> Dict[str, float]:
+    """A ``geometry_msgs/Pose`` as x, y (m) and the yaw of its orientation (rad, + = counter-clockwise)."""
+    q = pose.orientation
+    return {
+        "x": float(pose.position.x),
+        "y": float(pose.position.y),
+        "yaw": float(yaw_from_quaternion(q.x, q.y, q.z, q.w)),
+    }
 
 
 def steering_curvature(

@@ -6,7 +6,9 @@ clock and at its own rate.
 
 Topics (``camera_topic``, ``steering_topic``, ``speed_topic`` reader options) are picked
 automatically when the bag has exactly one candidate; otherwise the error (and
-``drive data inspect BAG``) lists every topic with its type and message count.
+``drive data inspect BAG``) lists every topic with its type and message count. The car's pose comes
+from ``odometry_topic`` (``nav_msgs/msg/Odometry``, ``geometry_msgs/msg/PoseStamped`` or
+``PoseWithCovarianceStamped``), only when named (:mod:`drive.data.readers.rosbag_poses`).
 
 Camera: ``sensor_msgs/msg/CompressedImage`` (JPEG, PNG, anything OpenCV decodes) or
 ``sensor_msgs/msg/Image`` with encoding rgb8, bgr8, rgba8, bgra8, mono8, bayer_{rggb,bggr,gbrg,grbg}8
@@ -64,6 +66,7 @@ from drive.data.readers.base import NoFrames, ReaderOptions, build_recording
 from drive.data.readers.registry import register_reader
 from drive.data.readers.ros_messages import (
     IMAGE_TYPES,
+    POSE_TYPES,
     SPEED_TYPES,
     STEERING_TYPES,
     Series,
@@ -75,12 +78,13 @@ from drive.data.readers.ros_messages import (
     steering_curvature,
 )
 from drive.data.readers.rosbag_io import BagFrames, open_or_report, pick_topic
+from drive.data.readers.rosbag_poses import GAP_FACTOR, add_poses
+from drive.data.readers.rosbag_poses import unlabelled_in_gaps as _unlabelled_in_gaps
 from drive.io.recording import Recording
 
 __all__ = ["read", "detect", "BAG_SUFFIXES"]
 
 BAG_SUFFIXES = (".bag", ".mcap", ".db3")
-GAP_FACTOR = 3.0
 
 
 def detect(path: Path) -> bool:
@@ -150,27 +154,14 @@ def _times_s(series: Series, use_header: bool, t0_ns: int) -> np.ndarray:
     return t
 
 
-def _unlabelled_in_gaps(frame_t: np.ndarray, lt: np.ndarray) -> np.ndarray:
-    """[N] True for frames that fall inside a steering dropout (> GAP_FACTOR x median period)."""
-    if len(lt) < 2:
-        return np.zeros(len(frame_t), dtype=bool)
-    dt = np.diff(lt)
-    limit = GAP_FACTOR * float(np.median(dt))
-    j = np.searchsorted(lt, frame_t, side="right")  # lt[j-1] <= t < lt[j]
-    inside = (j > 0) & (j < len(lt))
-    out = np.zeros(len(frame_t), dtype=bool)
-    out[inside] = dt[j[inside] - 1] > limit
-    out[inside] &= np.abs(frame_t[inside] - lt[j[inside] - 1]) > 1e-9  # a frame on a sample has its label
-    return out
-
-
 class _Chosen(NamedTuple):
-    """The scanned topics (speed optional) and the clock their times are read on: header stamps or
-    receive times, counted from ``t0_ns``, the first camera message."""
+    """The scanned topics (speed and pose optional) and the clock their times are read on: header
+    stamps or receive times, counted from ``t0_ns``, the first camera message."""
 
     camera: Series
     steering: Series
     speed: Optional[Series]
+    pose: Optional[Series]
     use_header: bool
     t0_ns: int
 
@@ -207,6 +198,8 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         "speed_mps": np.interp(ft, labels.speed_t, labels.speed),
     }
     cs = chosen.camera
+    if chosen.pose is not None:
+        keep &= add_poses(path, cs, chosen.pose, ft, chosen.times_s(chosen.pose), log, problems)
     rec = build_recording(
         file=f"{path} {cs.topic}",
         rows=cs.ordinals,
@@ -221,8 +214,9 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
 
 
 def _scan_topics(path: Path, options: ReaderOptions, stamp: str, problems: Problems) -> Optional[_Chosen]:
-    """Pick the camera, steering and (if named) speed topics, scan them in one pass and choose the
-    clock; None (reported) when the bag does not open, a topic is missing or no frame is readable."""
+    """Pick the camera, steering and (if named) speed and pose topics, scan them in one pass and
+    choose the clock; None (reported) when the bag does not open, a topic is missing or no frame is
+    readable."""
     reader = open_or_report(path, problems)
     if reader is None:
         return None
@@ -232,29 +226,36 @@ def _scan_topics(path: Path, options: ReaderOptions, stamp: str, problems: Probl
             steer = pick_topic(
                 reader, path, options.steering_topic, STEERING_TYPES, "steering", "steering_topic", True
             )
-            speed_topic = (
-                pick_topic(reader, path, options.speed_topic, SPEED_TYPES, "speed", "speed_topic", True)
-                if options.speed_topic
-                else None
-            )
+            optional = {
+                role: pick_topic(reader, path, given, types, role, f"{option}_topic", True)
+                for role, given, types, option in (
+                    ("speed", options.speed_topic, SPEED_TYPES, "speed"),
+                    ("pose", options.odometry_topic, POSE_TYPES, "odometry"),
+                )
+                if given
+            }
         except ValueError as e:  # inspect lists the bag's topics beside this problem
             problems.report(str(path), None, "topic", str(e).split(": ", 1)[1])
             return None
-        topics = {"camera": cam, "steering": steer, **({"speed": speed_topic} if speed_topic else {})}
-        series = _scan(reader, path, topics, problems)
+        series = _scan(reader, path, {"camera": cam, "steering": steer, **optional}, problems)
     finally:
         reader.close()
-    return _choose_clock(
-        path, series[cam], series[steer], series[speed_topic] if speed_topic else None, stamp, problems
-    )
+    speed, pose = (series[optional[role]] if role in optional else None for role in ("speed", "pose"))
+    return _choose_clock(path, series[cam], series[steer], speed, pose, stamp, problems)
 
 
 def _choose_clock(
-    path: Path, cs: Series, ss: Series, sp: Optional[Series], stamp: str, problems: Problems
+    path: Path,
+    cs: Series,
+    ss: Series,
+    sp: Optional[Series],
+    pose: Optional[Series],
+    stamp: str,
+    problems: Problems,
 ) -> Optional[_Chosen]:
     """Header stamps (``stamp`` header, or auto when every chosen topic has a header) or receive
     times, counted from the first camera message; None (reported) without a readable frame."""
-    chosen = [s for s in (cs, ss, sp) if s is not None]
+    chosen = [s for s in (cs, ss, sp, pose) if s is not None]
     if stamp == "header":
         lacking = [s.topic for s in chosen if s.header_ns is None]
         if lacking:
@@ -268,7 +269,7 @@ def _choose_clock(
         if use_header and np.any(cs.header_ns > 0)
         else int(cs.bag_ns.min())
     )
-    return _Chosen(cs, ss, sp, use_header, t0)
+    return _Chosen(cs, ss, sp, pose, use_header, t0)
 
 
 def _labels(path: Path, chosen: _Chosen, options: ReaderOptions, problems: Problems) -> Optional[_Labels]:
@@ -359,6 +360,8 @@ def _labelled_frames(
 def _meta(path: Path, chosen: _Chosen, options: ReaderOptions, label_meta: Dict[str, Any]) -> Dict[str, Any]:
     """The recording's metadata: the camera calibration, the topics, the clock and the label unit."""
     speed = {"speed_topic": chosen.speed.topic} if chosen.speed is not None else {}
+    if chosen.pose is not None:
+        speed["odometry_topic"] = chosen.pose.topic
     return {
         "source": f"rosbag:{path}",
         "camera": options.calibration(),

@@ -2,7 +2,7 @@
 
 :func:`open_bag` opens any bag kind :mod:`drive.data.readers.rosbag` reads (ROS 1 ``.bag``,
 rosbag2 with sqlite3 or MCAP storage) through ``rosbags``' ``AnyReader``; :func:`pick_topic`
-chooses the camera, steering or speed topic (the one candidate, or the one named); and
+chooses the camera, steering, speed or pose topic (the one candidate, or the one named); and
 :class:`BagFrames` is the frame source of a recording read from a bag.
 """
 
@@ -14,7 +14,14 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from drive.data.errors import Problems
-from drive.data.readers.ros_messages import IMAGE_TYPES, SPEED_TYPES, STEERING_TYPES, decode_image, typestore
+from drive.data.readers.ros_messages import (
+    IMAGE_TYPES,
+    POSE_TYPES,
+    SPEED_TYPES,
+    STEERING_TYPES,
+    decode_image,
+    typestore,
+)
 from drive.io.recording import RecordingError
 
 __all__ = ["open_bag", "open_or_report", "list_topics", "pick_topic", "BagFrames"]
@@ -51,6 +58,7 @@ def list_topics(path: Path) -> List[Dict[str, Any]]:
                     ("camera", IMAGE_TYPES),
                     ("steering", STEERING_TYPES),
                     ("speed", SPEED_TYPES),
+                    ("pose", POSE_TYPES),
                 )
                 if info.msgtype in types
             ]
