@@ -250,6 +250,107 @@ def test_frames_in_a_pose_dropout_have_no_pose_and_a_steering_topic_is_no_pose(t
     )
 
 
+# -- comma2k19 ------------------------------------------------------------------------------------
+WGS84_A, WGS84_E2 = 6378137.0, 6.69437999014e-3
+
+
+def _ecef(lat: float, lon: float, h: float) -> np.ndarray:
+    n = WGS84_A / math.sqrt(1 - WGS84_E2 * math.sin(lat) ** 2)
+    return np.array(
+        [
+            (n + h) * math.cos(lat) * math.cos(lon),
+            (n + h) * math.cos(lat) * math.sin(lon),
+            (n * (1 - WGS84_E2) + h) * math.sin(lat),
+        ]
+    )
+
+
+def _quaternion_wxyz(r: np.ndarray) -> np.ndarray:
+    """w, x, y, z of a rotation matrix (Shepperd's method, the largest of the four first)."""
+    t = np.trace(r)
+    cand = [(t, 0), (r[0, 0], 1), (r[1, 1], 2), (r[2, 2], 3)]
+    k = max(cand)[1]
+    q = np.zeros(4)
+    if k == 0:
+        q[0] = math.sqrt(1 + t) / 2
+        q[1:] = np.array([r[2, 1] - r[1, 2], r[0, 2] - r[2, 0], r[1, 0] - r[0, 1]]) / (4 * q[0])
+    else:
+        i, j, m = k - 1, k % 3, (k + 1) % 3
+        q[k] = math.sqrt(1 + r[i, i] - r[j, j] - r[m, m]) / 2
+        q[0] = (r[m, j] - r[j, m]) / (4 * q[k])
+        q[1 + j] = (r[j, i] + r[i, j]) / (4 * q[k])
+        q[1 + m] = (r[m, i] + r[i, m]) / (4 * q[k])
+    return q
+
+
+def comma_segment(
+    root: Path, n: int = 40, lat_deg: float = 37.4, lon_deg: float = -122.1, order="wxyz"
+) -> Dict[str, np.ndarray]:
+    """A comma2k19 segment (frames, CAN steering and speed, global pose) of the car on the test circle
+    at 30 m/s, started heading 30 deg north of east, at (lat, lon); returns the local truth."""
+    vw = cv2.VideoWriter(str(root / "v.mp4"), cv2.VideoWriter_fourcc(*"mp4v"), 20.0, (64, 48))
+    for i in range(n):
+        vw.write(np.full((48, 64, 3), 3 * i, np.uint8))
+    vw.release()
+    (root / "v.mp4").rename(root / "video.hevc")
+
+    def save(rel: str, name: str, array: np.ndarray) -> None:
+        (root / rel).mkdir(parents=True, exist_ok=True)
+        with open(root / rel / name, "wb") as f:
+            np.save(f, array)
+
+    ft = 50.0 + np.arange(n) * 0.05
+    t = np.arange(49.0, 53.0, 0.01)
+    save("global_pose", "frame_times", ft)
+    save("processed_log/CAN/steering_angle", "t", t)
+    save("processed_log/CAN/steering_angle", "value", np.full(len(t), 10.0))
+    save("processed_log/CAN/speed", "t", t)
+    save("processed_log/CAN/speed", "value", np.full(len(t), 30.0))
+    s = 30.0 * (ft - ft[0])
+    yaw0 = math.radians(30.0)
+    yaw = yaw0 + K * s
+    east, north = (np.sin(yaw) - math.sin(yaw0)) / K, (math.cos(yaw0) - np.cos(yaw)) / K
+    lat, lon = math.radians(lat_deg), math.radians(lon_deg)
+    e = np.array([-math.sin(lon), math.cos(lon), 0.0])
+    nn = np.array([-math.sin(lat) * math.cos(lon), -math.sin(lat) * math.sin(lon), math.cos(lat)])
+    u = np.cross(e, nn)
+    origin = _ecef(lat, lon, 12.0)
+    positions = origin + east[:, None] * e + north[:, None] * nn + 0.01 * s[:, None] * u  # a gentle climb
+    quats = []
+    for a in yaw:  # the camera frame [forward, right, down] in ECEF: the columns of ecef_from_device
+        forward = math.cos(a) * e + math.sin(a) * nn
+        right = np.cross(forward, u)
+        q = _quaternion_wxyz(np.stack([forward, right, -u], axis=1))
+        quats.append(q if order == "wxyz" else np.roll(q, -1))
+    save("global_pose", "frame_positions", positions)
+    save("global_pose", "frame_orientations", np.array(quats))
+    return {"x_m": east, "y_m": north, "yaw_rad": yaw}
+
+
+def test_comma2k19_global_pose_becomes_east_north_up_at_the_first_frame(tmp_path):
+    truth = comma_segment(tmp_path)
+    (rec,) = read_logs(str(tmp_path))
+    np.testing.assert_allclose(rec.log["x_m"], truth["x_m"], atol=1e-4)
+    np.testing.assert_allclose(rec.log["y_m"], truth["y_m"], atol=1e-4)
+    assert np.abs(_wrapped(rec.log["yaw_rad"] - truth["yaw_rad"])).max() < 1e-6
+    assert rec.meta.extra["poses"].startswith("global_pose") and reference_paths(rec)[0].source == "poses"
+
+
+def test_comma2k19_quaternions_in_another_order_are_refused_and_a_lone_pose_array_is_named(tmp_path):
+    comma_segment(tmp_path, order="xyzw")  # scalar last: the forward axis points elsewhere
+    with pytest.raises(DataError, match=r"video.hevc: the pose's yaw differs .*\[pose_heading\]"):
+        read_logs(str(tmp_path))
+    (tmp_path / "global_pose" / "frame_orientations").unlink()
+    with pytest.raises(
+        DataError,
+        match=r"global_pose: poses not read: frame_positions without frame_orientations \[bad_pose\]",
+    ):
+        read_logs(str(tmp_path))
+    problems = Problems("skip")
+    (rec,) = read_logs(str(tmp_path), problems=problems)
+    assert problems.counts() == {"bad_pose": 1} and "x_m" not in rec.log and len(rec) == 40
+
+
 # -- the replay path and the report ---------------------------------------------------------------
 def _as_folder_log(rec: Recording, out: Path, poses: bool) -> Path:
     """A recording of the world as a user's folder + CSV: PNGs, labels and the pose (or none)."""

@@ -3,24 +3,32 @@ per-signal arrays saved with numpy, each a pair of files ``t`` (seconds, boot ti
 
     <segment>/video.hevc
     <segment>/global_pose/frame_times                  frame timestamps [N]
+    <segment>/global_pose/frame_positions              camera position, ECEF (m) [N, 3]     (optional)
+    <segment>/global_pose/frame_orientations           camera orientation, ECEF [N, 4]      (optional)
     <segment>/processed_log/CAN/steering_angle/{t,value}   steering-wheel angle, degrees, + = left
     <segment>/processed_log/CAN/speed/{t,value}            m/s
 
 Steering and speed are interpolated to the frame times (their CAN rates differ from the camera's);
 frames outside the signals' time range are reported as ``unlabelled_frames``. Default label:
 steering-wheel degrees / 15.3 (steering ratio) on a 2.70 m wheelbase (the dataset's Honda Civic).
+
+Poses, where the segment has both pose arrays: positions in the east-north-up frame at the first
+frame (x east, y north, metres) and yaw of the camera's forward axis counter-clockwise from east
+(:func:`drive.data.readers.poses.ecef_poses` has the conventions and their source). They are the
+camera's pose: a small yaw of the camera's mounting against the car's axis stays in them.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import numpy as np
 
 from drive.data.errors import Problems
 from drive.data.labels import to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording
+from drive.data.readers.poses import ecef_poses
 from drive.data.readers.registry import register_reader
 from drive.io.recording import Recording, VideoFrames
 
@@ -29,6 +37,7 @@ __all__ = ["read", "detect", "LABEL_DEFAULTS"]
 LABEL_DEFAULTS = {"unit": "steering_wheel_deg", "sign": 1.0, "steering_ratio": 15.3, "wheelbase_m": 2.70}
 _STEER = Path("processed_log/CAN/steering_angle")
 _SPEED = Path("processed_log/CAN/speed")
+_POSE = ("frame_positions", "frame_orientations")
 
 
 def detect(path: Path) -> bool:
@@ -43,6 +52,29 @@ def _signal(folder: Path) -> Tuple[np.ndarray, np.ndarray]:
         raise ValueError(f"{folder}: {len(t)} times but {len(v)} values")
     t, first = np.unique(t, return_index=True)
     return t, v[first]
+
+
+def _poses(path: Path, frames: int, problems: Problems) -> Dict[str, np.ndarray]:
+    """The segment's poses as ``x_m, y_m, yaw_rad`` columns (module docstring); none when it has no
+    pose arrays, or (reported: ``bad_pose``) when one is missing or their shapes do not fit."""
+    folder = path / "global_pose"
+    present = [name for name in _POSE if (folder / name).is_file()]
+    if not present:
+        return {}
+    try:
+        if len(present) < len(_POSE):
+            raise ValueError(f"{present[0]} without {[n for n in _POSE if n not in present][0]}")
+        arrays = []
+        for name, width in zip(_POSE, (3, 4)):
+            with open(folder / name, "rb") as f:
+                a = np.load(f).astype(np.float64)
+            if a.shape != (frames, width):
+                raise ValueError(f"{name} has shape {list(a.shape)}, expected [{frames}, {width}]")
+            arrays.append(a)
+    except (OSError, ValueError) as e:
+        problems.report(str(folder), None, "bad_pose", f"poses not read: {e}")
+        return {}
+    return ecef_poses(*arrays)
 
 
 def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recording]:
@@ -75,12 +107,15 @@ def read(path: Path, options: ReaderOptions, problems: Problems) -> List[Recordi
         )
     _, _, speed_mps = options.units()
     steer = np.interp(frame_t, st, sv)
+    poses = _poses(path, len(frame_t), problems)
     log = {
         "timestamp_s": frame_t,
         "curvature": to_curvature_per_m(steer, options.label_spec(**LABEL_DEFAULTS)),
         "speed_mps": np.interp(frame_t, vt, vv) if vt is not None else np.full(len(frame_t), speed_mps),
+        **poses,
     }
-    meta = {"source": f"comma2k19:{path}", "camera": options.calibration(), "extra": {"drive": str(path)}}
+    extra = {"drive": str(path), **({"poses": "global_pose, ECEF to east-north-up"} if poses else {})}
+    meta = {"source": f"comma2k19:{path}", "camera": options.calibration(), "extra": extra}
     rec = build_recording(
         file=str(path / "video.hevc"),
         rows=np.arange(len(frame_t)),
