@@ -13,20 +13,9 @@ import pytest
 import torch
 
 from drive.cli.fit import lightning_main
+from drive.demo.report import STAGES
 from drive.demo.settings import DEFAULT_CONFIG
 from drive.sim.record import simulate
-
-STAGES = (
-    "simulate",
-    "train",
-    "onpolicy",
-    "baselines",
-    "drive",
-    "saliency",
-    "robustness",
-    "closed_form",
-    "export",
-)
 
 
 @pytest.fixture(scope="module")

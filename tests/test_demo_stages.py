@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from drive.demo.run import _Stages
+from drive.demo.stage import Made, Stages
 
 
 def _run(out: Path, calls: list, a: int, b: int) -> None:
-    stage = _Stages(out, total=2)
+    stage = Stages(out, total=2)
 
-    def first() -> dict:
+    def first() -> Made:
         calls.append("first")
         (out / "first.txt").write_text(str(a))
-        return {"value": a, "_outputs": [out / "first.txt"]}
+        return Made({"value": a}, [out / "first.txt"])
 
-    def second() -> dict:
+    def second() -> Made:
         calls.append("second")
-        return {"value": b}
+        return Made({"value": b})
 
     stage("first", {"a": a}, first)
     stage("second", {"b": b}, second)

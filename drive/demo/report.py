@@ -15,6 +15,7 @@ from typing import Any, Dict, List
 from drive.demo.report_sections import (
     BC_ARM,
     POLICY,
+    STAGES,
     arms_section,
     closed_form_section,
     export_section,
@@ -31,7 +32,15 @@ from drive.sim.poisson import format_rate, rates_differ_p
 from drive.sim.safety import SAFETY_DRIVER
 from drive.train.profiles import configs_dir
 
-__all__ = ["write_report", "ACCEPT_KM", "ACCEPT_INTERVENTIONS_PER_KM", "ACCEPT_MINUTES", "BC_ARM", "POLICY"]
+__all__ = [
+    "write_report",
+    "ACCEPT_KM",
+    "ACCEPT_INTERVENTIONS_PER_KM",
+    "ACCEPT_MINUTES",
+    "BC_ARM",
+    "POLICY",
+    "STAGES",
+]
 
 ACCEPT_KM = 6.0
 ACCEPT_INTERVENTIONS_PER_KM = 0.5
@@ -53,24 +62,11 @@ def _config_name(path: str) -> str:
     return f"--config {name}"
 
 
-_STAGES = (
-    "simulate",
-    "train",
-    "onpolicy",
-    "baselines",
-    "drive",
-    "saliency",
-    "robustness",
-    "closed_form",
-    "export",
-)
-
-
 def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     """Write ``out/REPORT.md`` and ``out/summary.json``; returns the summary with the acceptance verdict."""
     out = Path(out)
     drive = results["drive"]
-    stage_seconds = {k: results[k].get("seconds", 0.0) for k in _STAGES if results.get(k)}
+    stage_seconds = {k: results[k].get("seconds", 0.0) for k in STAGES if results.get(k)}
     total_s = sum(stage_seconds.values())
     acceptance = _acceptance(drive[POLICY]["metrics"], results.get("export", {}).get("closed_loop"))
     acceptance["minutes"] = total_s / 60.0

@@ -16,6 +16,7 @@ from drive.sim.poisson import format_rate, rates_differ_p
 __all__ = [
     "BC_ARM",
     "POLICY",
+    "STAGES",
     "arms_section",
     "hard_roads_section",
     "closed_form_section",
@@ -29,6 +30,18 @@ __all__ = [
 ]
 
 
+# the demo's stages in the order they run: the runner counts them, the report times them
+STAGES = (
+    "simulate",
+    "train",
+    "onpolicy",  # only with --onpolicy-steps
+    "baselines",
+    "drive",
+    "saliency",
+    "robustness",
+    "closed_form",
+    "export",
+)
 POLICY = "ncp_ltc"  # the demo's policy: its drives, files and report rows
 BC_ARM = "ncp_ltc_bc"  # the behaviour-cloning run it branched from, driven beside it
 

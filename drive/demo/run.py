@@ -31,20 +31,19 @@ Everything lands in ``--out`` (``runs/demo``) and is summarised in ``REPORT.md``
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 import time
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 import numpy as np
 import torch
 
 from drive.checkpoint import load_policy
-from drive.demo.report import BC_ARM, POLICY, write_report
+from drive.demo.report import BC_ARM, POLICY, STAGES, write_report
 from drive.demo.settings import DemoSettings
+from drive.demo.stage import Made, Stages
 from drive.demo.training import (
     BASELINE_OVERRIDES,
     branch_step,
@@ -56,7 +55,6 @@ from drive.evaluate.closed_form_fidelity import closed_form_report
 from drive.evaluate.robustness import RobustnessConfig, robustness_report
 from drive.explain.video import saliency_video
 from drive.export import export_policy
-from drive.io.atomic import write_text
 from drive.io.recording import Recording
 from drive.policy_drivers import load_driver
 from drive.sim.closed_loop import evaluate
@@ -69,45 +67,7 @@ from drive.train.profiles import resolve_config
 __all__ = ["run_demo"]
 
 
-class _Stages:
-    """Idempotent stages: ``<out>/stages/<name>.json`` keeps each stage's settings key and result."""
-
-    def __init__(self, out: Path, total: int) -> None:
-        self.out, self.total, self.index = out, total, 0
-        self.key = ""  # chained: a stage's key covers its own settings and every upstream key
-        self.dirty = False  # once a stage runs, every later stage runs too (its inputs changed)
-        self.started = time.perf_counter()
-        (out / "stages").mkdir(parents=True, exist_ok=True)
-
-    def __call__(
-        self, name: str, settings: Dict[str, Any], fn: Callable[[], Dict[str, Any]]
-    ) -> Dict[str, Any]:
-        self.index += 1
-        self.key = hashlib.sha256(
-            json.dumps([self.key, name, settings], sort_keys=True).encode()
-        ).hexdigest()[:16]
-        stamp = self.out / "stages" / f"{name}.json"
-        prefix = f"[{self.index}/{self.total}] {name}"
-        if stamp.is_file() and not self.dirty:
-            saved = json.loads(stamp.read_text())
-            if saved.get("key") == self.key and all(Path(p).exists() for p in saved.get("outputs", [])):
-                print(f"{prefix}: done before with the same settings, skipped", flush=True)
-                return saved["result"]
-        print(f"{prefix} ...", flush=True)
-        self.dirty = True
-        t0 = time.perf_counter()
-        result = fn()
-        result["seconds"] = round(time.perf_counter() - t0, 1)
-        outputs = [str(p) for p in result.pop("_outputs", [])]
-        write_text(stamp, json.dumps({"key": self.key, "result": result, "outputs": outputs}, indent=2))
-        print(
-            f"{prefix}: {result['seconds']:.0f} s (total {time.perf_counter() - self.started:.0f} s)",
-            flush=True,
-        )
-        return result
-
-
-def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
+def _simulate(s: DemoSettings, out: Path) -> Made:
     data = out / "data"
     shutil.rmtree(data, ignore_errors=True)
 
@@ -135,15 +95,11 @@ def _simulate(s: DemoSettings, out: Path) -> Dict[str, Any]:
         recording_minutes=1.0,
         conditions=conditions,
     )
-    return {
-        "train": [str(p) for p in train],
-        "val": [str(p) for p in val],
-        "test": [str(p) for p in test],
-        "_outputs": [*train, *val, *test],
-    }
+    result = {"train": [str(p) for p in train], "val": [str(p) for p in val], "test": [str(p) for p in test]}
+    return Made(result, [*train, *val, *test])
 
 
-def _drive(s: DemoSettings, out: Path, arms: Dict[str, str]) -> Dict[str, Any]:
+def _drive(s: DemoSettings, out: Path, arms: Dict[str, str]) -> Made:
     """Closed loop on the held-out roads, easy (``--km``) and hard (``--hard-km``): the trained arms
     (name -> checkpoint), the expert and constant steering."""
     threads = torch.get_num_threads()
@@ -176,10 +132,10 @@ def _drive(s: DemoSettings, out: Path, arms: Dict[str, str]) -> Dict[str, Any]:
             plot = hard.save(folder / "hard").get("plot", "")
             results[name]["hard"] = {"metrics": hard.metrics, "plot": str(plot)}
     torch.set_num_threads(threads)
-    return {**results, "_outputs": [out / "drive" / n / "metrics.json" for n in drivers]}
+    return Made(results, [out / "drive" / n / "metrics.json" for n in drivers])
 
 
-def _saliency(out: Path, ckpt: str, test: List[str], frames: int) -> Dict[str, Any]:
+def _saliency(out: Path, ckpt: str, test: List[str], frames: int) -> Made:
     policy, meta = load_policy(ckpt)
     info = saliency_video(
         policy,
@@ -190,15 +146,10 @@ def _saliency(out: Path, ckpt: str, test: List[str], frames: int) -> Dict[str, A
         noise=0.2,
         max_frames=frames,
     )
-    return {
-        **{k: (str(v) if isinstance(v, Path) else v) for k, v in info.items()},
-        "_outputs": [info["video"]],
-    }
+    return Made({k: (str(v) if isinstance(v, Path) else v) for k, v in info.items()}, [info["video"]])
 
 
-def _robustness(
-    s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str], test: List[str]
-) -> Dict[str, Any]:
+def _robustness(s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str], test: List[str]) -> Made:
     config = RobustnessConfig(
         noise_levels=(0.0, 0.1, 0.2, 0.3),
         saliency_frames=24,
@@ -216,24 +167,24 @@ def _robustness(
         link.symlink_to(Path(path).resolve())
         models.append(str(link))
     info = robustness_report(models, test, out / "robustness", config=config, workers=min(2, len(models)))
-    return {
+    result = {
         "report": str(info["report"]),
         "plots": [str(p) for p in info.get("plots", [])],
         "rows": info["rows"],
-        "_outputs": [info["report"]],
     }
+    return Made(result, [info["report"]])
 
 
-def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Dict[str, Any]:
+def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Made:
     path = out / "closed_form" / f"{POLICY}_closed_form.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     report = closed_form_report(
         ckpt, "exact", path, recordings=test, km=s.closed_form_km, seed=s.seeds[0], rounds=s.speed_rounds
     )
-    return {"converted": str(path), "fidelity": report, "_outputs": [path]}
+    return Made({"converted": str(path), "fidelity": report}, [path])
 
 
-def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Dict[str, Any]:
+def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Made:
     rec = Recording.open(test[0])
     path = export_policy(
         ckpt, out / "export" / "policy.ts", format="torchscript", frame_size=(rec.meta.height, rec.meta.width)
@@ -267,14 +218,14 @@ def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Dict[str,
         segment_km=0.5,
         conditions=[c for c in s.conditions.split(",") if c] or None,
     )
-    return {
+    result = {
         "file": str(path),
         "bytes": Path(path).stat().st_size,
         "frames_compared": len(diffs),
         "max_abs_diff_per_km": float(np.max(diffs)) * 1000.0,
         "closed_loop": drive.metrics,
-        "_outputs": [path],
     }
+    return Made(result, [path])
 
 
 def run_demo(s: DemoSettings) -> Dict[str, Any]:
@@ -285,7 +236,7 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
     out = Path(s.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    stage = _Stages(out, total=8 + bool(s.onpolicy_steps))
+    stage = Stages(out, total=len(STAGES) - (0 if s.onpolicy_steps else 1))  # the arm runs only if asked
     sim_keys = [
         "seed",
         "train_minutes",

@@ -20,6 +20,7 @@ import torch
 import yaml
 
 from drive.demo.settings import DemoSettings
+from drive.demo.stage import Made
 from drive.train.launch import launch
 from drive.train.onpolicy import OnPolicyData
 
@@ -100,9 +101,7 @@ def _fit_argv(
     return argv
 
 
-def train_policy(
-    s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None
-) -> Dict[str, Any]:
+def train_policy(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None) -> Made:
     """``drive fit`` on the demo data by behaviour cloning: the NCP-LTC (``family=None``) or a baseline,
     each on a step budget. The NCP-LTC's run also keeps its checkpoint at the step where training in the
     loop branches from it (:func:`branch_step`)."""
@@ -122,20 +121,18 @@ def train_policy(
     last = root / "checkpoints" / "last.ckpt"
     best = sorted((root / "checkpoints").glob("best*.ckpt"))
     branched = root / "branch" / f"step{branch}.ckpt"
-    return {
+    result = {
         "checkpoint": str(last),
         "best_checkpoint": str(best[-1]) if best else "",
         "branch_checkpoint": str(branched) if branch else "",
         "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
         "steps": _global_step(last),
         "label_lookahead_s": _label_lookahead(last),
-        "_outputs": [last, *([branched] if branch else [])],
     }
+    return Made(result, [last, *([branched] if branch else [])])
 
 
-def train_onpolicy_arm(
-    s: DemoSettings, out: Path, data: Dict[str, Any], trained: Dict[str, Any]
-) -> Dict[str, Any]:
+def train_onpolicy_arm(s: DemoSettings, out: Path, data: Dict[str, Any], trained: Dict[str, Any]) -> Made:
     """Training in the loop, the demo's policy: the NCP-LTC's behaviour-cloning run resumed from its
     checkpoint at :func:`branch_step` and trained to the same final step with on-policy data from log
     replay on the training logs (``--onpolicy.*``, :mod:`drive.train.onpolicy`; the profile's settings,
@@ -159,7 +156,7 @@ def train_onpolicy_arm(
     callbacks = torch.load(last, map_location="cpu", weights_only=True)["callbacks"]
     state = callbacks.get(OnPolicyData.__qualname__, {})  # Lightning's key: the callback's class name
     settings = _onpolicy_settings(s)
-    return {
+    result = {
         "checkpoint": str(last),
         "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
         "steps": _global_step(last),
@@ -168,8 +165,8 @@ def train_onpolicy_arm(
         **{k: settings[k] for k in ("noise_std", "share", "episodes", "episode_s")},
         "rounds": len(state.get("rounds", [])),
         "visited_steps": int(sum(len(r["frame"]) for r in state.get("rounds", []))),
-        "_outputs": [last],
     }
+    return Made(result, [last])
 
 
 def branch_step(s: DemoSettings) -> int:
@@ -242,7 +239,7 @@ def _config_steps(s: DemoSettings) -> int:
     return steps
 
 
-def train_baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[str, Any]:
+def train_baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Made:
     families = [f for f in s.baselines.split(",") if f]
     unknown = [f for f in families if f not in BASELINE_OVERRIDES]
     if unknown:
@@ -250,5 +247,5 @@ def train_baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Dict[st
     trained = {}
     for family in families:
         print(f"  training baseline {family} ({s.baseline_steps} steps)", flush=True)
-        trained[family] = train_policy(s, out, data, family)["checkpoint"]
-    return {"checkpoints": trained, "_outputs": list(trained.values())}
+        trained[family] = train_policy(s, out, data, family).result["checkpoint"]
+    return Made({"checkpoints": trained}, list(trained.values()))
