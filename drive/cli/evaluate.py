@@ -143,7 +143,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     add_reader_arguments(logs)
     logs.add_argument(
-        "--workers", type=int, default=None, help="processes over the logs (default: one per CPU core)"
+        "--workers",
+        type=int,
+        default=None,
+        help="processes over the logs (default: one per CPU core); under torchrun or srun, per process",
     )
     logs.add_argument(
         "--no-poses",
@@ -372,6 +375,8 @@ def _run_logs(args: argparse.Namespace) -> int:
             video_dir=out / "videos" if args.video else None,
             progress=progress,
         )
+        if result is None:  # a torchrun / SLURM process other than rank 0, which writes the report
+            return 0
         paths = result.save(out)
     return _summary(result.metrics, paths)
 

@@ -22,9 +22,10 @@ statefully with ``eval_batch_size=1``.
 Splits: ``val`` paths when given; otherwise ``val_split`` = ``ncp`` (first and last 5% of every
 training drive, the paper's scheme), ``drives`` (a seeded share of whole drives) or ``none``.
 Caches are built in :meth:`prepare_data` (once per node) and reused everywhere else.
-Under DDP Lightning's ``use_distributed_sampler`` wraps the training sampler in a
-``DistributedSamplerWrapper``; the evaluation loaders give each rank whole recordings in order
-(:class:`~drive.data.sampling.RecordingShards`), so stateful evaluation is the same as in one process.
+Under DDP each rank trains its interleaved share of the global batches one process would train at
+``batch_size x world_size`` (:class:`~drive.data.sampling.EpochShards`); the evaluation loaders give
+each rank whole streams in order (:class:`~drive.data.sampling.RecordingShards`; a rank without one
+evaluates a window that counts nothing), so stateful evaluation is the same as in one process.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
 from drive.data.augment import AugmentConfig, Augmenter
 from drive.data.cache import CachedRecording, cache_recordings
@@ -47,6 +48,8 @@ from drive.data.readers import ReaderOptions, read_logs
 from drive.data.sampling import (
     BalancedSampler,
     EpochSampler,
+    EpochShards,
+    Padding,
     RecordingShards,
     ResumableLoader,
     rarity_weights,
@@ -91,6 +94,25 @@ def _check_numbers(given: Dict[str, Any]) -> None:
         raise ValueError(f"--data.image_size must be [height, width], got {size!r}")
     for side in size:
         number(side, "--data.image_size", low=8, high=10_000, integer=True)
+
+
+class _Uncounted(Dataset):
+    """An evaluation dataset whose :class:`~drive.data.sampling.Padding` windows count nothing: mask and
+    weight 0, a fresh stream (what a DDP rank without a stream of its own evaluates)."""
+
+    def __init__(self, dataset: SequenceDataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: int) -> Dict[str, torch.Tensor]:
+        item = self.dataset[key]
+        if isinstance(key, Padding):
+            item["mask"] = torch.zeros_like(item["mask"])
+            item["weight"] = torch.zeros_like(item["weight"])
+            item["reset"] = torch.tensor(True)
+        return item
 
 
 class DriveDataModule(L.LightningDataModule):
@@ -292,12 +314,15 @@ class DriveDataModule(L.LightningDataModule):
         """Source names of the recordings a split's ``recording`` indices refer to."""
         return self.datasets[split].names()
 
-    def _loader(self, split: str, batch_size: int, **kw: Any) -> DataLoader:
+    def _loader(
+        self, split: str, batch_size: int, dataset: Optional[Dataset] = None, **kw: Any
+    ) -> DataLoader:
         if split not in self.datasets:
             raise ValueError(f"no {split} data: give {split} paths (and call setup)")
-        cls = ResumableLoader if isinstance(kw.get("sampler"), EpochSampler) else DataLoader
+        sampler = kw.get("sampler")
+        cls = ResumableLoader if isinstance(sampler, (EpochSampler, EpochShards)) else DataLoader
         return cls(
-            self.datasets[split],
+            self.datasets[split] if dataset is None else dataset,
             batch_size=batch_size,
             drop_last=False,
             num_workers=self.num_workers,
@@ -309,7 +334,8 @@ class DriveDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Shuffled by (seed, epoch), or drawn by rarity with ``balance`` > 0, and resumable mid-epoch
-        (:mod:`drive.data.sampling`)."""
+        (:mod:`drive.data.sampling`); under DDP each rank's interleaved share of the global batches one
+        process would train at ``batch_size x world_size`` (:class:`~drive.data.sampling.EpochShards`)."""
         train = self.datasets["train"] if "train" in self.datasets else None
         if train is not None and self.balance > 0:
             sampler: EpochSampler = BalancedSampler(
@@ -317,15 +343,29 @@ class DriveDataModule(L.LightningDataModule):
             )
         else:
             sampler = EpochSampler(len(train) if train is not None else 0, self.seed)
+        trainer = self.trainer
+        if trainer is not None and trainer.world_size > 1:
+            shards = EpochShards(sampler, self.batch_size, trainer.world_size, trainer.global_rank)
+            return self._loader("train", self.batch_size, sampler=shards)
         return self._loader("train", self.batch_size, sampler=sampler)
 
     def _eval_loader(self, split: str) -> DataLoader:
-        """Every recording of ``split`` in time order; under DDP each rank gets whole recordings."""
+        """Every recording of ``split`` in time order; under DDP each rank gets whole streams, and a
+        rank left without one evaluates a window that counts nothing
+        (:class:`~drive.data.sampling.RecordingShards`)."""
         trainer = self.trainer
-        if trainer is not None and trainer.world_size > 1:
-            windows = self.datasets[split].windows if split in self.datasets else []
-            shards = RecordingShards([w.recording for w in windows], trainer.world_size, trainer.global_rank)
-            return self._loader(split, self.eval_batch_size, sampler=shards)
+        if trainer is not None and trainer.world_size > 1 and split in self.datasets:
+            windows = self.datasets[split].windows
+            shards = RecordingShards(
+                [w.recording for w in windows],
+                trainer.world_size,
+                trainer.global_rank,
+                [w.reset for w in windows],
+            )
+            dataset = (
+                _Uncounted(self.datasets[split]) if any(isinstance(i, Padding) for i in shards) else None
+            )
+            return self._loader(split, self.eval_batch_size, sampler=shards, dataset=dataset)
         return self._loader(split, self.eval_batch_size)
 
     def val_dataloader(self) -> Any:

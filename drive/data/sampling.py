@@ -19,16 +19,18 @@ curves that fill a few per cent of a log get more than a few per cent of the gra
 seeded by ``(seed, epoch)`` too, and its keys ``(window, epoch, k)`` (the window's ``k``-th draw this
 epoch) give every repeat of a window its own augmentation.
 
-Under DDP Lightning wraps the sampler in a ``DistributedSamplerWrapper`` (which passes the keys
-through and forwards ``set_epoch``) and rebuilds the loader around it, which stays resumable.
-Evaluation loaders under DDP use :class:`RecordingShards` instead of Lightning's round-robin
-sampler, so stateful evaluation sees every recording whole.
+Under DDP the training loader's sampler is an :class:`EpochShards` over the epoch sampler: the
+ranks together train exactly the global batches one process would (same windows, same
+augmentation), each rank an interleaved share of every one, and Lightning leaves it in place (it
+is a DistributedSampler), so the loader stays resumable. Evaluation loaders under DDP use
+:class:`RecordingShards` instead of Lightning's round-robin sampler, so stateful evaluation sees
+every stream whole and counts every window once, also where streams are fewer than ranks.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 from torch.utils.data import DataLoader, DistributedSampler, Sampler
@@ -36,9 +38,12 @@ from torch.utils.data import DataLoader, DistributedSampler, Sampler
 __all__ = [
     "BalancedSampler",
     "EpochSampler",
+    "EpochShards",
+    "Padding",
     "RARITY_EDGES_PER_M",
     "RecordingShards",
     "ResumableLoader",
+    "global_rows",
     "rarity_weights",
 ]
 
@@ -101,37 +106,47 @@ class BalancedSampler(EpochSampler):
 
 
 class RecordingShards(DistributedSampler):
-    """Evaluation windows for one DDP rank: whole recordings, in time order, nothing repeated.
+    """Evaluation windows for one DDP rank: whole streams, in time order, nothing counted twice.
 
     Stateful evaluation carries the hidden state from a window to the next one of the same
-    recording, so a rank must see all of a recording's windows, consecutively. Lightning's default
-    DistributedSampler deals windows out round-robin (each would start from a zero state) and pads
-    the shards with repeated windows (counted twice in the metrics); being a DistributedSampler,
-    this one is left in place. Recordings go, largest first, to the rank with the fewest windows so
-    far (deterministic: every rank computes the same assignment); a rank may get none.
+    recording unless the window starts a stream (``reset``: a new recording, a time gap, the next
+    validation range of a recording), so a rank must see all of a stream's windows, consecutively.
+    Lightning's default DistributedSampler deals windows out round-robin (each would start from a
+    zero state) and pads the shards with repeated windows (counted twice in the metrics); being a
+    DistributedSampler, this one is left in place. Streams go, largest first, to the rank with the
+    fewest windows so far (deterministic: every rank computes the same assignment). A rank left
+    without a stream (fewer streams than ranks) evaluates one :class:`Padding` window, which counts
+    nothing (the datamodule masks it), so that every rank runs the evaluation loop and joins its
+    reductions: the metrics stay exactly those of one process.
 
     Args:
         recording_of: the recording index of every window, in dataset order (a recording's windows
             are contiguous, as :func:`drive.data.sequences.stateful_windows` lays them out).
+        starts: whether each window starts a stream (``Window.reset``); None: only a new recording does.
     """
 
-    def __init__(self, recording_of: Sequence[int], num_replicas: int, rank: int) -> None:
+    def __init__(
+        self,
+        recording_of: Sequence[int],
+        num_replicas: int,
+        rank: int,
+        starts: Optional[Sequence[bool]] = None,
+    ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
         # DistributedSampler.__init__ wants a process group and pads; its attributes are set here
         self.num_replicas, self.rank, self.epoch, self.seed = int(num_replicas), int(rank), 0, 0
         self.shuffle = self.drop_last = False
-        groups = [
-            list(g) for _, g in itertools.groupby(range(len(recording_of)), key=lambda i: recording_of[i])
-        ]
         load = [0] * self.num_replicas
         mine: List[List[int]] = []
-        for group in sorted(groups, key=len, reverse=True):
+        for group in sorted(_streams(recording_of, starts), key=len, reverse=True):
             target = load.index(min(load))
             load[target] += len(group)
             if target == self.rank:
                 mine.append(group)
-        self.indices = [i for group in sorted(mine) for i in group]
+        self.indices: List[int] = [i for group in sorted(mine) for i in group]
+        if not self.indices and len(recording_of):
+            self.indices = [Padding(0)]
         self.num_samples = self.total_size = len(self.indices)
 
     def __iter__(self) -> Iterator[int]:
@@ -139,6 +154,72 @@ class RecordingShards(DistributedSampler):
 
     def __len__(self) -> int:
         return self.num_samples
+
+
+def _streams(recording_of: Sequence[int], starts: Optional[Sequence[bool]]) -> List[List[int]]:
+    """Window indices grouped into streams: a new one at every new recording and every ``starts``."""
+    groups: List[List[int]] = []
+    for i, rec in enumerate(recording_of):
+        if not groups or rec != recording_of[i - 1] or (starts is not None and starts[i]):
+            groups.append([])
+        groups[-1].append(i)
+    return groups
+
+
+class Padding(int):
+    """A window index that a rank evaluates without counting it (:class:`RecordingShards`)."""
+
+
+class EpochShards(DistributedSampler):
+    """One DDP rank's share of an :class:`EpochSampler`'s epoch, such that the ranks together train
+    exactly the batches one process would at ``batch_size x num_replicas`` (the global batch).
+
+    The epoch's draw keys are cut into global batches of ``B = batch_size x num_replicas``
+    consecutive keys, as one process would batch them; each is dealt out interleaved: rank ``r``
+    gets its keys ``r, r + W, r + 2W, ...`` (W = num_replicas), so row ``i`` of a rank's batch is
+    row ``i W + r`` of the global batch (:func:`global_rows` says which). A last, partial global
+    batch is padded with repeats of its first keys to a multiple of W, so every rank has the same
+    number of batches (DDP steps in lockstep). Order, augmentation and resume stay those of the
+    sampler: a pure function of ``(seed, epoch)``; Lightning leaves a DistributedSampler in place.
+    """
+
+    def __init__(self, sampler: EpochSampler, batch_size: int, num_replicas: int, rank: int) -> None:
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+        self.sampler, self.batch_size = sampler, int(batch_size)
+        self.num_replicas, self.rank, self.seed = int(num_replicas), int(rank), sampler.seed
+        self.shuffle = self.drop_last = False
+        full, rest = divmod(len(sampler), self.batch_size * self.num_replicas)
+        self.num_samples = full * self.batch_size + -(-rest // self.num_replicas)
+        self.total_size = self.num_samples * self.num_replicas
+
+    @property
+    def epoch(self) -> int:  # type: ignore[override]
+        return self.sampler.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.sampler.set_epoch(value)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[DrawKey]:
+        keys, size, w = list(self.sampler), self.batch_size * self.num_replicas, self.num_replicas
+        mine: List[DrawKey] = []
+        for lo in range(0, len(keys), size):
+            block = keys[lo : lo + size]
+            block += [block[i] for i in range(-len(block) % w)]  # the last: to a multiple of W
+            mine += block[self.rank :: w]
+        return iter(mine)
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+def global_rows(batch: int, rank: int, world: int) -> np.ndarray:
+    """Rows of the global batch (:class:`EpochShards`) that a rank's batch of ``batch`` rows holds."""
+    return np.arange(batch) * world + rank
 
 
 class _SkipFirst:

@@ -6,6 +6,12 @@ over the recorded path and its re-rendered frames), and the results gathered ove
 per condition, each interventions/km with its exact 95 % interval. Logs run in parallel worker
 processes (one torch thread each, so the numbers do not depend on ``workers``).
 
+At fleet size the logs are also split across the processes of a ``torchrun`` or SLURM (``srun``)
+launch (:func:`~drive.evaluate.log_replay_ranks.launch_rank`): each process drives every ``world``-th
+log with its own workers, the results are gathered to rank 0 over ``torch.distributed`` (gloo, on the
+CPU) and rank 0 alone writes the one report, the same as one process's (every recording is driven
+alone, on one thread).
+
 Where the method stops being true is said, not hidden: a log without camera calibration is refused
 unless the reader option ``camera`` gives one (``approximate`` is stated in the report), and every
 recording carries the share of re-rendered pixels that had no recorded content, flagged above
@@ -25,11 +31,13 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import cv2
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from drive.data.cache import iter_decoded
 from drive.data.errors import Problems
 from drive.data.perturb import Perturbation
 from drive.data.readers import ReaderOptions, discover, no_log_message, read_logs
+from drive.evaluate.log_replay_ranks import gather_logs, join, launch_rank, local_cpus
 from drive.io.atomic import commit
 from drive.io.recording import Recording
 from drive.policy_drivers import make_driver
@@ -39,7 +47,9 @@ from drive.replay.video import ReplayVideo
 from drive.sim.closed_loop import summarize, summarize_with_conditions
 from drive.sim.safety import SAFETY_DRIVER, InterventionRule
 
-__all__ = ["ReplaySettings", "ReplayResult", "evaluate_logs"]
+__all__ = ["ReplaySettings", "ReplayResult", "evaluate_logs", "launch_rank"]
+
+Driven = List[Tuple[RecordingReplay, Dict[str, Any]]]  # one log's recordings, driven, with their info
 
 
 @dataclass(frozen=True)
@@ -201,9 +211,11 @@ def evaluate_logs(
     workers: Optional[int] = None,
     video_dir: Optional[Path] = None,
     progress: Optional[Callable[[Dict[str, Any]], None]] = None,
-) -> ReplayResult:
+) -> Optional[ReplayResult]:
     """Drive ``policy`` (``expert``, ``constant:K``, a checkpoint or an exported file) closed loop on
-    every recording of ``logs`` (module docstring); ``progress(row)`` after each recording."""
+    every recording of ``logs`` (module docstring); ``progress(row)`` after each recording this
+    process drove. In a launch of several processes (:func:`launch_rank`) each drives its share and
+    only rank 0 returns the result (the others return None)."""
     ReaderOptions.from_any(reader)  # a bad option is refused before any worker starts
     items: List[Tuple[str, str]] = []
     for path in logs:
@@ -212,51 +224,91 @@ def evaluate_logs(
             raise ValueError(f"{path}: {no_log_message(path)}")
         items += [(str(p), fmt) for p, fmt in found]
     make_driver(policy, settings.device)  # a bad policy is refused here, with its own message
-    workers = max(1, min(workers or os.cpu_count() or 1, len(items)))
-    # videos are written into a hidden folder beside video_dir (by the workers, in any process) and
-    # it replaces video_dir only when every log was driven: a failed run leaves no video behind
-    staging = video_dir.with_name(f".{video_dir.name}.partial-{os.getpid()}") if video_dir else None
-    args = [(policy, item, dict(reader or {}), settings, str(staging) if staging else None) for item in items]
+    rank, world = launch_rank()
+    mine = list(range(rank, len(items), world))  # under torchrun / srun: every world-th log
+    workers = max(1, min(workers or local_cpus(), len(mine)))
+    # videos are written into a hidden folder beside video_dir (by the workers, in any process of the
+    # launch) and it replaces video_dir only when every log was driven: a failed run leaves no video
+    token = f"{world}ranks" if world > 1 else str(os.getpid())  # one folder every rank writes into
+    staging = video_dir.with_name(f".{video_dir.name}.partial-{token}") if video_dir else None
+    args = [(policy, items[i], dict(reader or {}), settings, str(staging) if staging else None) for i in mine]
     try:
-        recordings, rows = _drive_all(args, workers, progress)
+        driven = _drive_launch(args, mine, workers, progress, rank, world)
+        if driven is None:  # a process other than rank 0: rank 0 writes the report
+            return None
+        recordings, rows = _collect(driven)
         metrics = _metrics(policy, logs, settings, recordings, rows)
         if staging is not None and video_dir is not None:
             staging.mkdir(parents=True, exist_ok=True)
             commit(staging, video_dir)
     finally:
-        if staging is not None and staging.exists():
+        if staging is not None and staging.exists() and rank == 0:
             shutil.rmtree(staging, ignore_errors=True)
     return ReplayResult(metrics, recordings)
 
 
-def _drive_all(
+def _drive_launch(
+    args: List[Tuple[Any, ...]],
+    mine: List[int],
+    workers: int,
+    progress: Optional[Callable[[Dict[str, Any]], None]],
+    rank: int,
+    world: int,
+) -> Optional[List[Driven]]:
+    """This process's logs driven; in a launch of several, every process's gathered on rank 0 in the
+    logs' order (None on the others; a failed share fails every process, naming its rank)."""
+    if world == 1:
+        return _drive_logs(args, workers, progress)
+    joined = join(rank, world)
+    try:
+        driven: List[Driven] = []
+        failure: Optional[Exception] = None
+        try:
+            driven = _drive_logs(args, workers, progress)
+        except Exception as e:  # noqa: BLE001 -- told to every rank, then re-raised (gather_logs)
+            failure = e
+        return gather_logs(mine, driven, failure, world)
+    finally:
+        if joined:
+            dist.destroy_process_group()
+
+
+def _drive_logs(
     args: List[Tuple[Any, ...]], workers: int, progress: Optional[Callable[[Dict[str, Any]], None]]
-) -> Tuple[List[RecordingReplay], List[Dict[str, Any]]]:
-    """Every log driven (in ``workers`` processes): the recordings driven and every recording's row
-    (a recording with nothing to drive is a row saying why, ``skipped``)."""
+) -> List[Driven]:
+    """Every log of ``args`` (:func:`_replay_log`'s arguments) driven, in order, by ``workers`` processes."""
     if workers == 1:
-        done = (_replay_log(*a) for a in args)
+        done: Any = (_replay_log(*a) for a in args)
     else:
-        ctx = multiprocessing.get_context("spawn")
-        pool = futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+        pool = futures.ProcessPoolExecutor(
+            max_workers=workers, mp_context=multiprocessing.get_context("spawn")
+        )
         done = (job.result() for job in [pool.submit(_replay_log, *a) for a in args])
-    recordings: List[RecordingReplay] = []
-    rows: List[Dict[str, Any]] = []
+    out: List[Driven] = []
     try:
         for results in done:
-            for rec, info in results:
-                row = _recording_row(rec, info)
-                if "skipped" not in row:  # segments are numbered across the recordings driven
-                    first = sum(len(r.segments) for r in recordings)
-                    for i, seg in enumerate(rec.segments):
-                        seg.index = first + i
-                    recordings.append(rec)
-                rows.append(row)
-                if progress is not None:
-                    progress(row)
+            out.append(results)
+            for rec, info in results if progress is not None else []:
+                progress(_recording_row(rec, info))
     finally:
         if workers > 1:
             pool.shutdown(cancel_futures=True)
+    return out
+
+
+def _collect(driven: List[Driven]) -> Tuple[List[RecordingReplay], List[Dict[str, Any]]]:
+    """The recordings driven and every recording's row, in the logs' order (a recording with nothing
+    to drive is a row saying why, ``skipped``); segments are numbered across the recordings driven."""
+    recordings: List[RecordingReplay] = []
+    rows: List[Dict[str, Any]] = []
+    for rec, info in (pair for results in driven for pair in results):
+        row = _recording_row(rec, info)
+        if "skipped" not in row:
+            first = sum(len(r.segments) for r in recordings)
+            for i, seg in enumerate(rec.segments):
+                seg.index = first + i
+            recordings.append(rec)
+        rows.append(row)
     return recordings, rows
 
 

@@ -14,7 +14,7 @@ Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV logg
 every epoch end and when training ends (:class:`LastCheckpoint`), independent of validation, so
 ``--ckpt_path last`` resumes a killed run and a finished run's ``last.ckpt`` holds its final weights.
 ``--onpolicy.*`` adds on-policy data from log replay (:mod:`drive.train.onpolicy`; on in the profiles
-``ncp_ltc`` and ``demo``, off without a profile and under ``trainer/ddp``).
+``ncp_ltc`` and ``demo``, under ``trainer/ddp`` too, off without a profile).
 ``--val_replay.*`` validates by driving the validation logs in log replay (``val/replay/score``;
 :mod:`drive.train.replay_validation`).
 ``--throughput.*`` logs training frames per second, end to end (:mod:`drive.train.throughput`).

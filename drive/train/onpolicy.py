@@ -33,12 +33,21 @@ IEEE RA-L 2020) trains in this loop.
   takeover inside), drawn by ``(seed, step)`` and re-rendered from the cache.
 - **resume**: the buffer and a pending round's weight snapshot are saved in every checkpoint; a
   resumed run re-runs the pending round from its snapshot and lands it at the same step, so it
-  continues exactly as the uninterrupted run.
+  continues exactly as the uninterrupted run. Nothing else needs saving: every draw (episode starts,
+  noise, the windows a batch gets) is a function of ``(seed, step)`` and the rank.
+- **under DDP** (``trainer/ddp``, ``torchrun``, SLURM) each rank's rollout process drives its block
+  of the round's episodes (:func:`~drive.train.rounds.episode_share`: each started, seeded and
+  numbered as one process would), and at the landing step every rank all-gathers the blocks
+  (:func:`~drive.train.ranks.gather_results`), so every rank holds the same buffer, the one a single
+  process would have drawn from the same weights. The share is of the global batch: the ranks'
+  batches are the interleaved rows of the batch one process trains at ``batch_size x world_size``
+  (:class:`~drive.data.sampling.EpochShards`), and the on-policy windows replace the same rows of it
+  as in one process, each rank filling its own, so a 2-process run mixes in the windows a 1-process
+  run at the same global batch does.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 from concurrent import futures
 from typing import Any, Dict, List, Optional
 
@@ -49,9 +58,11 @@ import torch
 from drive.data.augment import AugmentConfig
 from drive.data.cache import CachedRecording, model_camera
 from drive.data.dataset import sample_weights
+from drive.data.sampling import global_rows
 from drive.replay.rollout import MIN_PATH_M, Rollout, drivable_paths
 from drive.replay.view import ViewSynthesis
 from drive.train.label_lookahead import fit_on_recordings
+from drive.train.ranks import gather_results, policy_snapshot, side_process
 from drive.train.rounds import RoundJob, round_takeovers_per_km, run_round, takeover_places
 
 __all__ = ["DART_NOISE_STD", "OnPolicyData"]
@@ -136,6 +147,7 @@ class OnPolicyData(L.Callback):
         self.rounds: List[Rollout] = []
         self.pending: Optional[Dict[str, Any]] = None  # {"step", "weights"} of the round in flight
         self.active = False  # rounds run in this fit (on_fit_start)
+        self.rank, self.world = 0, 1  # this process's DDP rank, of world_size (on_fit_start)
         self._job: Optional[futures.Future] = None
         self._pool: Optional[futures.ProcessPoolExecutor] = None
         self._views: Dict[int, ViewSynthesis] = {}
@@ -148,11 +160,7 @@ class OnPolicyData(L.Callback):
         )
         if not self.active:  # off, or no round lands in this run (a short run of a late schedule)
             return
-        if trainer.world_size > 1:
-            raise ValueError(
-                "onpolicy: rollouts run in one training process, not under DDP; "
-                "train without rounds: --onpolicy.every_n_steps 0 (the profile trainer/ddp does)"
-            )
+        self.rank, self.world = int(trainer.global_rank), int(trainer.world_size)
         dm = trainer.datamodule
         self.recordings: List[CachedRecording] = dm.datasets["train"].recordings
         missing = [r.name for r in self.recordings if model_camera(r.info) is None]
@@ -175,7 +183,7 @@ class OnPolicyData(L.Callback):
         self.lookahead = [lookahead_s, aug.min_lookahead_m]
         self.curve_factor, self.seq_len = dm.curve_factor, dm.seq_len
         if self.process:
-            self._pool = futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = side_process()
         if self.pending is not None:  # a resumed run: the round in flight when the checkpoint was saved
             self._submit(pl_module, self.pending["step"], self.pending["weights"])
 
@@ -200,6 +208,7 @@ class OnPolicyData(L.Callback):
             noise_std=self.noise_std,
             focus=[p for r in self.rounds[-FOCUS_ROUNDS:] for p in takeover_places(r)] if self.focus else [],
             focus_share=self.focus,
+            part=(self.rank, self.world),
         )
         if self._pool is not None:
             self._job = self._pool.submit(run_round, job)
@@ -208,9 +217,13 @@ class OnPolicyData(L.Callback):
             self._job.set_result(run_round(job))
 
     def _land(self, trainer: L.Trainer) -> None:
-        self.rounds.append(Rollout(**self._job.result()))
+        """The round joins the buffer: every rank's block of episodes, gathered (a step every rank
+        reaches, so it is a collective under DDP), in rank order = the round of one process; what it
+        saw is logged at the step it lands, whatever log_every_n_steps is."""
+        parts = [Rollout(**p) for p in gather_results(self._job.result, self.world)]
+        self.rounds.append(Rollout.concat(parts) if len(parts) > 1 else parts[0])
         seen = {"onpolicy/takeovers_per_km": round_takeovers_per_km(self.rounds[-1])}
-        for logger in trainer.loggers:  # at the step it lands, whatever log_every_n_steps is
+        for logger in trainer.loggers:
             logger.log_metrics(seen, step=trainer.global_step)
         if self.keep:
             self.rounds = self.rounds[-self.keep :]
@@ -228,8 +241,7 @@ class OnPolicyData(L.Callback):
             self._land(trainer)
         due = step >= self.first and (step - self.first) % self.every == 0
         if due and self.pending is None and _before_end(trainer, self._lands(step)):
-            weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.policy.state_dict().items()}
-            self._submit(pl_module, step, weights)
+            self._submit(pl_module, step, policy_snapshot(pl_module, self.world))
         self._mix(batch, step)
 
     # -- batches -------------------------------------------------------------------------------
@@ -259,12 +271,16 @@ class OnPolicyData(L.Callback):
         if self._starts is None:
             self._starts = self._window_starts(data)
         b = batch["frames"].shape[0]
-        count = min(b, int(round(self.share * b)))
+        total = b * self.world  # the global batch, whose rows the ranks' batches interleave
+        count = min(total, int(round(self.share * total)))
         if count == 0 or len(self._starts) == 0:
             return
         rng = np.random.default_rng([self.seed, step, 0x0C])
-        for row, first in zip(range(b - count, b), rng.choice(self._starts, size=count)):
-            self._put(batch, row, data, np.arange(first, first + self.seq_len))
+        draws = rng.choice(self._starts, size=count)  # for the last `count` rows of the global batch
+        for row, at in enumerate(global_rows(b, self.rank, self.world)):
+            if at >= total - count:
+                first = draws[at - (total - count)]
+                self._put(batch, row, data, np.arange(first, first + self.seq_len))
 
     def _put(self, batch: Dict[str, torch.Tensor], row: int, data: Rollout, steps: np.ndarray) -> None:
         """Window ``steps`` of the buffer, re-rendered from the cache, into batch row ``row``."""

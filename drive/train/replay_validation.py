@@ -25,12 +25,20 @@ profiles ``demo`` and ``ncp_ltc``, which train on calibrated logs):
 
 A resumed run validates the restored weights on the same logs, so its numbers are those of the
 uninterrupted run.
+
+Under DDP the validation paths are planned once (:func:`plan_drive`: every path and the length of it
+to drive, the ``km`` budget applied in the recordings' order) and dealt out to the ranks, longest
+first to the least loaded (:func:`plan_share`); each rank's replay process drives its own, and at the
+validation's end the ranks all-gather every segment's sums (:func:`segment_sums`: interventions, km,
+time, squared lateral offsets and steps), from which every rank computes the same metrics
+(:func:`replay_metrics`, in the plan's order: the numbers of one process, to the last bit on one
+machine, as each segment is driven alone by a batch-1 policy on one thread) and logs them; the
+picture's segments come from whichever rank drove them and rank 0 draws it.
 """
 
 from __future__ import annotations
 
 import math
-import multiprocessing
 import tempfile
 from concurrent import futures
 from dataclasses import dataclass
@@ -47,13 +55,28 @@ from drive.io.atomic import write_image
 from drive.nn.policy import Policy
 from drive.replay.loop import END_MARGIN_M
 from drive.replay.rollout import MIN_PATH_M, cached_paths, cached_world
-from drive.sim.closed_loop import Segment, drive_segment, summarize
+from drive.sim.closed_loop import Segment, drive_segment
 from drive.sim.driver import Observation
+from drive.sim.poisson import rate_interval
 from drive.sim.safety import SAFETY_DRIVER
+from drive.train.ranks import gather_results, policy_snapshot, side_process
 
-__all__ = ["ReplayJob", "ReplayValidation", "replay_score", "run_replay"]
+__all__ = [
+    "ReplayJob",
+    "ReplayValidation",
+    "plan_drive",
+    "plan_share",
+    "replay_metrics",
+    "replay_score",
+    "run_replay",
+    "segment_sums",
+]
 
 PREFIX = "val/replay/"
+PICTURE_SEGMENTS = 8  # the picture shows the first segments of the plan
+# one segment of a validation drive: (index in the plan, cache, first frame, end frame, path of that
+# range, metres to drive)
+PlanItem = Tuple[int, int, int, int, int, float]
 
 
 def replay_score(interventions: int, lateral_rms_m: float) -> float:
@@ -63,15 +86,15 @@ def replay_score(interventions: int, lateral_rms_m: float) -> float:
 
 @dataclass
 class ReplayJob:
-    """One validation's drive, sent to the replay process: the validation caches and the frame range of
-    each that validation covers ``(cache index, first, end)``, the policy (config and weights), the
-    distance budget (``km``, 0 = all) and whether to draw the picture."""
+    """One validation's drive (or one rank's share of it), sent to the replay process: the validation
+    caches, the segments to drive (:data:`PlanItem` s of :func:`plan_drive`), the policy (config and
+    weights) and whether to return the segments the picture shows (the first
+    :data:`PICTURE_SEGMENTS` of the plan)."""
 
     caches: List[str]
-    ranges: List[Tuple[int, int, int]]
+    items: List[PlanItem]
     policy_config: Dict[str, Any]
     weights: Dict[str, torch.Tensor]
-    km: float = 0.0
     picture: bool = True
 
 
@@ -92,45 +115,96 @@ class _PolicyDriver:
         return float(curvature[0])
 
 
-def _segments(job: ReplayJob, driver: _PolicyDriver, fps: float) -> List[Segment]:
-    segments: List[Segment] = []
-    budget_m = 1000.0 * job.km if job.km > 0 else math.inf
-    for c, first, end in job.ranges:
-        cached = CachedRecording(job.caches[c])
-        for path in cached_paths(cached, (first, end)):
+def plan_drive(
+    recordings: List[CachedRecording], ranges: List[Tuple[int, int, int]], km: float
+) -> List[PlanItem]:
+    """Every validation path longer than :data:`MIN_PATH_M` in the recordings' order, each to be
+    driven to :data:`END_MARGIN_M` before its end, the first ``km`` of them (0 = all)."""
+    plan: List[PlanItem] = []
+    budget_m = 1000.0 * km if km > 0 else math.inf
+    for c, first, end in ranges:
+        for j, path in enumerate(cached_paths(recordings[c], (first, end))):
             if path.length_m <= MIN_PATH_M or budget_m <= 0:
                 continue
-            world = cached_world(cached, path, fps, 0.0)
             length = min(path.length_m - END_MARGIN_M, budget_m)
-            conditions = {"recording": cached.name}
-            segments.append(
-                drive_segment(world, driver, length, None, SAFETY_DRIVER, None, len(segments), conditions)
-            )
+            plan.append((len(plan), c, first, end, j, length))
             budget_m -= length
-    return segments
+    return plan
+
+
+def plan_share(plan: List[PlanItem], rank: int, world: int) -> List[PlanItem]:
+    """Rank ``rank``'s segments of ``plan``: longest first to the rank with the fewest metres so far
+    (deterministic: every rank computes the same assignment), in the plan's order."""
+    load = [0.0] * world
+    mine = []
+    for item in sorted(plan, key=lambda it: (-it[5], it[0])):
+        target = load.index(min(load))
+        load[target] += item[5]
+        if target == rank:
+            mine.append(item)
+    return sorted(mine)
+
+
+def segment_sums(segment: Segment) -> Dict[str, float]:
+    """What :func:`replay_metrics` needs of a driven segment: sums that add up across segments."""
+    lateral = np.asarray(segment.lateral_offset_m, dtype=np.float64)
+    return {
+        "index": float(segment.index),
+        "interventions": float(len(segment.intervention_xy)),
+        "km": float(segment.km),
+        "time_s": float(segment.time_s),
+        "lateral_sq": float(np.sum(lateral**2)),
+        "steps": float(len(lateral)),
+    }
+
+
+def replay_metrics(sums: List[Dict[str, float]]) -> Dict[str, float]:
+    """``val/replay/...`` (without the prefix) from the segments' :func:`segment_sums`, added in the
+    plan's order (so any split of the segments over ranks gives the same numbers): interventions/km
+    with its exact 95 % Poisson interval, lateral RMS, autonomy (6 s per intervention), km, score."""
+    total = {k: 0.0 for k in ("interventions", "km", "time_s", "lateral_sq", "steps")}
+    for part in sorted(sums, key=lambda p: p["index"]):
+        for key in total:
+            total[key] += part[key]
+    n, km, time_s = int(total["interventions"]), total["km"], total["time_s"]
+    lo, hi = rate_interval(n, km)
+    rms = math.sqrt(total["lateral_sq"] / total["steps"]) if total["steps"] else math.nan
+    return {
+        "interventions": float(n),
+        "interventions_per_km": n / km if km > 0 else math.nan,
+        "interventions_per_km_lo": lo,
+        "interventions_per_km_hi": hi,
+        "lateral_rms_m": rms,
+        "autonomy": max(0.0, (1.0 - n * SAFETY_DRIVER.takeover_s / time_s) * 100.0)
+        if time_s > 0
+        else math.nan,
+        "km": km,
+        "score": replay_score(n, rms),
+    }
 
 
 def run_replay(job: ReplayJob) -> Dict[str, Any]:
-    """Drive ``job`` (module docstring); returns the metrics (``val/replay/...`` without the prefix) and
-    the picture (uint8 RGB [H, W, 3], or None)."""
+    """Drive ``job``'s segments (module docstring); returns their :func:`segment_sums` (``sums``) and
+    the driven :class:`~drive.sim.closed_loop.Segment` s the picture shows (``segments``)."""
     torch.set_num_threads(1)
     policy = Policy.from_config(job.policy_config)
     policy.load_state_dict(job.weights)
     policy.eval()
-    segments = _segments(job, _PolicyDriver(policy), 1.0 / policy.frame_period_s)
-    m = summarize(segments)
-    lo, hi = m["interventions_per_km_ci95"]
-    metrics = {
-        "interventions": float(m["interventions"]),
-        "interventions_per_km": m["interventions_per_km"],
-        "interventions_per_km_lo": lo,
-        "interventions_per_km_hi": hi,
-        "lateral_rms_m": m["lateral_rms_m"],
-        "autonomy": m["autonomy_pct"],
-        "km": m["km"],
-        "score": replay_score(m["interventions"], m["lateral_rms_m"]),
-    }
-    return {"metrics": metrics, "picture": _picture(segments) if job.picture else None}
+    driver, fps = _PolicyDriver(policy), 1.0 / policy.frame_period_s
+    paths: Dict[Tuple[int, int, int], Tuple[CachedRecording, List[Any]]] = {}
+    sums, shown = [], []
+    for index, c, first, end, j, length in job.items:
+        if (c, first, end) not in paths:
+            cached = CachedRecording(job.caches[c])
+            paths[c, first, end] = (cached, cached_paths(cached, (first, end)))
+        cached, found = paths[c, first, end]
+        world = cached_world(cached, found[j], fps, 0.0)
+        conditions = {"recording": cached.name}
+        segment = drive_segment(world, driver, length, None, SAFETY_DRIVER, None, index, conditions)
+        sums.append(segment_sums(segment))
+        if job.picture and index < PICTURE_SEGMENTS:
+            shown.append(segment)
+    return {"sums": sums, "segments": shown}
 
 
 def _picture(segments: List[Segment]) -> np.ndarray:
@@ -139,17 +213,22 @@ def _picture(segments: List[Segment]) -> np.ndarray:
     from drive.sim.plot import plot_drive  # here: matplotlib's start-up only where a picture is drawn
 
     with tempfile.TemporaryDirectory() as folder:
-        png = plot_drive(segments[:8], Path(folder) / "drive.png", title="validation in log replay")
+        png = plot_drive(segments, Path(folder) / "drive.png", title="validation in log replay")
         return cv2.cvtColor(cv2.imread(str(png)), cv2.COLOR_BGR2RGB)
 
 
 def validation_ranges(dataset: Any) -> List[Tuple[int, int, int]]:
-    """``(recording, first, end)`` of the frames each recording of a validation dataset covers."""
-    spans: Dict[int, List[int]] = {}
+    """``(recording, first, end)`` of every stretch of frames a validation dataset covers: its windows'
+    frames, a new stretch wherever a window does not start where the previous one ended (the first
+    and the last part of a drive that ``val_split: ncp`` validates on are two stretches, and the
+    training frames between them are never driven)."""
+    ranges: List[List[int]] = []
     for w in dataset.windows:
-        lo, hi = spans.setdefault(w.recording, [w.start, w.start + w.length])
-        spans[w.recording] = [min(lo, w.start), max(hi, w.start + w.length)]
-    return [(r, lo, hi) for r, (lo, hi) in sorted(spans.items())]
+        if ranges and ranges[-1][0] == w.recording and ranges[-1][2] == w.start:
+            ranges[-1][2] = w.start + w.length
+        else:
+            ranges.append([w.recording, w.start, w.start + w.length])
+    return [(r, lo, hi) for r, lo, hi in ranges]
 
 
 def _monitor_loss_instead(trainer: L.Trainer, why: str) -> None:
@@ -192,6 +271,7 @@ class ReplayValidation(L.Callback):
             bool(picture),
         )
         self.active = False
+        self.world, self.items = 1, []  # DDP world size, this rank's segments (on_fit_start)
         self._job: Optional[futures.Future] = None
         self._pool: Optional[futures.ProcessPoolExecutor] = None
 
@@ -199,31 +279,28 @@ class ReplayValidation(L.Callback):
         self.active = False
         dm = trainer.datamodule
         dataset = getattr(dm, "datasets", {}).get("val") if self.enabled else None
-        why = self._cannot_drive(dataset)
+        why, plan = self._plan(dataset)
         if why:
             _monitor_loss_instead(trainer, why)
             return
-        recordings: List[CachedRecording] = dataset.recordings
-        ranges = validation_ranges(dataset)
-        self.active, self.caches, self.ranges = True, [str(r.directory) for r in recordings], ranges
-        if self.process:
-            self._pool = futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        self.world = int(trainer.world_size)
+        self.items = plan_share(plan, int(trainer.global_rank), self.world)
+        self.active, self.caches = True, [str(r.directory) for r in dataset.recordings]
+        if self.process and self.items:
+            self._pool = side_process()
 
-    def _cannot_drive(self, dataset: Any) -> str:
-        """Why the validation data cannot be driven ('' where it can)."""
+    def _plan(self, dataset: Any) -> Tuple[str, List[PlanItem]]:
+        """Why the validation data cannot be driven ('' where it can) and the plan of the drive."""
         if not self.enabled:
-            return "val_replay is off"
+            return "val_replay is off", []
         if dataset is None:
-            return "no validation data"
+            return "no validation data", []
         recordings: List[CachedRecording] = dataset.recordings
         ranges = validation_ranges(dataset)
         if any(model_camera(recordings[r].info) is None for r, _, _ in ranges):
-            return "the validation logs have no camera calibration, which log replay needs"
-        if not any(
-            p.length_m > MIN_PATH_M for r, lo, hi in ranges for p in cached_paths(recordings[r], (lo, hi))
-        ):
-            return f"no validation path is {MIN_PATH_M:g} m long"
-        return ""
+            return "the validation logs have no camera calibration, which log replay needs", []
+        plan = plan_drive(recordings, ranges, self.km)
+        return ("" if plan else f"no validation path is {MIN_PATH_M:g} m long"), plan
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self._pool is not None:
@@ -233,30 +310,37 @@ class ReplayValidation(L.Callback):
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         if not self.active or trainer.sanity_checking:
             return
-        weights = {k: v.detach().to("cpu", copy=True) for k, v in pl_module.policy.state_dict().items()}
-        job = ReplayJob(self.caches, self.ranges, pl_module.policy.config(), weights, self.km, self.picture)
+        weights = policy_snapshot(pl_module, self.world)
+        job = ReplayJob(self.caches, self.items, pl_module.policy.config(), weights, self.picture)
         if self._pool is not None:
             self._job = self._pool.submit(run_replay, job)
-        else:
+        else:  # in this process (or a rank with no segment of its own: nothing to drive)
             self._job = futures.Future()
             self._job.set_result(run_replay(job))
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: Any) -> None:
+        """Every rank's segments gathered (a collective under DDP: every rank validates), the same
+        metrics logged on every rank (a max over identical values: exact), the picture drawn by rank 0."""
         if self._job is None:
             return
-        result, self._job = self._job.result(), None
-        for name, value in result["metrics"].items():
-            pl_module.log(PREFIX + name, value, on_epoch=True, sync_dist=False)
-        if result["picture"] is not None:
-            self._save_picture(trainer, result["picture"])
+        parts, self._job = gather_results(self._job.result, self.world), None
+        metrics = replay_metrics([s for part in parts for s in part["sums"]])
+        for name, value in metrics.items():
+            pl_module.log(PREFIX + name, value, on_epoch=True, sync_dist=self.world > 1, reduce_fx="max")
+        shown = sorted((s for part in parts for s in part["segments"]), key=lambda s: s.index)
+        log_dir = trainer.log_dir  # a broadcast from rank 0 under DDP: every rank asks
+        if shown and trainer.is_global_zero:
+            # in the replay process where there is one: matplotlib stays out of the training process
+            done = self._pool.submit(_picture, shown).result() if self._pool else _picture(shown)
+            self._save_picture(trainer, done, log_dir)
 
-    def _save_picture(self, trainer: L.Trainer, picture: np.ndarray) -> None:
+    def _save_picture(self, trainer: L.Trainer, picture: np.ndarray, log_dir: Optional[str]) -> None:
         step = trainer.global_step
         for logger in trainer.loggers:
             experiment = getattr(logger, "experiment", None)
             if hasattr(experiment, "add_image"):
                 experiment.add_image(PREFIX + "drive", picture, step, dataformats="HWC")
-        if trainer.log_dir is not None and trainer.is_global_zero:
-            folder = Path(trainer.log_dir) / "replay"
+        if log_dir is not None:
+            folder = Path(log_dir) / "replay"
             folder.mkdir(parents=True, exist_ok=True)
             write_image(folder / f"step_{step:06d}.png", picture)

@@ -22,7 +22,14 @@ from drive.replay.path import ReferencePath
 from drive.replay.rollout import MIN_PATH_M, Rollout, cached_world, drivable_paths, rollout
 from drive.sim.expert import SteeringNoise
 
-__all__ = ["FOCUS_LEAD_S", "RoundJob", "round_takeovers_per_km", "run_round", "takeover_places"]
+__all__ = [
+    "FOCUS_LEAD_S",
+    "RoundJob",
+    "episode_share",
+    "round_takeovers_per_km",
+    "run_round",
+    "takeover_places",
+]
 
 FOCUS_LEAD_S = 3.0  # a focus episode starts this long before an earlier round's takeover
 
@@ -33,7 +40,8 @@ class RoundJob:
     snapshot of its weights), the rollouts' seed, ``episodes`` of ``steps`` steps, the labels'
     look-ahead (``lookahead_s``, at least ``min_lookahead_m``), DART noise (1/m), and the ``focus``
     places ``(recording, frame)`` where earlier rounds took over, a ``focus_share`` of the episodes
-    starting ``focus_lead_s`` before one of them."""
+    starting ``focus_lead_s`` before one of them. ``part = (rank, world)``: drive only that rank's
+    share of the episodes (:func:`episode_share`), every one exactly as one process drives it."""
 
     caches: List[str]
     policy_config: Dict[str, Any]
@@ -47,6 +55,14 @@ class RoundJob:
     focus: List[Tuple[int, int]] = field(default_factory=list)
     focus_share: float = 0.0
     focus_lead_s: float = FOCUS_LEAD_S
+    part: Tuple[int, int] = (0, 1)
+
+
+def episode_share(episodes: int, rank: int, world: int) -> Tuple[int, int]:
+    """The episodes ``[first, end)`` of a round that rank ``rank`` of ``world`` drives: consecutive
+    blocks, sizes differing by at most one, in rank order (so the parts concatenated in rank order
+    are the round one process drives)."""
+    return episodes * rank // world, episodes * (rank + 1) // world
 
 
 def _focus_starts(
@@ -67,11 +83,30 @@ def _focus_starts(
     return starts
 
 
+def _episode_starts(
+    job: RoundJob, paths: List[Tuple[int, ReferencePath]], fps: float
+) -> List[Tuple[int, ReferencePath, float]]:
+    """Every episode's ``(recording, path, start arc length)``, drawn by the job's seed: those at random
+    places of the logs first, then the focus episodes. All are drawn whatever ``job.part``, so each
+    episode starts where it does in one process."""
+    focused = int(round(job.focus_share * job.episodes)) if job.focus else 0
+    focus = _focus_starts(job, paths, focused)
+    rng = np.random.default_rng([job.seed, 0x0B])
+    length = np.array([p.length_m for _, p in paths])
+    starts = []
+    for pick in rng.choice(len(paths), size=job.episodes - len(focus), p=length / length.sum()):
+        i, path = paths[int(pick)]
+        start = rng.uniform(0.0, max(0.0, path.length_m - job.steps / fps * float(path.speed_mps.mean())))
+        starts.append((i, path, start))
+    return starts + focus
+
+
 def run_round(job: RoundJob) -> Dict[str, np.ndarray]:
     """One round of rollouts (:class:`~drive.replay.rollout.Rollout` as a dict of arrays); runs in the
     rollout process, one torch thread, or in the training process. ``job.noise_std`` > 0 adds DART's
     Ornstein-Uhlenbeck noise (1/m, 1 s) to the commands the car executes, one stream per episode; the
-    focus episodes come after the ones started at random places of the logs."""
+    focus episodes come after the ones started at random places of the logs. With ``job.part`` only
+    that rank's episodes are driven, numbered as in the whole round."""
     torch.set_num_threads(1)
     policy = Policy.from_config(job.policy_config)
     policy.load_state_dict(job.weights)
@@ -83,22 +118,13 @@ def run_round(job: RoundJob) -> Dict[str, np.ndarray]:
             f"on-policy rollouts: no training recording has a drivable stretch of {MIN_PATH_M:g} m"
         )
     fps = 1.0 / policy.frame_period_s
-    focused = int(round(job.focus_share * job.episodes)) if job.focus else 0
-    focus = _focus_starts(job, paths, focused)
-    rng = np.random.default_rng([job.seed, 0x0B])
-    length = np.array([p.length_m for _, p in paths])
-    worlds, ids = [], []
-    for pick in rng.choice(len(paths), size=job.episodes - len(focus), p=length / length.sum()):
-        i, path = paths[int(pick)]
-        start = rng.uniform(0.0, max(0.0, path.length_m - job.steps / fps * float(path.speed_mps.mean())))
-        worlds.append(cached_world(recs[i], path, fps, start))
-        ids.append(i)
-    for i, path, start in focus:
-        worlds.append(cached_world(recs[i], path, fps, start))
-        ids.append(i)
-    hidden = policy.initial_state(job.episodes)
+    first, end = episode_share(job.episodes, *job.part)
+    mine = _episode_starts(job, paths, fps)[first:end]
+    worlds = [cached_world(recs[i], path, fps, start) for i, path, start in mine]
+    ids = [i for i, _, _ in mine]
+    hidden = policy.initial_state(max(1, len(mine)))
     fresh = policy.initial_state(1)
-    noise = [SteeringNoise(job.noise_std, seed=job.seed * 1_000_003 + e) for e in range(job.episodes)]
+    noise = [SteeringNoise(job.noise_std, seed=job.seed * 1_000_003 + e) for e in range(first, end)]
 
     def act(views: np.ndarray, rows: np.ndarray, start: np.ndarray) -> np.ndarray:
         h = hidden[rows]
@@ -111,6 +137,7 @@ def run_round(job: RoundJob) -> Dict[str, np.ndarray]:
     done = rollout(
         worlds, ids, act, job.steps, lookahead_s=job.lookahead_s, min_lookahead_m=job.min_lookahead_m
     )
+    done.episode += first
     return done.to_dict()
 
 
