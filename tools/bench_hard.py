@@ -23,7 +23,8 @@ validation (every 300 steps), so ``--select`` can drive, beside the final weight
 replay score chose and the one ``val/loss`` chose (issue "validate by driving").
 
 Data (10 Hz, recordings of 30 s): ``mixed30`` = 30 minutes of mixed roads with DART noise 0.015 1/m
-(the demo's amount), ``mixed5`` = 5 minutes of them; ``camera_clean`` = tools/bench_onpolicy.py's
+(the demo's amount), ``mixed5`` = 5 minutes of them; ``easy30`` = 30 minutes of easy roads only (the
+demo's data before hard roads existed); ``camera_clean`` = tools/bench_onpolicy.py's
 stand-in for another simulator's autopilot logs (5 minutes of easy roads from a low, wide camera at
 12 m/s, no recoveries), driven in that camera's world; validation: 2 minutes of test roads of the same
 kind and camera.
@@ -72,6 +73,7 @@ SECOND_CAMERA = dict(width=160, height=60, hfov_deg=110.0, height_m=1.0, pitch_r
 DATA: Dict[str, Dict[str, Any]] = {
     "mixed30": dict(minutes=30.0, roads="mixed", noise_std=0.015),
     "mixed5": dict(minutes=5.0, roads="mixed", noise_std=0.015),
+    "easy30": dict(minutes=30.0, roads="easy", noise_std=0.015),  # the demo's data before hard roads
     "camera_clean": dict(minutes=5.0, roads="easy", noise_std=0.0, camera=SECOND_CAMERA, speed_mps=12.0),
 }
 # every arm: validation by driving, and a checkpoint kept at every validation
@@ -202,6 +204,36 @@ def _select_table(selected: List[Any], km: float) -> str:
     return "\n".join(lines)
 
 
+def cost(out: Path, steps: int) -> str:
+    """What validation by driving costs training: ``steps`` of the demo profile on mixed5 with a
+    validation every ``steps // 4``, without and with ``--val_replay``, one after the other (run it
+    with nothing else running): wall seconds of each fit and its end-to-end training frames/s."""
+    import csv
+
+    from drive.train.launch import launch  # here: Lightning's import only where something trains
+
+    data, measured = dataset("mixed5", out), {}
+    for name, extra in (("open loop", []), ("by driving", ["--val_replay.enabled", "true"])):
+        root = out / "cost" / name.replace(" ", "_")
+        argv = ["fit", "--config", "demo", "--data.train", json.dumps(data["train"])]
+        argv += ["--data.val", json.dumps(data["val"]), "--data.cache_dir", str(out / "cache")]
+        argv += ["--trainer.default_root_dir", str(root), "--trainer.max_steps", str(steps)]
+        argv += ["--trainer.val_check_interval", str(max(1, steps // 4))]
+        argv += ["--trainer.enable_progress_bar", "false", *extra]
+        torch.set_num_threads(2)
+        started = time.perf_counter()
+        launch(argv)
+        seconds = time.perf_counter() - started
+        rows = list(csv.DictReader(next(root.rglob("metrics.csv")).open()))
+        rate = [float(r["perf/train_frames_per_s"]) for r in rows if r.get("perf/train_frames_per_s")][-1]
+        measured[name] = (seconds, rate)
+    (a, ra), (b, rb) = measured["open loop"], measured["by driving"]
+    return (
+        f"{steps} steps, 4 validations: open loop {a:.0f} s ({ra:.0f} frames/s), by driving {b:.0f} s "
+        f"({rb:.0f} frames/s): +{100 * (b / a - 1):.0f} % wall time"
+    )
+
+
 def _table(rows: List[Any], expert: Dict[str, Any], km: float, seeds: str) -> str:
     lines = [
         f"| data | arm | hard roads /km, {km:g} km over seeds {seeds} | easy roads /km | train s |",
@@ -234,12 +266,18 @@ def main() -> None:
     p.add_argument("--seeds", default="31,32,33,77,78,79", help="held-out test seeds of the world")
     p.add_argument("--table", action="store_true", help="only print the arms measured before; train nothing")
     p.add_argument(
+        "--cost", type=int, default=0, help="only time N steps with and without validation by driving"
+    )
+    p.add_argument(
         "--select",
         default="today",
         help="arms whose replay- and val/loss-chosen checkpoints are driven beside the final weights",
     )
     args = p.parse_args()
     out, seeds = Path(args.out), [int(s) for s in args.seeds.split(",")]
+    if args.cost:
+        print(cost(out, args.cost))
+        return
     expert_file = out / "results" / "expert.json"
     if not expert_file.exists():
         expert_file.parent.mkdir(parents=True, exist_ok=True)
