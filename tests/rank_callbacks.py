@@ -22,11 +22,11 @@ class RankLog(pl.Callback):
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx) -> None:
         (rounds,) = [c for c in trainer.callbacks if type(c).__name__ == "OnPolicyData"]
         digest = hashlib.sha256()
-        for r in rounds.rounds:
+        for r in rounds.buffer.rounds:
             for value in r.to_dict().values():
                 digest.update(np.ascontiguousarray(value).tobytes())
         step = trainer.global_step - 1  # the step this batch trained
-        self._write(trainer, {"step": step, "rounds": len(rounds.rounds), "digest": digest.hexdigest()})
+        self._write(trainer, {"step": step, "rounds": len(rounds.buffer), "digest": digest.hexdigest()})
 
     def on_validation_end(self, trainer, module) -> None:
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/replay/")}

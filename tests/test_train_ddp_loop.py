@@ -161,7 +161,7 @@ def test_two_ranks_mix_in_the_windows_one_process_mixes_at_the_same_global_batch
     def mixed(rank: int, world: int, batch: int) -> torch.Tensor:
         cb = OnPolicyData(every_n_steps=10, share=0.3)
         cb.recordings, cb.seq_len, cb.curve_factor, cb.rank, cb.world = recs, 8, 0.0, rank, world
-        cb.rounds = [done]
+        cb.buffer.add(done)
         rows = {
             "frames": torch.zeros(batch, 8, 3, *HW, dtype=torch.uint8),
             "curvature": torch.full((batch, 8), 9.0),

@@ -16,6 +16,7 @@ from drive.data.readers import read_logs
 from drive.replay.rollout import cached_paths, cached_world, rollout
 from drive.sim.record import simulate
 from drive.train.onpolicy import OnPolicyData
+from drive.train.onpolicy_buffer import OnPolicyBuffer
 
 SIZE = (39, 100)
 
@@ -73,9 +74,9 @@ def test_on_policy_windows_replace_the_stated_share_of_a_batch_and_survive_a_che
     worlds = [cached_world(cached, path, 10.0, s) for s in (0.0, 100.0)]
     done = rollout(worlds, [0, 0], _straight_ahead, steps=60)
     cb = OnPolicyData(every_n_steps=10, share=0.25)
-    cb.recordings, cb.seq_len, cb.curve_factor = [cached], 8, 0.0
-    cb.rounds = [done]
-    starts = cb._window_starts(done)
+    cb.recordings, cb.seq_len, cb.curve_factor = [cached], 8, 0.0  # what the fit's set-up gives it
+    cb.buffer.add(done)
+    starts = cb.buffer.window_starts(8)
     for s in starts:  # windows stay inside one episode and never span a takeover
         assert len(set(done.episode[s : s + 8])) == 1 and not done.start[s + 1 : s + 8].any()
     b, t = 8, 8
@@ -100,7 +101,7 @@ def test_on_policy_windows_replace_the_stated_share_of_a_batch_and_survive_a_che
     restored = OnPolicyData(every_n_steps=10, share=0.25)
     restored.load_state_dict(state)
     for key, value in done.to_dict().items():
-        np.testing.assert_array_equal(restored.rounds[0].to_dict()[key], value)
+        np.testing.assert_array_equal(restored.buffer.rounds[0].to_dict()[key], value)
 
 
 def test_windows_outside_the_offset_envelope_are_not_trained_on(cached):
@@ -108,12 +109,11 @@ def test_windows_outside_the_offset_envelope_are_not_trained_on(cached):
     worlds = [cached_world(cached, path, 10.0, s) for s in (0.0, 100.0)]
     done = rollout(worlds, [0, 0], lambda v, e, s: np.full(len(e), 0.004), steps=60)  # drifts left
     assert np.abs(done.left_m).max() > 0.3
-    cb = OnPolicyData(every_n_steps=10, max_offset_m=0.3, max_yaw_deg=3.0)
-    cb.seq_len = 8
-    starts = cb._window_starts(done)
-    unlimited = OnPolicyData(every_n_steps=10)
-    unlimited.seq_len = 8
-    assert 0 < len(starts) < len(unlimited._window_starts(done))
+    limited, unlimited = OnPolicyBuffer(max_offset_m=0.3, max_yaw_rad=np.radians(3.0)), OnPolicyBuffer()
+    for buffer in (limited, unlimited):
+        buffer.add(done)
+    starts = limited.window_starts(8)
+    assert 0 < len(starts) < len(unlimited.window_starts(8))
     steps = starts[:, None] + np.arange(8)
     assert np.abs(done.left_m[steps]).max() <= 0.3 and np.abs(done.yaw_rad[steps]).max() <= np.radians(3.0)
 
@@ -246,3 +246,32 @@ def test_logs_without_a_drivable_stretch_are_refused_before_training(tmp_path, c
     err = capsys.readouterr().err
     assert "onpolicy: rollouts need a drivable stretch of 30 m" in err and "--onpolicy.every_n_steps 0" in err
     assert not (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
+
+
+def test_the_buffer_keeps_rounds_draws_windows_by_seed_and_step_and_restores(cached):
+    """OnPolicyBuffer alone, without Lightning: a ring of ``keep_rounds``, windows that never span an
+    episode's end or a takeover, the same draw for the same (seed, step), a state dict that restores."""
+    from drive.train.onpolicy_buffer import OnPolicyBuffer
+
+    (path,) = cached_paths(cached)
+    rounds = [
+        rollout([cached_world(cached, path, 10.0, s)], [0], _straight_ahead, steps=40)
+        for s in (0.0, 60.0, 120.0)
+    ]
+    buffer = OnPolicyBuffer(keep_rounds=2)
+    for r in rounds:
+        buffer.add(r)
+    assert len(buffer) == 2 and buffer.rounds[0] is rounds[1]  # the oldest left the ring
+    starts = buffer.window_starts(8)
+    data = buffer.data
+    for s in starts:
+        assert len(set(data.episode[s : s + 8])) == 1 and not data.start[s + 1 : s + 8].any()
+    first, again, other = buffer.draw(3, 50, 6, 8), buffer.draw(3, 50, 6, 8), buffer.draw(3, 51, 6, 8)
+    assert np.array_equal(first, again) and not np.array_equal(first, other) and set(first) <= set(starts)
+    assert buffer.takeover_places(1) == [(0, int(f)) for f in rounds[2].frame[rounds[2].start][1:]]
+    restored = OnPolicyBuffer(keep_rounds=2)
+    restored.load_state_dict(buffer.state_dict())
+    assert np.array_equal(restored.draw(3, 50, 6, 8), first)
+    assert len(OnPolicyBuffer().draw(3, 50, 6, 8)) == 0  # nothing to draw from an empty buffer
+    with pytest.raises(ValueError, match="keep_rounds"):
+        OnPolicyBuffer(keep_rounds=-1)

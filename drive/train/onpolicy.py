@@ -62,8 +62,9 @@ from drive.data.sampling import global_rows
 from drive.replay.rollout import MIN_PATH_M, Rollout, drivable_paths
 from drive.replay.view import ViewSynthesis
 from drive.train.label_lookahead import fit_on_recordings
+from drive.train.onpolicy_buffer import OnPolicyBuffer
 from drive.train.ranks import gather_results, policy_snapshot, side_process
-from drive.train.rounds import RoundJob, round_takeovers_per_km, run_round, takeover_places
+from drive.train.rounds import RoundJob, round_takeovers_per_km, run_round
 
 __all__ = ["DART_NOISE_STD", "OnPolicyData"]
 
@@ -77,11 +78,6 @@ def _before_end(trainer: L.Trainer, step: int) -> bool:
     if trainer.max_steps is not None and trainer.max_steps >= 0:
         return step < trainer.max_steps
     return step < trainer.estimated_stepping_batches  # inf when neither bounds the run
-
-
-def _count_in_windows(flags: np.ndarray, t: int) -> np.ndarray:
-    """How many of ``flags[i : i + t]`` are set, for every full window i."""
-    return np.convolve(flags.astype(np.int64), np.ones(t, np.int64), "valid")
 
 
 class OnPolicyData(L.Callback):
@@ -140,23 +136,21 @@ class OnPolicyData(L.Callback):
                 f"{max_offset_m}, {max_yaw_deg}, {noise_std}"
             )
         self.noise_std = float(noise_std)
-        self.max_offset_m, self.max_yaw_rad = float(max_offset_m), float(np.radians(max_yaw_deg))
+        self.buffer = OnPolicyBuffer(int(keep_rounds), float(max_offset_m), float(np.radians(max_yaw_deg)))
         self.every, self.episodes, self.episode_s = int(every_n_steps), int(episodes), float(episode_s)
         self.first = int(start_step) or self.every  # the first round's step
-        self.share, self.keep, self.process, self.seed = float(share), int(keep_rounds), process, int(seed)
-        self.rounds: List[Rollout] = []
+        self.share, self.process, self.seed = float(share), process, int(seed)
         self.pending: Optional[Dict[str, Any]] = None  # {"step", "weights"} of the round in flight
         self.active = False  # rounds run in this fit (on_fit_start)
         self.rank, self.world = 0, 1  # this process's DDP rank, of world_size (on_fit_start)
         self._job: Optional[futures.Future] = None
         self._pool: Optional[futures.ProcessPoolExecutor] = None
         self._views: Dict[int, ViewSynthesis] = {}
-        self._starts: Optional[np.ndarray] = None
 
     # -- set-up --------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.active = bool(self.every) and (
-            self.pending is not None or bool(self.rounds) or _before_end(trainer, self._lands(self.first))
+            self.pending is not None or len(self.buffer) > 0 or _before_end(trainer, self._lands(self.first))
         )
         if not self.active:  # off, or no round lands in this run (a short run of a late schedule)
             return
@@ -206,7 +200,7 @@ class OnPolicyData(L.Callback):
             lookahead_s=self.lookahead[0],
             min_lookahead_m=self.lookahead[1],
             noise_std=self.noise_std,
-            focus=[p for r in self.rounds[-FOCUS_ROUNDS:] for p in takeover_places(r)] if self.focus else [],
+            focus=self.buffer.takeover_places(FOCUS_ROUNDS) if self.focus else [],
             focus_share=self.focus,
             part=(self.rank, self.world),
         )
@@ -221,13 +215,12 @@ class OnPolicyData(L.Callback):
         reaches, so it is a collective under DDP), in rank order = the round of one process; what it
         saw is logged at the step it lands, whatever log_every_n_steps is."""
         parts = [Rollout(**p) for p in gather_results(self._job.result, self.world)]
-        self.rounds.append(Rollout.concat(parts) if len(parts) > 1 else parts[0])
-        seen = {"onpolicy/takeovers_per_km": round_takeovers_per_km(self.rounds[-1])}
+        landed = Rollout.concat(parts) if len(parts) > 1 else parts[0]
+        self.buffer.add(landed)
+        seen = {"onpolicy/takeovers_per_km": round_takeovers_per_km(landed)}
         for logger in trainer.loggers:
             logger.log_metrics(seen, step=trainer.global_step)
-        if self.keep:
-            self.rounds = self.rounds[-self.keep :]
-        self.pending, self._job, self._starts = None, None, None
+        self.pending, self._job = None, None
 
     def _lands(self, step: int) -> int:
         """The step at which a round started at ``step`` joins the buffer."""
@@ -245,38 +238,17 @@ class OnPolicyData(L.Callback):
         self._mix(batch, step)
 
     # -- batches -------------------------------------------------------------------------------
-    def _window_starts(self, data: Rollout) -> np.ndarray:
-        """Steps that begin ``seq_len`` consecutive steps of one episode with no takeover after the
-        first (and, with a limit, no step outside ``max_offset_m`` / ``max_yaw_deg``)."""
-        t = self.seq_len
-        n = len(data)
-        if n < t:
-            return np.zeros(0, np.int64)
-        ok = data.episode[t - 1 :] == data.episode[: n - t + 1]
-        if t > 1:
-            ok &= _count_in_windows(data.start[1:], t - 1)[: n - t + 1] == 0
-        outside = np.zeros(n, bool)
-        if self.max_offset_m > 0:
-            outside |= np.abs(data.left_m) > self.max_offset_m
-        if self.max_yaw_rad > 0:
-            outside |= np.abs(data.yaw_rad) > self.max_yaw_rad
-        if outside.any():
-            ok &= _count_in_windows(outside, t) == 0
-        return np.flatnonzero(ok)
-
     def _mix(self, batch: Dict[str, torch.Tensor], step: int) -> None:
-        if not self.rounds:
+        """The last ``round(share x global batch)`` rows of the global batch: on-policy windows."""
+        if not len(self.buffer):
             return
-        data = Rollout.concat(self.rounds) if len(self.rounds) > 1 else self.rounds[0]
-        if self._starts is None:
-            self._starts = self._window_starts(data)
         b = batch["frames"].shape[0]
         total = b * self.world  # the global batch, whose rows the ranks' batches interleave
         count = min(total, int(round(self.share * total)))
-        if count == 0 or len(self._starts) == 0:
+        draws = self.buffer.draw(self.seed, step, count, self.seq_len)  # for the last `count` rows
+        if len(draws) == 0:
             return
-        rng = np.random.default_rng([self.seed, step, 0x0C])
-        draws = rng.choice(self._starts, size=count)  # for the last `count` rows of the global batch
+        data = self.buffer.data
         for row, at in enumerate(global_rows(b, self.rank, self.world)):
             if at >= total - count:
                 first = draws[at - (total - count)]
@@ -313,12 +285,8 @@ class OnPolicyData(L.Callback):
     def state_dict(self) -> Dict[str, Any]:
         if not self.every:
             return {}
-        return {
-            "rounds": [{k: torch.from_numpy(v) for k, v in r.to_dict().items()} for r in self.rounds],
-            "pending": self.pending,
-        }
+        return {**self.buffer.state_dict(), "pending": self.pending}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
-        self.rounds = [Rollout(**{k: v.numpy() for k, v in r.items()}) for r in state.get("rounds", [])]
+        self.buffer.load_state_dict(state)
         self.pending = state.get("pending")
-        self._starts = None
