@@ -23,8 +23,9 @@ from torch import nn
 
 from drive.data.preprocess import Preprocessing
 from drive.explain.policy_saliency import SaliencyFrame, policy_saliency
-from drive.io.atomic import commit, write_image
+from drive.io.atomic import write_image
 from drive.io.recording import Recording
+from drive.io.video import VideoFile
 
 __all__ = [
     "overlay",
@@ -206,18 +207,12 @@ class SaliencyVideoWriter:
         self.sheet_frames = max(1, int(sheet_frames))
         self._sheet: List[Tuple[int, np.ndarray]] = []
         self._sheet_stride = 1
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.with_name(
-            f".{self.path.stem}.partial-{os.getpid()}{self.path.suffix or '.mp4'}"
-        )
-        self._video = cv2.VideoWriter(str(self._tmp), cv2.VideoWriter_fourcc(*"mp4v"), self.fps, self.size_wh)
-        if not self._video.isOpened():
-            raise RuntimeError(f"{self.path}: OpenCV cannot write an mp4v video here")
+        self._video = VideoFile(self.path, self.fps)  # whole or not at all (drive.io.video)
 
     def write(self, rows: Sequence[SaliencyFrame], label_per_m: Optional[float] = None) -> None:
         """Render and append one time step (``label_per_m``: the recorded curvature, if any)."""
         canvas = self.canvas.compose(rows, label_per_m)
-        self._video.write(cv2.cvtColor(canvas, cv2.COLOR_RGB2BGR))
+        self._video.write(canvas)
         if self.frames_written % self._sheet_stride == 0:
             self._sheet.append((self.frames_written, canvas))
             if len(self._sheet) >= 2 * self.sheet_frames:  # keep memory bounded on long drives
@@ -246,11 +241,7 @@ class SaliencyVideoWriter:
 
     def close(self) -> Dict[str, Any]:
         """Finish the video and the contact sheet; returns frames, fps, size (w, h) and paths."""
-        self._video.release()
-        if self.frames_written == 0:
-            self._tmp.unlink(missing_ok=True)
-            raise RuntimeError(f"{self.path}: no frames were written")
-        commit(self._tmp, self.path)
+        self._video.close()  # an empty video is an error naming the file; nothing is left
         sheet = self._write_sheet()
         return {
             "frames": self.frames_written,
@@ -262,8 +253,7 @@ class SaliencyVideoWriter:
 
     def abort(self) -> None:
         """Discard the partial video."""
-        self._video.release()
-        self._tmp.unlink(missing_ok=True)
+        self._video.close(keep=False)
 
 
 def _streams(

@@ -9,14 +9,13 @@ file is written beside its destination under a temporary name and renamed on :me
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any, List, Tuple, Union
 
 import cv2
 import numpy as np
 
-from drive.io.atomic import commit
+from drive.io.video import VideoFile
 
 __all__ = ["ReplayVideo"]
 
@@ -30,20 +29,10 @@ class ReplayVideo:
 
     def __init__(self, path: Union[str, Path], fps: float) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = self.path.parent / f".{self.path.stem}.{os.getpid()}.tmp{self.path.suffix}"
-        self.fps = float(fps)
-        self.writer: Any = None
+        self.file = VideoFile(self.path, fps)  # whole or not at all (drive.io.video)
         self._road: Any = None
         self._trail: List[Tuple[float, float]] = []
         self._interventions, self._flash = 0, 0
-
-    def _open(self, width: int) -> None:
-        fourcc = cv2.VideoWriter_fourcc(*"mp4v")
-        self.writer = cv2.VideoWriter(str(self._tmp), fourcc, self.fps, (width + PANEL_PX, PANEL_PX))
-        if not self.writer.isOpened():
-            self._tmp.unlink(missing_ok=True)
-            raise ValueError(f"{self.path}: OpenCV cannot write this video")
 
     def __call__(self, obs: Any, interventions: int) -> None:
         if obs.road is not self._road:  # a new segment: a new trail
@@ -53,8 +42,6 @@ class ReplayVideo:
         self._trail.append((obs.x_m, obs.y_m))
         h, w = obs.image.shape[:2]
         view = cv2.resize(obs.image, (int(round(w * PANEL_PX / h)), PANEL_PX), interpolation=cv2.INTER_LINEAR)
-        if self.writer is None:
-            self._open(view.shape[1])
         frame = np.concatenate([view, self._map(obs)], axis=1)
         bgr = np.ascontiguousarray(cv2.cvtColor(frame, cv2.COLOR_RGB2BGR))
         text = f"t {obs.timestamp_s:6.1f} s  lat {obs.lateral_offset_m:+.2f} m  takeovers {interventions}"
@@ -62,7 +49,7 @@ class ReplayVideo:
         if self._flash > 0:
             self._flash -= 1
             cv2.rectangle(bgr, (0, 0), (bgr.shape[1] - 1, bgr.shape[0] - 1), (0, 0, 255), 4)
-        self.writer.write(bgr)
+        self.file.write_bgr(bgr)
 
     def _map(self, obs: Any) -> np.ndarray:
         """The top-down panel (RGB), car-centred with its heading up."""
@@ -89,8 +76,4 @@ class ReplayVideo:
 
     def close(self, keep: bool = True) -> None:
         """Finish the file and rename it into place (``keep``), or delete it (a failed run)."""
-        if self.writer is not None:
-            self.writer.release()
-        if keep and self._tmp.exists():
-            commit(self._tmp, self.path)
-        self._tmp.unlink(missing_ok=True)
+        self.file.close(keep=keep and self.file.frames > 0)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 from typing import Any, Sequence, Union
 
 import cv2
 import numpy as np
 
-from drive.io.atomic import commit, save_figure, write_image
+from drive.io.atomic import save_figure, write_image
+from drive.io.video import VideoFile
 from drive.sim.appearance import CONDITION_AXES, sample_appearance
 from drive.sim.camera import Camera
 from drive.sim.render import Renderer
@@ -58,28 +58,18 @@ class DriveVideo:
 
     def __init__(self, path: Union[str, Path], camera: Camera, fps: float, scale: int = 3) -> None:
         self.path, self.scale = Path(path), scale
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        size = (camera.width * scale, camera.height * scale)
-        # written beside the destination under a hidden name, renamed on close (drive.io.atomic's rule)
-        self._tmp = self.path.parent / f".{self.path.stem}.{os.getpid()}.tmp{self.path.suffix}"
-        self.writer = cv2.VideoWriter(str(self._tmp), cv2.VideoWriter_fourcc(*"mp4v"), fps, size)
-        if not self.writer.isOpened():
-            self._tmp.unlink(missing_ok=True)
-            raise ValueError(f"{self.path}: OpenCV cannot write this video")
+        self.file = VideoFile(self.path, fps)  # whole or not at all (drive.io.video)
 
     def __call__(self, obs: Any, interventions: int) -> None:
         img = cv2.resize(obs.image, None, fx=self.scale, fy=self.scale, interpolation=cv2.INTER_LINEAR)
         bgr = cv2.cvtColor(img, cv2.COLOR_RGB2BGR)
         text = f"t {obs.timestamp_s:6.1f} s  lat {obs.lateral_offset_m:+.2f} m  takeovers {interventions}"
         cv2.putText(bgr, text, (6, 16), cv2.FONT_HERSHEY_SIMPLEX, 0.45, (255, 255, 255), 1, cv2.LINE_AA)
-        self.writer.write(bgr)
+        self.file.write_bgr(bgr)
 
     def close(self, keep: bool = True) -> None:
         """Finish the file and rename it into place (``keep``), or delete it (a failed run)."""
-        self.writer.release()
-        if keep and self._tmp.exists():
-            commit(self._tmp, self.path)
-        self._tmp.unlink(missing_ok=True)
+        self.file.close(keep=keep and self.file.frames > 0)
 
 
 def conditions_sheet(path: Union[str, Path], seed: int = 0, scale: int = 2) -> Path:
