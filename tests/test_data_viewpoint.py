@@ -49,7 +49,7 @@ def test_synthesized_view_matches_rendered_view_on_the_road(world, shift, yaw):
 
 def test_the_shipped_profile_fits_the_label_look_ahead_on_the_logs(tmp_path):
     """Profile `data`, parsed as `drive fit --config data` parses it, leaves the look-ahead to the fit
-    on the training logs (drive.replay.labels)."""
+    on the training logs (drive.replay.lookahead_fit)."""
     from drive.data.datamodule import DriveDataModule
     from drive.train.launch import DriveCLI
     from drive.train.module import PolicyModule

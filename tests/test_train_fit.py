@@ -22,7 +22,7 @@ from drive.data.datamodule import DriveDataModule
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
 from drive.policy_drivers import PolicyDriver
-from drive.replay.labels import CANDIDATES_S
+from drive.replay.lookahead_fit import CANDIDATES_S
 from drive.sim.camera import Camera
 from drive.sim.closed_loop import evaluate
 from drive.sim.driver import ConstantDriver

@@ -8,7 +8,7 @@ profile's own budget), training seed 0):
 
 - ``bc``:       behaviour cloning with viewpoint augmentation (the demo's other arm; on-policy rounds
   off), labels at the look-ahead fitted on the training logs (``lookahead_s: fit``,
-  :mod:`drive.replay.labels`);
+  :mod:`drive.replay.lookahead_fit`);
 - ``bc_noview``: behaviour cloning on the logs' DART recoveries only (no viewpoint augmentation);
 - ``both``:     behaviour cloning with viewpoint augmentation and on-policy data from log replay
   (``--onpolicy.*``: a round of 16 episodes of 20 s every 100 steps from step 100, share 0.25, the

@@ -1,5 +1,5 @@
 """``lookahead_s: fit`` (the default of ``data.augment``): the corrected label's look-ahead fitted on the
-training logs before the first step (:func:`drive.replay.labels.fit_lookahead`: the longest whose
+training logs before the first step (:func:`drive.replay.lookahead_fit.fit_lookahead`: the longest whose
 labels, driven as a controller on the logs' own paths, keep them). :class:`~drive.train.module.PolicyModule`
 resolves it in its ``fit`` set-up (:func:`resolve_lookahead`), before viewpoint augmentation or
 on-policy rollouts use it; on-policy rollouts without augmentation fit it themselves
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from drive.data.cache import CachedRecording, model_camera
-from drive.replay.labels import LookaheadFit, fit_lookahead
+from drive.replay.lookahead_fit import LookaheadFit, fit_lookahead
 from drive.replay.rollout import cached_world, drivable_paths
 
 __all__ = ["fit_on_recordings", "resolve_lookahead"]

@@ -42,7 +42,7 @@ from drive.nn.init import data_init, sample_frames
 from drive.nn.policy import Policy
 from drive.train.hparams import checkpoint_hparams, option_groups, plain
 from drive.train.label_lookahead import resolve_lookahead
-from drive.train.label_stats import curvature_limit, label_range, readout_scale_km
+from drive.train.label_range import curvature_limit, label_range, readout_scale_km
 from drive.train.monitor import LearningMonitor
 from drive.train.schedule import lr_factor
 from drive.train.stateful_eval import StatefulEvalModule
@@ -199,7 +199,7 @@ class PolicyModule(StatefulEvalModule):
                 (rank_zero_warn if fit.kept_none else rank_zero_info)(fit.summary())
 
     def _label_limits(self, curvatures: List[np.ndarray]) -> None:
-        """The training labels' range and the export's curvature limit (:mod:`drive.train.label_stats`)."""
+        """The training labels' range and the export's curvature limit (:mod:`drive.train.label_range`)."""
         labels = label_range(curvatures)
         if labels is not None:
             self.label_range = labels

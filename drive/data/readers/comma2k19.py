@@ -26,7 +26,7 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 from drive.data.errors import Problems
-from drive.data.labels import to_curvature_per_m
+from drive.data.label_units import to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording
 from drive.data.readers.poses import ecef_poses
 from drive.data.readers.registry import register_reader

@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from drive.data.errors import DataError, Problems
-from drive.data.labels import time_to_s, to_curvature_per_m
+from drive.data.label_units import time_to_s, to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording, reroot
 from drive.data.readers.registry import register_reader
 from drive.io.checks import decode_lines

@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 
 from drive.data.errors import Problems
-from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
+from drive.data.label_units import speed_to_mps, time_to_s, to_curvature_per_m
 from drive.data.readers.base import ReaderOptions, build_recording
 from drive.data.readers.registry import register_reader
 from drive.io.recording import Recording

@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Dict, Optional, Tuple
 
-from drive.data.labels import SPEED_UNITS, TIME_UNITS, LabelSpec
+from drive.data.label_units import SPEED_UNITS, TIME_UNITS, LabelSpec
 from drive.io.checks import number, text
 from drive.io.recording import CameraCalibration
 from drive.io.recording_meta import CALIBRATION_RANGES
@@ -52,7 +52,7 @@ class ReaderOptions:
     """Everything a user may need to tell a reader about a foreign log (all optional).
 
     Attributes:
-        label: steering semantics (:class:`~drive.data.labels.LabelSpec` fields as a dict); each
+        label: steering semantics (:class:`~drive.data.label_units.LabelSpec` fields as a dict); each
             format has its own default (curvature for canonical/HDF5, normalized x 25 deg for the
             Udacity simulator, steering-wheel radians for the Udacity car).
         image_column, timestamp_column, steering_column, speed_column: CSV column names (or

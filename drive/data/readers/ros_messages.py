@@ -19,7 +19,7 @@ import cv2
 import numpy as np
 
 from drive.data.errors import Problems
-from drive.data.labels import to_curvature_per_m
+from drive.data.label_units import to_curvature_per_m
 from drive.data.readers.base import ReaderOptions
 from drive.data.readers.poses import yaw_from_quaternion
 

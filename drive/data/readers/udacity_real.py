@@ -16,7 +16,7 @@ from typing import List
 import numpy as np
 
 from drive.data.errors import Problems
-from drive.data.labels import speed_to_mps, time_to_s, to_curvature_per_m
+from drive.data.label_units import speed_to_mps, time_to_s, to_curvature_per_m
 from drive.data.readers.base import (
     CsvTable,
     ReaderOptions,

@@ -20,7 +20,7 @@ from typing import List, Optional
 import numpy as np
 
 from drive.data.errors import Problems
-from drive.data.labels import speed_to_mps, to_curvature_per_m
+from drive.data.label_units import speed_to_mps, to_curvature_per_m
 from drive.data.readers.base import (
     ReaderOptions,
     build_recording,

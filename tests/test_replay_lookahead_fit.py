@@ -1,4 +1,4 @@
-"""The corrected label's look-ahead fitted on the logs (drive.replay.labels): on logs with DART
+"""The corrected label's look-ahead fitted on the logs (drive.replay.lookahead_fit): on logs with DART
 recoveries the labels of a look-ahead longer than the recording expert's leave the logs' own paths
 and the fit lands near the expert's (0.9 s); on logs without recoveries nothing is identified and
 the default for such logs (0.71 s, not the longest candidate: erring long is what hurts) is used.
@@ -13,7 +13,7 @@ from drive.data.augment import AugmentConfig, Augmenter
 from drive.data.cache import cache_recordings
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
-from drive.replay.labels import UNIDENTIFIED_S, fit_lookahead, track_with_labels
+from drive.replay.lookahead_fit import UNIDENTIFIED_S, fit_lookahead, track_with_labels
 from drive.replay.rollout import cached_paths, cached_world
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.record import simulate
