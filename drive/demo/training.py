@@ -58,8 +58,7 @@ BASELINE_OVERRIDES: Dict[str, List[str]] = {
 }
 
 
-# rounds of the on-policy arm over its --onpolicy-steps (300: a round every 100 steps, the rate
-# tools/bench_onpolicy.py measured)
+# rounds of the on-policy arm over its --onpolicy-steps (300: a round every 100 steps, the profiles' rate)
 ONPOLICY_ROUNDS = 3
 
 

@@ -9,9 +9,8 @@ its path: its gain, ``2 / L^2`` per metre and ``2 / L`` per radian, should be th
 Logs with recoveries in them (DART noise, a human's corrections) show that gain. Their recorded
 commands are the demonstrator's answers to states off its ideal line, so the recorded path is not the
 line the commands steer to. A label whose look-ahead is longer than the demonstrator's under-corrects
-there: **driven as a controller on the logs' own paths, it leaves them**. On the built-in world's
-logs (expert look-ahead 0.9 s, DART noise 0.015 1/m) labels of 2 s leave the recorded path 56 times
-in 2.5 km, those of 0.86 s never; a policy imitating such labels inherits the drift.
+there: **driven as a controller on the logs' own paths, it leaves them**, and a policy imitating such
+labels inherits the drift.
 
 :func:`fit_lookahead` therefore drives the labels themselves in log replay, without images: on every
 reference path, every step, the command is the label for the car's pose. It returns the longest
@@ -21,17 +20,10 @@ the path exactly (the recorded commands drive it) and the gain cannot be seen; t
 :data:`UNIDENTIFIED_S` (0.71 s) is used. Where no candidate keeps the paths (logs whose commands do
 not explain their own paths: a saturated steering, a path integrated from noisy labels) the fit says
 so, naming where each candidate left which recording (:attr:`LookaheadFit.kept_none`; ``drive fit``
-warns), and uses :data:`UNIDENTIFIED_S` too: the short side, which the measurements below show is
-the safe one. Erring long is what hurts, erring short did not: trained on
-5 minutes of the built-in world's logs recorded without DART noise (expert at 0.9 s), the demo
-profile drove 24 km of held-out roads at 5.29 interventions/km with labels at 2 s, 0.92/km at 1 s,
-0.21/km at 0.9 s and 0.04/km at 0.71 s.
-
-The rule is a worst case, so it errs short (stronger corrections than the demonstrator's) where the
-recoveries come close to the margin, and more so on more logs: from an expert at 0.9 s it chose
-0.84 s on 5 minutes of the built-in world's logs at 8.3 m/s, 0.71 s on 30 minutes, 0.59 s on
-5 minutes at 12 m/s. Either is far closer than 2 s; a regression of the demonstrator's gain on its
-recoveries would be sharper.
+warns), and uses :data:`UNIDENTIFIED_S` too: the short side, which errs safe (erring long is what
+hurts). The rule is a worst case over the logs, so it errs short where recoveries come near the margin,
+and more so on more logs. The measurements behind it: docs/benchmarks.md, "The label look-ahead: why
+it is fitted".
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ viewpoint augmentation uses; :func:`drive.data.viewpoint.corrected_curvature`). 
 IEEE RA-L 2020) trains in this loop.
 
 :class:`OnPolicyData` (a Lightning callback, ``--onpolicy.*`` in ``drive fit``, off unless
-``every_n_steps`` > 0, which the profiles ``ncp_ltc`` and ``demo`` set to 100):
+``every_n_steps`` > 0):
 
 - **rounds**: at every ``every_n_steps``-th step (from ``start_step`` on, if given: behaviour cloning
   first, then training in the loop, as the ``demo`` profile does) a snapshot of the policy's weights drives
@@ -68,7 +68,7 @@ from drive.train.rounds import RoundJob, round_takeovers_per_km, run_round
 
 __all__ = ["DART_NOISE_STD", "OnPolicyData"]
 
-DART_NOISE_STD = 0.015  # 1/m: the rounds' default noise (as measured in tools/bench_onpolicy.py)
+DART_NOISE_STD = 0.015  # 1/m: the rounds' default noise, the DART noise of the built-in world's logs
 FOCUS_ROUNDS = 3  # the rounds whose takeovers the focus episodes start before
 
 
@@ -95,10 +95,10 @@ class OnPolicyData(L.Callback):
             step ``every_n_steps``); a run that ends before a round could land has none, and needs
             nothing rounds need (camera calibration).
         noise_std: DART noise (Laskey et al., CoRL 2017) on the commands the car executes in the
-            rollouts, 1/m (Ornstein-Uhlenbeck, 1 s; 0 = none; the default 0.015 is what
-            tools/bench_onpolicy.py measured): the policy then also visits its own recoveries from
-            being pushed off the path, not only the near-perfect states a good policy keeps to;
-            labels are those of the states visited (docs/training.md "DART noise in the rounds").
+            rollouts, 1/m (Ornstein-Uhlenbeck, 1 s; 0 = none): the policy then also visits its own
+            recoveries from being pushed off the path, not only the near-perfect states a good policy
+            keeps to; labels are those of the states visited (docs/benchmarks.md, "DART noise in the
+            rounds").
         max_offset_m, max_yaw_deg: train only on windows whose every step lies within this lateral
             offset and heading error from the recorded frame's camera (0 = no limit), e.g. the
             envelope of viewpoint augmentation, where the re-rendered views are most faithful.
