@@ -237,6 +237,30 @@ def test_convert_copies_the_ltc_effective_parameters_and_agrees_with_its_ode() -
     assert rms(y_cf6 - y_ode) < 0.75 * rms(y_ode6 - y_ode)
 
 
+@pytest.mark.parametrize("method", ["exact", "approx"])
+def test_a_neuron_trained_to_zero_capacitance_is_the_limit_not_nan(method: str) -> None:
+    """``positivity: clip`` can train a neuron's cm to exactly 0 (the demo's LTC did): its closed form
+    is the limit cm -> 0+ (the neuron at its equilibrium at once), not NaN, in sequence and step."""
+    from drive.nn.closed_form import convert
+    from drive.nn.ltc import LTC
+
+    torch.manual_seed(4)
+    ltc = LTC(lane_keeping_ncp(), ode_unfolds=6, positivity="clip")
+    x = torch.tanh(torch.cumsum(torch.randn(2, 30, 32) * 0.4, 1))
+    ts = torch.full((2, 30), 0.1)
+    outputs = {}
+    for cm in (0.0, 1e-7):
+        with torch.no_grad():
+            ltc.cm[3] = cm
+        closed = convert(ltc, method)
+        with torch.no_grad():
+            y, hidden = closed(x, None, ts)
+            y_step, _ = closed.step(x[:, 0], closed.initial_state(2), ts[:, 0])
+        assert torch.isfinite(y).all() and torch.isfinite(hidden).all() and torch.isfinite(y_step).all()
+        outputs[cm] = y
+    torch.testing.assert_close(outputs[0.0], outputs[1e-7], rtol=0, atol=1e-4)
+
+
 def test_autocast_keeps_the_closed_form_in_fp32() -> None:
     torch.manual_seed(8)
     m = ClosedFormLTC(FullyConnected(4, output_dim=1, input_dim=3))

@@ -15,9 +15,9 @@ is solved exactly::
     v(t + dt) = e^{-a dt} (v(t) - b/a) + b/a = lerp(I/G, v(t), e^{-G dt / cm})        (Corollary 1)
 
 where b/a = I/G is a conductance-weighted mean of reversal potentials (bounded, so nothing cancels
-as a -> 0; the leak conductance is clamped at 1e-30). ``substeps`` > 1 re-evaluates the recurrent
-activations within a step (sensory ones stay exact); the error to the true ODE shrinks as
-dt / substeps -> 0.
+as a -> 0; the leak conductance and the capacitance are clamped at 1e-30). ``substeps`` > 1
+re-evaluates the recurrent activations within a step (sensory ones stay exact); the error to the
+true ODE shrinks as dt / substeps -> 0.
 
 ``approx`` (CfC paper Eq. 8 / Algorithm 1): no recursion in time; every neuron is the Eq. 8
 expression of the time t since its initial state x0, evaluated at the presynaptic signals of time t.
@@ -195,7 +195,9 @@ class ClosedFormLTC(RecurrentModule):
         ``grid_w`` / ``grid_b`` are the sensory affine map on the grid ``[K, F]`` (slot (k, f):
         input f's k-th synapse, ``sens_slot``; empty slots 0). Fields not derived hold an empty tensor.
 
-        The leak conductance is clamped at 1e-30 (the kernels divide by the total conductance)."""
+        The leak conductance is clamped at 1e-30 (the kernels divide by the total conductance), and
+        so is the capacitance (``positivity: clip`` trains some to 0; their neurons then sit at their
+        equilibrium I / G at once, as the ODE's solver has them, instead of turning to NaN)."""
         sens = self._synapses(
             self.sensory_sigma,
             self.sensory_mu,
@@ -209,7 +211,7 @@ class ClosedFormLTC(RecurrentModule):
             self.sigma, self.mu, self.w, self.erev, self.syn_flat, self.syn_pre_onehot, self.syn_post_onehot
         )
         gleak = self.gleak.clamp_min(1e-30)
-        neg_inv_cm = -1.0 / self.cm
+        neg_inv_cm = -1.0 / self.cm.clamp_min(1e-30)  # a neuron without capacitance: v = I / G at once
         n = self.units
         sens_pre = self.input_w.unsqueeze(1) * sens[0]
         sens_bias = torch.addmv(sens[1], sens[0].t(), self.input_b)
