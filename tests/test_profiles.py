@@ -127,3 +127,29 @@ def test_the_demos_policy_trains_in_the_loop_at_the_demo_profiles_rate() -> None
     assert branch_step(s) == profile["trainer"]["max_steps"] - s.onpolicy_steps > 0
     assert s.onpolicy_steps // ONPOLICY_ROUNDS == profile["onpolicy"]["every_n_steps"] > 0
     assert profile["onpolicy"].get("start_step", 0) == 0  # drive fit --config demo: from step 100
+
+
+def test_parse_gives_the_configuration_a_run_would_use_and_runs_nothing(tmp_path: Path) -> None:
+    """``drive.train.launch.parse``: the profile, a later profile and overrides merged by LightningCLI's
+    parser, defaults filled in from the callbacks' signatures; no folder made, no seed set."""
+    import inspect
+
+    import torch
+
+    from drive.train.launch import parse
+    from drive.train.onpolicy import OnPolicyData
+
+    root = tmp_path / "run"
+    torch.manual_seed(5)
+    expected = torch.rand(1)
+    torch.manual_seed(5)
+    cfg = parse(
+        ["fit", "--config", "demo", "--trainer.default_root_dir", str(root), "--onpolicy.noise_std", "0.02"]
+    )
+    assert torch.rand(1) == expected  # the global generator untouched
+    profile = yaml.safe_load(profile_path("demo").read_text())
+    assert cfg.trainer.max_steps == profile["trainer"]["max_steps"]
+    assert cfg.onpolicy.every_n_steps == profile["onpolicy"]["every_n_steps"]
+    assert cfg.onpolicy.noise_std == 0.02  # the command line over the profile
+    assert cfg.onpolicy.share == inspect.signature(OnPolicyData).parameters["share"].default
+    assert not root.exists()

@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-import inspect
+import csv
 import json
 import shutil
 import warnings
@@ -17,12 +17,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import torch
-import yaml
 
 from drive.demo.settings import DemoSettings
 from drive.demo.stage import Made
-from drive.train.launch import launch
-from drive.train.onpolicy import OnPolicyData
+from drive.train.launch import launch, parse
 
 __all__ = [
     "BASELINE_OVERRIDES",
@@ -150,22 +148,29 @@ def train_onpolicy_arm(s: DemoSettings, out: Path, data: Dict[str, Any], trained
     argv += ["--ckpt_path", trained["branch_checkpoint"]]
     with warnings.catch_warnings():  # the resumed checkpoints' folders are new on purpose
         warnings.filterwarnings("ignore", message="The dirpath has changed")
-        _launch(s, argv)
+        settings = _launch(s, argv).onpolicy
     last = root / "checkpoints" / "last.ckpt"
-    callbacks = torch.load(last, map_location="cpu", weights_only=True)["callbacks"]
-    state = callbacks.get(OnPolicyData.__qualname__, {})  # Lightning's key: the callback's class name
-    settings = _onpolicy_settings(s)
+    metrics_csv = next((root / "csv").rglob("metrics.csv"))
     result = {
         "checkpoint": str(last),
-        "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
+        "metrics_csv": str(metrics_csv),
         "steps": _global_step(last),
         "branch_step": branch,
         "every_n_steps": every,
         **{k: settings[k] for k in ("noise_std", "share", "episodes", "episode_s")},
-        "rounds": len(state.get("rounds", [])),
-        "visited_steps": int(sum(len(r["frame"]) for r in state.get("rounds", []))),
+        **_rounds_seen(metrics_csv),
     }
     return Made(result, [last])
+
+
+def _rounds_seen(metrics_csv: Path) -> Dict[str, int]:
+    """The rounds that joined the buffer and the steps they drove, as the run logged them at each
+    landing (``onpolicy/takeovers_per_km``, ``onpolicy/visited_steps``)."""
+    with open(metrics_csv, newline="") as f:
+        visited = [
+            float(r["onpolicy/visited_steps"]) for r in csv.DictReader(f) if r.get("onpolicy/visited_steps")
+        ]
+    return {"rounds": len(visited), "visited_steps": int(sum(visited))}
 
 
 def branch_step(s: DemoSettings) -> int:
@@ -197,10 +202,11 @@ def _branch_checkpoint(root: Path, step: int) -> List[str]:
     ]
 
 
-def _launch(s: DemoSettings, argv: List[str]) -> None:
+def _launch(s: DemoSettings, argv: List[str]) -> Any:
+    """``drive fit`` of ``argv`` on ``s.threads`` threads; the configuration it ran with."""
     if s.threads:
         torch.set_num_threads(s.threads)
-    launch(argv)
+    return launch(argv)
 
 
 def _global_step(ckpt: Path) -> int:
@@ -213,26 +219,20 @@ def _label_lookahead(ckpt: Path) -> Optional[float]:
     return torch.load(ckpt, map_location="cpu", weights_only=True).get("drive", {}).get("label_lookahead_s")
 
 
-def _profile(s: DemoSettings, section: str) -> Dict[str, Any]:
-    """A section (``trainer``, ``onpolicy``) of the training profile."""
-    return (yaml.safe_load(Path(s.config).read_text()) or {}).get(section) or {}
-
-
-def _onpolicy_settings(s: DemoSettings) -> Dict[str, Any]:
-    """The on-policy settings the arm trains with: the profile's over :class:`OnPolicyData`'s defaults."""
-    defaults = {k: p.default for k, p in inspect.signature(OnPolicyData).parameters.items()}
-    return {**defaults, **_profile(s, "onpolicy")}
+def _config(s: DemoSettings) -> Any:
+    """The demo's training profile as ``drive fit`` parses it (:func:`drive.train.launch.parse`)."""
+    return parse(["fit", "--config", s.config])
 
 
 def _val_interval(s: DemoSettings) -> int:
     """The config's validation interval in optimizer steps (``trainer.val_check_interval``)."""
-    interval = _profile(s, "trainer").get("val_check_interval")
+    interval = _config(s).trainer.val_check_interval
     return int(interval) if isinstance(interval, int) and interval > 0 else 1 << 30
 
 
 def _config_steps(s: DemoSettings) -> int:
     """The config's step budget (``trainer.max_steps``)."""
-    steps = _profile(s, "trainer").get("max_steps")
+    steps = _config(s).trainer.max_steps
     if not isinstance(steps, int) or steps <= 0:
         raise ValueError(f"{s.config}: trainer.max_steps is not a step budget; the on-policy arm needs one")
     return steps

@@ -47,7 +47,15 @@ from drive.train.refusal import no_trace_if_refused
 from drive.train.replay_validation import ReplayValidation
 from drive.train.throughput import Throughput
 
-__all__ = ["DriveCLI", "LastCheckpoint", "launch", "check_ckpt_path", "CheckpointNotFound", "DEFAULT_ROOT"]
+__all__ = [
+    "DriveCLI",
+    "LastCheckpoint",
+    "launch",
+    "parse",
+    "check_ckpt_path",
+    "CheckpointNotFound",
+    "DEFAULT_ROOT",
+]
 
 DEFAULT_ROOT = "runs/fit"
 CKPT_KEYWORDS = ("best", "last", "hpc")  # resolved by Lightning, not paths
@@ -238,9 +246,10 @@ class _DebugCLI(DriveCLI):
     hold_warnings = False  # --debug: every warning when it is issued
 
 
-def launch(argv: Optional[List[str]] = None, debug: bool = False) -> None:
+def launch(argv: Optional[List[str]] = None, debug: bool = False) -> Any:
     """Run ``fit | validate | test | predict`` with the rest of ``argv`` (as ``drive <subcommand>``;
-    ``None``: ``sys.argv[1:]``).
+    ``None``: ``sys.argv[1:]``) and return the configuration it ran with (the subcommand's group of
+    LightningCLI's parse, as :func:`parse` returns it).
 
     Errors of input (a missing ``--ckpt_path``, a damaged checkpoint, bad logs, an unwritable or
     full output location) propagate as the ``ValueError`` / ``OSError`` that names them; a bad
@@ -250,6 +259,19 @@ def launch(argv: Optional[List[str]] = None, debug: bool = False) -> None:
     ``debug`` shows the warnings of a run's set-up when they are issued (else they wait for its
     first batch, and a refused run prints none).
     """
+    cli = _cli(_DebugCLI if debug else DriveCLI, argv)
+    return cli.config[cli.subcommand]
+
+
+def parse(argv: List[str]) -> Any:
+    """The configuration ``launch(argv)`` would run with: profiles, files and ``--group.key value``
+    overrides merged by LightningCLI's own parser, defaults filled in (``parse(argv).trainer.max_steps``,
+    ``.onpolicy.noise_std``), without seeding, building or running anything."""
+    cli = _cli(_ParseOnly, argv)
+    return cli.config[cli.config["subcommand"]]
+
+
+def _cli(cls: type, argv: Optional[List[str]]) -> DriveCLI:
     argv = resolve_config_args(list(sys.argv[1:] if argv is None else argv))
     check_config_files(argv)
     _notes_to_stdout()
@@ -272,7 +294,7 @@ def launch(argv: Optional[List[str]] = None, debug: bool = False) -> None:
             # have nothing to do: Lightning's notes that they differ or moved are noise there.
             warnings.filterwarnings("ignore", message="Be aware that when using `ckpt_path`, callbacks")
             warnings.filterwarnings("ignore", message="The dirpath has changed from")
-        (_DebugCLI if debug else DriveCLI)(
+        return cls(
             PolicyModule,
             DriveDataModule,
             args=argv,
@@ -283,3 +305,19 @@ def launch(argv: Optional[List[str]] = None, debug: bool = False) -> None:
             parser_kwargs={"prog": "drive", "default_env": False, "exit_on_error": False},
             auto_configure_optimizers=False,
         )
+
+
+class _ParseOnly(DriveCLI):
+    """:class:`DriveCLI` that stops after the parse (:func:`parse`): no seed set, nothing built or run."""
+
+    def _set_seed(self) -> None:
+        pass
+
+    def before_instantiate_classes(self) -> None:
+        pass
+
+    def instantiate_classes(self) -> None:
+        pass
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        pass

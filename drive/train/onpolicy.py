@@ -24,7 +24,8 @@ IEEE RA-L 2020) trains in this loop.
   it cannot yet drive instead of the straights it already drives.
 - **what a round saw**: when it lands, ``onpolicy/takeovers_per_km`` is logged, the takeovers per km
   of its episodes (with their DART noise; the quiet rate on held-out logs is ``val/replay/...``,
-  :mod:`drive.train.replay_validation`), so the training curve shows the policy's driving too.
+  :mod:`drive.train.replay_validation`), so the training curve shows the policy's driving too, and
+  ``onpolicy/visited_steps``, the steps its episodes drove (what joins the buffer).
 - **the buffer** keeps every visited step (recorded frame, camera offset, label, speed, the elapsed
   time the rollout used): all rounds (``keep_rounds: 0``, DAgger's growing aggregate) or the last
   ``keep_rounds`` (a ring).
@@ -217,7 +218,10 @@ class OnPolicyData(L.Callback):
         parts = [Rollout(**p) for p in gather_results(self._job.result, self.world)]
         landed = Rollout.concat(parts) if len(parts) > 1 else parts[0]
         self.buffer.add(landed)
-        seen = {"onpolicy/takeovers_per_km": round_takeovers_per_km(landed)}
+        seen = {
+            "onpolicy/takeovers_per_km": round_takeovers_per_km(landed),
+            "onpolicy/visited_steps": len(landed),
+        }
         for logger in trainer.loggers:
             logger.log_metrics(seen, step=trainer.global_step)
         self.pending, self._job = None, None
