@@ -207,26 +207,30 @@ def _select_table(selected: List[Any], km: float) -> str:
 def cost(out: Path, steps: int) -> str:
     """What validation by driving costs training: ``steps`` of the demo profile on mixed5 with a
     validation every ``steps // 4``, without and with ``--val_replay``, one after the other (run it
-    with nothing else running): wall seconds of each fit and its end-to-end training frames/s."""
+    with nothing else running), after a 1-step fit that builds the preprocessing caches both use:
+    wall seconds of each fit and its end-to-end training frames/s."""
     import csv
+    import shutil
 
     from drive.train.launch import launch  # here: Lightning's import only where something trains
 
     data, measured = dataset("mixed5", out), {}
-    for name, extra in (("open loop", []), ("by driving", ["--val_replay.enabled", "true"])):
+    torch.set_num_threads(2)
+    arms = (("warm-up", 1, "false"), ("open loop", steps, "false"), ("by driving", steps, "true"))
+    for name, budget, driving in arms:
         root = out / "cost" / name.replace(" ", "_")
+        shutil.rmtree(root, ignore_errors=True)
         argv = ["fit", "--config", "demo", "--data.train", json.dumps(data["train"])]
         argv += ["--data.val", json.dumps(data["val"]), "--data.cache_dir", str(out / "cache")]
-        argv += ["--trainer.default_root_dir", str(root), "--trainer.max_steps", str(steps)]
-        argv += ["--trainer.val_check_interval", str(max(1, steps // 4))]
-        argv += ["--trainer.enable_progress_bar", "false", *extra]
-        torch.set_num_threads(2)
+        argv += ["--trainer.default_root_dir", str(root), "--trainer.max_steps", str(budget)]
+        argv += ["--trainer.val_check_interval", str(max(1, budget // 4)), "--val_replay.enabled", driving]
+        argv += ["--trainer.enable_progress_bar", "false"]
         started = time.perf_counter()
         launch(argv)
         seconds = time.perf_counter() - started
         rows = list(csv.DictReader(next(root.rglob("metrics.csv")).open()))
-        rate = [float(r["perf/train_frames_per_s"]) for r in rows if r.get("perf/train_frames_per_s")][-1]
-        measured[name] = (seconds, rate)
+        rate = [float(r["perf/train_frames_per_s"]) for r in rows if r.get("perf/train_frames_per_s")]
+        measured[name] = (seconds, rate[-1] if rate else 0.0)
     (a, ra), (b, rb) = measured["open loop"], measured["by driving"]
     return (
         f"{steps} steps, 4 validations: open loop {a:.0f} s ({ra:.0f} frames/s), by driving {b:.0f} s "
