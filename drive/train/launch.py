@@ -9,14 +9,15 @@ value`` overrides.
 
 Defaults added here: seed 1234 (``--seed_everything``), TensorBoard and CSV loggers under
 ``trainer.default_root_dir``, and two of Lightning's ``ModelCheckpoint`` groups writing to
-``<default_root_dir>/checkpoints``: ``--checkpoint.*`` keeps the best by ``val/loss``;
+``<default_root_dir>/checkpoints``: ``--checkpoint.*`` keeps the best by ``val/loss`` (the profiles
+``ncp_ltc`` and ``demo``: by ``val/replay/score``);
 ``--last_checkpoint.*`` rewrites ``last.ckpt`` every ``every_n_train_steps`` (100) steps, at
 every epoch end and when training ends (:class:`LastCheckpoint`), independent of validation, so
 ``--ckpt_path last`` resumes a killed run and a finished run's ``last.ckpt`` holds its final weights.
 ``--onpolicy.*`` adds on-policy data from log replay (:mod:`drive.train.onpolicy`; on in the profiles
 ``ncp_ltc`` and ``demo``, under ``trainer/ddp`` too, off without a profile).
-``--val_replay.*`` validates by driving the validation logs in log replay (``val/replay/score``;
-:mod:`drive.train.replay_validation`).
+``--val_replay.*`` validates by driving the validation logs in log replay (``val/replay/score``; on in
+the profiles ``ncp_ltc`` and ``demo``; :mod:`drive.train.replay_validation`).
 ``--throughput.*`` logs training frames per second, end to end (:mod:`drive.train.throughput`).
 ``predict`` writes the curvature for every frame to ``<default_root_dir>/predictions.csv``
 (``--predictions.path``; :mod:`drive.train.predictions`).
