@@ -240,7 +240,7 @@ def test_masks_are_buffers_not_parameters():
 
 def test_softplus_init_puts_effective_values_in_the_paper_ranges():
     torch.manual_seed(7)
-    eff = LTC(FullyConnected(30, 2, input_dim=10)).effective_parameters()
+    eff = LTC(FullyConnected(30, 2, input_dim=10), positivity="softplus").effective_parameters()
     for name in ("gleak", "cm", "vleak", "w", "sigma", "mu", "sensory_w", "sensory_sigma", "sensory_mu"):
         lo, hi = INIT_RANGES[name]
         assert eff[name].min() >= lo - 1e-5 and eff[name].max() <= hi + 1e-5, name
@@ -248,7 +248,7 @@ def test_softplus_init_puts_effective_values_in_the_paper_ranges():
 
 
 def test_effective_parameters_apply_positivity_and_masks():
-    m = randomise(LTC(Random(6, 2, 0.5, input_dim=3)))
+    m = randomise(LTC(Random(6, 2, 0.5, input_dim=3), positivity="softplus"))
     eff = m.effective_parameters()
     torch.testing.assert_close(eff["w"], F.softplus(m.w) * m.mask)
     torch.testing.assert_close(eff["cm"], F.softplus(m.cm))

@@ -25,6 +25,7 @@ from drive.nn.wiring import Wiring, as_wiring, check_wiring_buffers, lane_keepin
 
 __all__ = [
     "LTC",
+    "DEFAULT_POSITIVITY",
     "NCPLTCOptions",
     "INIT_RANGES",
     "POSITIVE",
@@ -72,6 +73,11 @@ def register_synapses(module: nn.Module, prefix: str, mask: Tensor) -> None:
     module.register_buffer(prefix + "_post_onehot", F.one_hot(post, cols).float(), persistent=False)
 
 
+# The papers' and ncps's positivity: w, cm and gleak used as they are and clipped at 0 after every
+# optimizer step (drive.train.module does it; a bare LTC's user calls apply_constraints()).
+DEFAULT_POSITIVITY = "clip"
+
+
 @dataclass(frozen=True)
 class NCPLTCOptions:
     """``ncp_ltc``: an LTC on the 19-neuron lane-keeping NCP wiring.
@@ -83,7 +89,7 @@ class NCPLTCOptions:
     """
 
     ode_unfolds: int = 6
-    positivity: str = "clip"
+    positivity: str = DEFAULT_POSITIVITY
     wiring_seed: int = 22222
 
 
@@ -97,8 +103,9 @@ class LTC(RecurrentModule):
         input_size: optional check that it equals ``wiring.input_dim``.
         ode_unfolds: fused-solver steps per RNN step (the papers use 6).
         epsilon: added to the solver's denominator.
-        positivity: "softplus" (w, sensory_w, cm, gleak pass through softplus; the default) or
-            "clip" (used as they are; call ``apply_constraints()`` after every optimizer step).
+        positivity: "clip" (the default, :data:`DEFAULT_POSITIVITY`: w, sensory_w, cm, gleak used as
+            they are; call ``apply_constraints()`` after every optimizer step) or "softplus" (they
+            pass through softplus, positive without clipping).
 
     ``forward(x[B,L,F], hidden[B,N]=None, timespans[B,L]=None) -> (y[B,L,M], hidden[B,N])``;
     timespans are the elapsed seconds of each step (None = 1.0). Parameters are initialised so the
@@ -111,7 +118,7 @@ class LTC(RecurrentModule):
         input_size: Optional[int] = None,
         ode_unfolds: int = 6,
         epsilon: float = 1e-8,
-        positivity: str = "softplus",
+        positivity: str = DEFAULT_POSITIVITY,
     ) -> None:
         wiring = as_wiring(wiring)
         if input_size is not None and input_size != wiring.input_dim:
