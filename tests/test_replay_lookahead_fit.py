@@ -13,8 +13,8 @@ from drive.data.augment import AugmentConfig, Augmenter
 from drive.data.cache import cache_recordings
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
+from drive.replay.cached import cached_paths, cached_world
 from drive.replay.lookahead_fit import UNIDENTIFIED_S, fit_lookahead, track_with_labels
-from drive.replay.rollout import cached_paths, cached_world
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.record import simulate
 

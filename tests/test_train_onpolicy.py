@@ -13,7 +13,8 @@ import torch
 from drive.data.cache import CachedRecording, cache_recordings, model_camera, source_to_model
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
-from drive.replay.rollout import cached_paths, cached_world, rollout
+from drive.replay.cached import cached_paths, cached_world
+from drive.replay.rollout import rollout
 from drive.sim.record import simulate
 from drive.train.onpolicy import OnPolicyData
 from drive.train.onpolicy_buffer import OnPolicyBuffer

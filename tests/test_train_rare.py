@@ -13,7 +13,8 @@ from drive.data.datamodule import DriveDataModule
 from drive.data.preprocess import Preprocessing
 from drive.data.readers import read_logs
 from drive.data.sampling import BalancedSampler, rarity_weights
-from drive.replay.rollout import Rollout, cached_paths
+from drive.replay.cached import cached_paths
+from drive.replay.rollout import Rollout
 from drive.sim.record import simulate
 from drive.train.onpolicy import OnPolicyData
 from drive.train.rounds import FOCUS_LEAD_S, RoundJob, run_round, takeover_places

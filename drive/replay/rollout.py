@@ -10,34 +10,23 @@ viewpoint augmentation uses: Coulter 1992; look-ahead ``max(min_lookahead_m, loo
 batched policy call per step (``act``: views in, curvature out, state kept by the caller), with the
 world's safety driver, and returns every step as a :class:`Rollout`: which recorded frame the car
 saw, the camera's offset from it (enough to re-render the view later, from a cache), the label, the
-speed and the elapsed time the policy was given. :func:`cached_world` builds an episode over a
-preprocessing cache (model-size frames, their own calibration), as training rolls out.
+speed and the elapsed time the policy was given. Training rolls out over preprocessing caches
+(:mod:`drive.replay.cached`).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Sequence
 
 import numpy as np
 
-from drive.data.cache import CachedRecording, model_camera
 from drive.data.viewpoint import corrected_curvature
-from drive.io.recording import POSE_COLUMNS
-from drive.replay.path import MIN_PATH_M, ReferencePath, paths_from_log
 from drive.replay.world import LogWorld
 from drive.sim.safety import SAFETY_DRIVER, InterventionRule
 
-__all__ = [
-    "MIN_PATH_M",
-    "CachedFrames",
-    "Rollout",
-    "cached_paths",
-    "cached_world",
-    "drivable_paths",
-    "rollout",
-]
+__all__ = ["Rollout", "rollout"]
 
 
 @dataclass
@@ -70,48 +59,6 @@ class Rollout:
     @classmethod
     def concat(cls, parts: Sequence["Rollout"]) -> "Rollout":
         return cls(**{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in fields(cls)})
-
-
-class CachedFrames:
-    """A cache's frames as a frame source: uint8 [h, w, 3] at the model size."""
-
-    def __init__(self, cached: CachedRecording) -> None:
-        self.cached = cached
-
-    def __len__(self) -> int:
-        return len(self.cached)
-
-    def read(self, index: int) -> np.ndarray:
-        return np.ascontiguousarray(self.cached.frames[index].transpose(1, 2, 0))
-
-
-def cached_paths(cached: CachedRecording, frames: Optional[Tuple[int, int]] = None) -> List[ReferencePath]:
-    """The reference paths of a cached recording (its poses where it has them), valid frames only, and
-    of those only frames ``first <= i < end`` if ``frames = (first, end)`` is given."""
-    log = {"timestamp_s": cached.timestamp_s, "curvature": cached.curvature, "speed_mps": cached.speed_mps}
-    if cached.poses is not None:
-        log.update({c: cached.poses[:, i] for i, c in enumerate(POSE_COLUMNS)})
-    valid = cached.valid
-    if frames is not None:
-        valid = valid.copy()
-        valid[: frames[0]] = False
-        valid[frames[1] :] = False
-    return paths_from_log(log, cached.name, valid)
-
-
-def drivable_paths(cached: Sequence[CachedRecording]) -> List[Tuple[int, ReferencePath]]:
-    """(index into ``cached``, reference path) of every path longer than :data:`MIN_PATH_M`."""
-    return [(i, p) for i, r in enumerate(cached) for p in cached_paths(r) if p.length_m > MIN_PATH_M]
-
-
-def cached_world(cached: CachedRecording, path: ReferencePath, fps: float, start_s_m: float) -> LogWorld:
-    """An episode over a cache: model-size frames and the calibration of those frames."""
-    camera = model_camera(cached.info)
-    if camera is None:
-        raise ValueError(
-            f"{cached.name}: on-policy rollouts re-render frames and need the camera calibration"
-        )
-    return LogWorld(path, CachedFrames(cached), camera, fps, start_s_m=start_s_m)
 
 
 def rollout(

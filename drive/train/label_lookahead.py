@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 from drive.data.cache import CachedRecording, model_camera
+from drive.replay.cached import cached_world, drivable_paths
 from drive.replay.lookahead_fit import LookaheadFit, fit_lookahead
-from drive.replay.rollout import cached_world, drivable_paths
 
 __all__ = ["fit_on_recordings", "resolve_lookahead"]
 

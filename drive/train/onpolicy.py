@@ -60,7 +60,9 @@ from drive.data.augment import AugmentConfig
 from drive.data.cache import CachedRecording, model_camera
 from drive.data.dataset import sample_weights
 from drive.data.sampling import global_rows
-from drive.replay.rollout import MIN_PATH_M, Rollout, drivable_paths
+from drive.replay.cached import drivable_paths
+from drive.replay.path import MIN_PATH_M
+from drive.replay.rollout import Rollout
 from drive.replay.view import ViewSynthesis
 from drive.train.label_lookahead import fit_on_recordings
 from drive.train.onpolicy_buffer import OnPolicyBuffer

@@ -53,8 +53,9 @@ from lightning.pytorch.utilities import rank_zero_info
 from drive.data.cache import CachedRecording, model_camera
 from drive.io.atomic import write_image
 from drive.nn.policy import Policy
+from drive.replay.cached import cached_paths, cached_world
 from drive.replay.loop import END_MARGIN_M
-from drive.replay.rollout import MIN_PATH_M, cached_paths, cached_world
+from drive.replay.path import MIN_PATH_M
 from drive.sim.closed_loop import Segment, drive_segment
 from drive.sim.driver import Observation
 from drive.sim.poisson import rate_interval

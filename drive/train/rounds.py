@@ -18,8 +18,9 @@ import torch
 
 from drive.data.cache import CachedRecording
 from drive.nn.policy import Policy
-from drive.replay.path import ReferencePath
-from drive.replay.rollout import MIN_PATH_M, Rollout, cached_world, drivable_paths, rollout
+from drive.replay.cached import cached_world, drivable_paths
+from drive.replay.path import MIN_PATH_M, ReferencePath
+from drive.replay.rollout import Rollout, rollout
 from drive.sim.expert import SteeringNoise
 
 __all__ = [
