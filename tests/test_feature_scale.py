@@ -171,7 +171,7 @@ def test_export_curvature_limit_comes_from_the_training_labels(recwarn) -> None:
     full_lock = 0.34 * np.sin(np.linspace(0, 6, 300))  # a car whose full lock is 0.34 1/m
     glitch = full_lock.copy()
     glitch[100] = 2.0  # one single-frame spike must not widen the limit
-    module._label_limits([glitch])
+    module._label_limits([glitch], curve_factor=0.0)
     assert module.label_range == pytest.approx([full_lock.min(), full_lock.max()], abs=1e-9)
     meta = module.drive_meta()
     assert meta["curvature_limit_per_m"] == pytest.approx(0.43)  # ceil(1.25 x 0.34, 0.01)
@@ -181,6 +181,29 @@ def test_export_curvature_limit_comes_from_the_training_labels(recwarn) -> None:
     assert deployed.curvature_limit_per_m == pytest.approx(0.43)
     with pytest.warns(UserWarning, match=r"curvature limit 0.2 1/m is below the training labels' range"):
         build_deployed(module.policy, meta, frame_size=HW, curvature_limit_per_m=0.2)
+
+
+def test_a_curve_factor_that_makes_the_loss_a_few_frames_error_is_warned_once() -> None:
+    """The NCP weights exp(c |y|) at the paper's c = 0.1: highway curvatures (tens of 1/km) spread them
+    by less than 1000x, a junction turn of 1/5 m (200 1/km) by e^20; the warning says so and suggests
+    a c that keeps the spread at 100x."""
+    import warnings
+
+    module = PolicyModule(family="lstm", input_hw=HW)
+    highway = 0.03 * np.sin(np.linspace(0, 6, 300))  # up to 30 1/km
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module._label_limits([highway], curve_factor=0.1)
+    junction = highway.copy()
+    junction[100:130] = 0.2  # 30 frames of a 1/5 m turn: not a single-frame spike
+    with pytest.warns(
+        UserWarning, match=r"curve_factor 0.1 weighs the sharpest .* \(200 1/km\) e\^1[89] times"
+    ) as w:
+        module._label_limits([junction], curve_factor=0.1)
+    assert len(w) == 1 and "use 0.026 or less" in str(w[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module._label_limits([junction], curve_factor=0.0)  # plain MSE: nothing to say
 
 
 def test_data_init_of_the_pilotnet_cnn(frames: torch.Tensor) -> None:

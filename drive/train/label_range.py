@@ -12,9 +12,10 @@ import numpy as np
 
 from drive.data.inspect import spike_frames
 
-__all__ = ["CURVATURE_MARGIN", "label_range", "curvature_limit", "readout_scale_km"]
+__all__ = ["CURVATURE_MARGIN", "label_range", "curvature_limit", "readout_scale_km", "curve_weight_note"]
 
 CURVATURE_MARGIN = 1.25  # the export's curvature limit: this x the training labels' largest |value|
+WEIGHT_SPREAD = 1000.0  # curve weights spread wider than this: a batch's loss is a few frames' error
 
 
 def label_range(curvatures: Sequence[np.ndarray]) -> Optional[List[float]]:
@@ -49,3 +50,24 @@ def readout_scale_km(
         # reversal potentials: the scale must reach the largest label, not one std
         scale = max(scale, 1000.0 * max(abs(v) for v in labels))
     return float(f"{scale:.2g}")
+
+
+def curve_weight_note(labels: Optional[Sequence[float]], median_abs_km: float, curve_factor: float) -> str:
+    """A warning ('' if none) when the weighted MSE's weights ``exp(c |y|)`` (y in 1/km) of the
+    sharpest label of the range ``labels`` exceed the median frame's by more than
+    :data:`WEIGHT_SPREAD`: the loss, normalised by the weights, is then the error of the few sharpest
+    frames of each batch (the NCP paper's c = 0.1 was chosen for highway curvatures of tens of 1/km;
+    a junction turn of 1/5 m is 200 1/km, a weight e^20 times a straight's)."""
+    if curve_factor <= 0 or labels is None:
+        return ""
+    sharpest_km = 1000.0 * max(abs(v) for v in labels)
+    exponent = curve_factor * (sharpest_km - median_abs_km)
+    if exponent <= math.log(WEIGHT_SPREAD):
+        return ""
+    suggested = math.log(100.0) / max(sharpest_km - median_abs_km, 1e-9)
+    return (
+        f"--data.curve_factor {curve_factor:g} weighs the sharpest training labels ({sharpest_km:.0f} 1/km) "
+        f"e^{exponent:.0f} times the median frame ({median_abs_km:.1f} 1/km): the weighted MSE is then the "
+        f"error of a few frames per batch; for logs with curves this sharp use {suggested:.2g} or less "
+        "(at most 100x), or 0"
+    )

@@ -42,7 +42,7 @@ from drive.nn.init import data_init, sample_frames
 from drive.nn.policy import Policy
 from drive.train.hparams import checkpoint_hparams, option_groups, plain
 from drive.train.label_lookahead import resolve_lookahead
-from drive.train.label_range import curvature_limit, label_range, readout_scale_km
+from drive.train.label_range import curvature_limit, curve_weight_note, label_range, readout_scale_km
 from drive.train.monitor import LearningMonitor
 from drive.train.schedule import lr_factor
 from drive.train.stateful_eval import StatefulEvalModule
@@ -180,7 +180,7 @@ class PolicyModule(StatefulEvalModule):
         recordings = [r for ds in datasets.values() for r in ds.recordings]
         if stage == "fit" and "train" in datasets:
             train = [r.curvature for r in datasets["train"].recordings]
-            self._label_limits(train)
+            self._label_limits(train, float(getattr(datamodule, "curve_factor", 0.0)))
             scale = self.hparams.label_scale_km
             if scale is None:
                 scale = readout_scale_km(train, self.label_range, direct=not self.policy.has_readout)
@@ -198,12 +198,17 @@ class PolicyModule(StatefulEvalModule):
                 self.label_lookahead_s = fit.lookahead_s
                 (rank_zero_warn if fit.kept_none else rank_zero_info)(fit.summary())
 
-    def _label_limits(self, curvatures: List[np.ndarray]) -> None:
-        """The training labels' range and the export's curvature limit (:mod:`drive.train.label_range`)."""
+    def _label_limits(self, curvatures: List[np.ndarray], curve_factor: float) -> None:
+        """The training labels' range and the export's curvature limit (:mod:`drive.train.label_range`),
+        and a warning when ``curve_factor`` would make the loss the error of a few sharp frames."""
         labels = label_range(curvatures)
         if labels is not None:
             self.label_range = labels
             self.curvature_limit = curvature_limit(labels)
+        median_km = 1000.0 * float(np.nanmedian(np.abs(np.concatenate(curvatures)))) if curvatures else 0.0
+        note = curve_weight_note(labels, median_km, curve_factor)
+        if note:
+            rank_zero_warn(note)
 
     def drive_meta(self) -> Dict[str, Any]:
         """Checkpoint metadata (plain types): policy config, preprocessing, fps, units, family, and
