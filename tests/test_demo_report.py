@@ -4,13 +4,27 @@ every section from results written here, the acceptance verdict, and summary.jso
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict
 
 import pytest
 
 from drive.demo.report import write_report
+from drive.demo.results import (
+    Baselines,
+    ClosedForm,
+    DemoResults,
+    Drives,
+    Drove,
+    Export,
+    HardDrove,
+    OnPolicyArm,
+    Robustness,
+    Saliency,
+    Simulated,
+    Trained,
+)
 from drive.demo.settings import DemoSettings
 
 
@@ -26,7 +40,7 @@ def _metrics(km: float, interventions: int) -> Dict[str, Any]:
     }
 
 
-def results(out: Path, policy_interventions: int = 1, export_interventions: int = 1) -> Dict[str, Any]:
+def results(out: Path, policy_interventions: int = 1, export_interventions: int = 1) -> DemoResults:
     """What run_demo hands write_report: one entry per stage, paths inside ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     csv = out / "metrics.csv"
@@ -34,38 +48,46 @@ def results(out: Path, policy_interventions: int = 1, export_interventions: int 
     rows += [f"{s},{1.0 / (s + 1):.4f},," for s in range(0, 50, 5)]
     rows += ["49,,12.5,2.5"]
     csv.write_text("\n".join(rows) + "\n")
-    return {
-        "settings": asdict(DemoSettings(out=str(out))),
-        "simulate": {"seconds": 30.0},
-        "train": {
-            "seconds": 300.0,
-            "steps": 50,
-            "metrics_csv": str(csv),
-            "checkpoint": str(out / "models" / "ncp_ltc.ckpt"),
-            "best_checkpoint": str(out / "models" / "best.ckpt"),
-        },
-        "baselines": {"seconds": 60.0},
-        "drive": {
-            "seconds": 120.0,
-            "ncp_ltc": {
-                "metrics": _metrics(6.0, policy_interventions),
-                "plot": str(out / "drive" / "ncp.png"),
-                "video": str(out / "drive" / "ncp.mp4"),
+    return DemoResults(
+        settings=DemoSettings(out=str(out)),
+        simulate=Simulated(train=[], val=[], test=[], seconds=30.0),
+        train=Trained(
+            seconds=300.0,
+            steps=50,
+            metrics_csv=str(csv),
+            checkpoint=str(out / "models" / "ncp_ltc.ckpt"),
+            best_checkpoint=str(out / "models" / "best.ckpt"),
+            branch_checkpoint="",
+            label_lookahead_s=None,
+        ),
+        baselines=Baselines(checkpoints={}, seconds=60.0),
+        drive=Drives(
+            seconds=120.0,
+            drivers={
+                "ncp_ltc": Drove(
+                    metrics=_metrics(6.0, policy_interventions),
+                    plot=str(out / "drive" / "ncp.png"),
+                    video=str(out / "drive" / "ncp.mp4"),
+                ),
+                "expert": Drove(metrics=_metrics(6.0, 0), plot=str(out / "drive" / "expert.png")),
+                "constant": Drove(metrics=_metrics(6.0, 40)),
             },
-            "expert": {"metrics": _metrics(6.0, 0), "plot": str(out / "drive" / "expert.png")},
-            "constant": {"metrics": _metrics(6.0, 40)},
-        },
-        "saliency": {
-            "seconds": 20.0,
-            "noise": 0.1,
-            "frames": 150,
-            "video": str(out / "saliency.mp4"),
-            "contact_sheet": str(out / "saliency.png"),
-        },
-        "robustness": {
-            "seconds": 90.0,
-            "report": str(out / "robustness" / "REPORT.md"),
-            "rows": [
+        ),
+        saliency=Saliency(
+            seconds=20.0,
+            noise=0.1,
+            frames=150,
+            fps=10.0,
+            size=[200, 66],
+            method="bojarski",
+            rows=["clean", "noisy"],
+            video=str(out / "saliency.mp4"),
+            contact_sheet=str(out / "saliency.png"),
+        ),
+        robustness=Robustness(
+            seconds=90.0,
+            report=str(out / "robustness" / "REPORT.md"),
+            rows=[
                 {"model": "ncp_ltc", "kind": "gaussian", "level": 0.1, "mse": 20.0, "ssim_mean": 0.9},
                 {
                     "model": "lstm",
@@ -78,12 +100,12 @@ def results(out: Path, policy_interventions: int = 1, export_interventions: int 
                     "interventions_per_km": 2 / 0.3,
                 },
             ],
-            "plots": [str(out / "robustness" / f"{n}.png") for n in ("mse", "ssim_mean", "other")],
-        },
-        "closed_form": {
-            "seconds": 40.0,
-            "converted": str(out / "models" / "closed_form.ckpt"),
-            "fidelity": {
+            plots=[str(out / "robustness" / f"{n}.png") for n in ("mse", "ssim_mean", "other")],
+        ),
+        closed_form=ClosedForm(
+            seconds=40.0,
+            converted=str(out / "models" / "closed_form.ckpt"),
+            fidelity={
                 "method": "exact",
                 "open_loop": {"mse_vs_ode": 0.004},
                 "speed": {
@@ -98,16 +120,16 @@ def results(out: Path, policy_interventions: int = 1, export_interventions: int 
                     "closed_form": {"interventions": 1, "km": 1.0},
                 },
             },
-        },
-        "export": {
-            "seconds": 25.0,
-            "file": str(out / "models" / "ncp_ltc.ts"),
-            "bytes": 2_500_000,
-            "frames_compared": 300,
-            "max_abs_diff_per_km": 1.5e-5,
-            "closed_loop": _metrics(6.0, export_interventions),
-        },
-    }
+        ),
+        export=Export(
+            seconds=25.0,
+            file=str(out / "models" / "ncp_ltc.ts"),
+            bytes=2_500_000,
+            frames_compared=300,
+            max_abs_diff_per_km=1.5e-5,
+            closed_loop=_metrics(6.0, export_interventions),
+        ),
+    )
 
 
 def test_every_section_and_the_verdict(tmp_path: Path) -> None:
@@ -154,9 +176,7 @@ def test_a_failed_criterion_is_named(tmp_path: Path, policy: int, exported: int,
 
 def test_optional_stages_left_out_leave_their_sections_out(tmp_path: Path) -> None:
     out = tmp_path / "demo"
-    full = results(out)
-    for stage in ("saliency", "robustness", "closed_form", "export"):
-        del full[stage]
+    full = replace(results(out), saliency=None, robustness=None, closed_form=None, export=None)
     write_report(out, full)
     text = (out / "REPORT.md").read_text()
     assert "## Saliency" not in text and "## Export" not in text and "## Time per stage" in text
@@ -167,21 +187,21 @@ def test_the_policy_trained_in_the_loop_is_reported_beside_the_behaviour_cloning
     full = results(out, policy_interventions=0)
     loop_csv = out / "loop_metrics.csv"
     loop_csv.write_text("step,train/loss_step,val/mse_km,val/mae_km\n45,0.02,,\n49,,9.5,2.1\n")
-    full["onpolicy"] = {
-        "seconds": 80.0,
-        "checkpoint": str(out / "train_onpolicy" / "last.ckpt"),
-        "metrics_csv": str(loop_csv),
-        "steps": 50,
-        "branch_step": 40,
-        "every_n_steps": 3,
-        "noise_std": 0.015,
-        "share": 0.25,
-        "episodes": 16,
-        "episode_s": 20.0,
-        "rounds": 3,
-        "visited_steps": 9600,
-    }
-    full["drive"]["ncp_ltc_bc"] = {"metrics": _metrics(6.0, 3), "plot": ""}
+    full.onpolicy = OnPolicyArm(
+        seconds=80.0,
+        checkpoint=str(out / "train_onpolicy" / "last.ckpt"),
+        metrics_csv=str(loop_csv),
+        steps=50,
+        branch_step=40,
+        every_n_steps=3,
+        noise_std=0.015,
+        share=0.25,
+        episodes=16,
+        episode_s=20.0,
+        rounds=3,
+        visited_steps=9600,
+    )
+    full.drive.drivers["ncp_ltc_bc"] = Drove(metrics=_metrics(6.0, 3), plot="")
     summary = write_report(out, full)
     text = (out / "REPORT.md").read_text()
     assert "## Training in the loop (both arms)" in text
@@ -202,10 +222,9 @@ def test_held_out_hard_roads_are_reported_beside_the_easy_ones(tmp_path: Path) -
     write_report(out, full)
     assert "## Closed loop on held-out hard roads" not in (out / "REPORT.md").read_text()
     for name, count in (("ncp_ltc", 2), ("expert", 0), ("constant", 90)):
-        full["drive"][name]["hard"] = {
-            "metrics": _metrics(3.0, count),
-            "plot": str(out / "drive" / "hard.png"),
-        }
+        full.drive.drivers[name].hard = HardDrove(
+            metrics=_metrics(3.0, count), plot=str(out / "drive" / "hard.png")
+        )
     summary = write_report(out, full)
     text = (out / "REPORT.md").read_text()
     hard = text.split("## Closed loop on held-out hard roads")[1]
@@ -218,7 +237,7 @@ def test_held_out_hard_roads_are_reported_beside_the_easy_ones(tmp_path: Path) -
 def test_validation_by_driving_is_drawn_beside_the_mse(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     full = results(out, policy_interventions=0)
-    csv = Path(full["train"]["metrics_csv"])
+    csv = Path(full.train.metrics_csv)
     csv.write_text(
         "step,train/loss_step,val/mse_km,val/mae_km,val/replay/interventions_per_km\n"
         "10,0.5,,,\n19,,30.0,4.0,3.2\n39,,12.5,2.5,0.8\n"

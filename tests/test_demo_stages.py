@@ -3,36 +3,94 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Type
 
 import pytest
 
+from drive.demo.results import Drives, Drove, HardDrove, Result, Simulated
 from drive.demo.stage import Made, Stages
 
 
-def _run(out: Path, calls: list, a: int, b: int) -> None:
+@dataclass
+class Value(Result):
+    value: int
+    seconds: float = 0.0
+
+
+@dataclass
+class Renamed(Result):  # Value as an older version of the package wrote it
+    amount: int
+    seconds: float = 0.0
+
+
+def _run(out: Path, calls: list, a: int, b: int, kind: Type[Result] = Value) -> list:
     stage = Stages(out, total=2)
 
     def first() -> Made:
         calls.append("first")
         (out / "first.txt").write_text(str(a))
-        return Made({"value": a}, [out / "first.txt"])
+        return Made(kind(a), [out / "first.txt"])
 
     def second() -> Made:
         calls.append("second")
-        return Made({"value": b})
+        return Made(kind(b))
 
-    stage("first", {"a": a}, first)
-    stage("second", {"b": b}, second)
+    return [stage("first", {"a": a}, first, kind), stage("second", {"b": b}, second, kind)]
 
 
 def test_rerun_with_same_settings_skips_every_stage(tmp_path: Path) -> None:
     calls: list = []
-    _run(tmp_path, calls, 1, 2)
-    _run(tmp_path, calls, 1, 2)
+    ran = _run(tmp_path, calls, 1, 2)
+    skipped = _run(tmp_path, calls, 1, 2)
     assert calls == ["first", "second"]
     saved = json.loads((tmp_path / "stages" / "first.json").read_text())
     assert saved["result"]["value"] == 1 and saved["outputs"] == [str(tmp_path / "first.txt")]
+    assert set(saved["result"]) == {"value", "seconds"}  # the dataclass's fields are the file's keys
+    assert skipped == ran and [type(r) for r in skipped] == [Value, Value]  # rebuilt, seconds and all
+
+
+def test_a_saved_result_of_other_fields_is_stale_and_the_stage_runs_again(tmp_path: Path, capsys) -> None:
+    """A stage file written before a field was renamed does not fit the dataclass: the stage runs
+    again (and everything after it) instead of crashing on the rebuild."""
+    calls: list = []
+    _run(tmp_path, calls, 1, 2, kind=Renamed)
+    assert json.loads((tmp_path / "stages" / "first.json").read_text())["result"]["amount"] == 1
+    first, second = _run(tmp_path, calls, 1, 2)
+    assert calls == ["first", "second", "first", "second"]
+    assert first == Value(1, first.seconds) and second == Value(2, second.seconds)
+    assert "first: its saved result does not fit Value" in capsys.readouterr().out
+    assert json.loads((tmp_path / "stages" / "first.json").read_text())["result"]["value"] == 1
+    _run(tmp_path, calls, 1, 2)
+    assert len(calls) == 4  # the rewritten files fit: skipped
+
+
+def test_a_stage_handing_on_another_kind_of_result_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="stage s made a Renamed, not a Value"):
+        Stages(tmp_path, total=1)("s", {}, lambda: Made(Renamed(1)), Value)
+
+
+def test_the_drive_stage_keeps_one_key_per_driver_and_is_rebuilt_with_its_hard_roads(tmp_path: Path) -> None:
+    drives = Drives(
+        {
+            "ncp_ltc": Drove({"km": 1.0}, "a.png", "a.mp4", HardDrove({"km": 0.5}, "hard.png")),
+            "expert": Drove({"km": 1.0}, "b.png"),
+        }
+    )
+    ran = Stages(tmp_path, total=1)("drive", {}, lambda: Made(drives), Drives)
+    saved = json.loads((tmp_path / "stages" / "drive.json").read_text())["result"]
+    assert saved == {
+        "ncp_ltc": {
+            "metrics": {"km": 1.0},
+            "plot": "a.png",
+            "video": "a.mp4",
+            "hard": {"metrics": {"km": 0.5}, "plot": "hard.png"},
+        },
+        "expert": {"metrics": {"km": 1.0}, "plot": "b.png", "video": ""},
+        "seconds": ran.seconds,
+    }
+    assert Stages(tmp_path, total=1)("drive", {}, lambda: Made(Drives()), Drives) == ran
 
 
 def test_changed_upstream_setting_reruns_that_stage_and_everything_after(tmp_path: Path) -> None:
@@ -65,7 +123,7 @@ def test_unknown_baseline_family_is_named_before_any_training(tmp_path: Path) ->
 
     with pytest.raises(ValueError, match=r"unknown families \['gru'\]"):
         train_baselines(
-            DemoSettings(out=str(tmp_path), baselines="lstm,gru"), tmp_path, {"train": [], "val": []}
+            DemoSettings(out=str(tmp_path), baselines="lstm,gru"), tmp_path, Simulated([], [], [])
         )
     assert not (tmp_path / "baselines").exists()
 

@@ -9,8 +9,9 @@ model learns never depends on the machine (training budgets are optimizer steps)
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from drive.demo.report_sections import (
     BC_ARM,
@@ -27,6 +28,7 @@ from drive.demo.report_sections import (
     training_curve,
     training_section,
 )
+from drive.demo.results import DemoResults, Drives, Drove
 from drive.io.atomic import write_text
 from drive.sim.poisson import format_rate, rates_differ_p
 from drive.sim.safety import SAFETY_DRIVER
@@ -62,28 +64,29 @@ def _config_name(path: str) -> str:
     return f"--config {name}"
 
 
-def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
+def write_report(out: Path, results: DemoResults) -> Dict[str, Any]:
     """Write ``out/REPORT.md`` and ``out/summary.json``; returns the summary with the acceptance verdict."""
     out = Path(out)
-    drive = results["drive"]
-    stage_seconds = {k: results[k].get("seconds", 0.0) for k in STAGES if results.get(k)}
+    drive = results.drive.drivers
+    stages = {k: getattr(results, k) for k in STAGES}
+    stage_seconds = {k: stage.seconds for k, stage in stages.items() if stage is not None}
     total_s = sum(stage_seconds.values())
-    acceptance = _acceptance(drive[POLICY]["metrics"], results.get("export", {}).get("closed_loop"))
+    acceptance = _acceptance(drive[POLICY].metrics, results.export.closed_loop if results.export else None)
     acceptance["minutes"] = total_s / 60.0
-    arm = results.get("onpolicy") or {}
+    arm = results.onpolicy
     curve = training_curve(
-        Path(results["train"]["metrics_csv"]),
+        Path(results.train.metrics_csv),
         out / "training_curve.png",
-        Path(arm["metrics_csv"]) if arm.get("metrics_csv") else None,
+        Path(arm.metrics_csv) if arm and arm.metrics_csv else None,
     )
-    lines = _head(results, acceptance, total_s) + _closed_loop_section(out, drive)
-    lines += hard_roads_section(out, drive, _DRIVERS)
-    lines += training_section(out, results["train"], curve, arm)
-    lines += arms_section(arm, drive)
-    lines += saliency_section(out, results.get("saliency"))
-    lines += robustness_section(out, results.get("robustness"), results["settings"])
-    lines += closed_form_section(out, results.get("closed_form"))
-    lines += export_section(out, results.get("export"), drive[POLICY]["metrics"])
+    lines = _head(results, acceptance, total_s) + _closed_loop_section(out, results.drive)
+    lines += hard_roads_section(out, results.drive, _DRIVERS)
+    lines += training_section(out, results.train, curve, arm)
+    lines += arms_section(arm, results.drive)
+    lines += saliency_section(out, results.saliency)
+    lines += robustness_section(out, results.robustness, results.settings)
+    lines += closed_form_section(out, results.closed_form)
+    lines += export_section(out, results.export, drive[POLICY].metrics)
     lines += ["", "## Time per stage", "", "| stage | seconds |", "|---|---|"]
     lines += [f"| {k} | {v:.0f} |" for k, v in stage_seconds.items()]
     lines += [f"| **total** | **{total_s:.0f}** |", ""]
@@ -92,32 +95,30 @@ def write_report(out: Path, results: Dict[str, Any]) -> Dict[str, Any]:
     summary = {
         "report": str(report),
         "acceptance": acceptance,
-        "settings": results["settings"],
-        "training": {**curve, "steps": results["train"]["steps"]},
+        "settings": asdict(results.settings),
+        "training": {**curve, "steps": results.train.steps},
         "stage_seconds": stage_seconds,
-        "closed_loop": {k: drive[k]["metrics"] for k, _ in _DRIVERS if k in drive},
-        "closed_loop_hard": {
-            k: drive[k]["hard"]["metrics"] for k, _ in _DRIVERS if drive.get(k, {}).get("hard")
-        },
+        "closed_loop": {k: drive[k].metrics for k, _ in _DRIVERS if k in drive},
+        "closed_loop_hard": {k: drive[k].hard.metrics for k, _ in _DRIVERS if k in drive and drive[k].hard},
     }
     write_text(out / "summary.json", json.dumps(summary, indent=2, default=str) + "\n")
     return summary
 
 
-def _head(results: Dict[str, Any], acceptance: Dict[str, Any], total_s: float) -> List[str]:
+def _head(results: DemoResults, acceptance: Dict[str, Any], total_s: float) -> List[str]:
     """The title, what was run, and the acceptance check."""
-    s = results["settings"]
+    s = results.settings
     return [
         "# drive demo",
         "",
-        f"Built-in world: {s['train_minutes']:g} min of expert logs with DART noise "
-        f"({s['dart_noise']:g} 1/m) on {s.get('roads', 'easy')} training roads (seed {s['seed']}) at "
-        f"{s['fps']:g} Hz, "
-        f"{s['val_minutes']:g} min for validation; NCP-LTC trained with `{_config_name(s['config'])}` "
-        f"for {results['train']['steps']} optimizer steps{in_the_loop(results.get('onpolicy'))} "
-        f"(training seed {s['seed']}, "
-        f"{s['threads'] or 'all'} thread(s)); closed loop on held-out test roads of test seeds "
-        f"{s['test_seeds']} (never seen in training).",
+        f"Built-in world: {s.train_minutes:g} min of expert logs with DART noise "
+        f"({s.dart_noise:g} 1/m) on {s.roads} training roads (seed {s.seed}) at "
+        f"{s.fps:g} Hz, "
+        f"{s.val_minutes:g} min for validation; NCP-LTC trained with `{_config_name(s.config)}` "
+        f"for {results.train.steps} optimizer steps{in_the_loop(results.onpolicy)} "
+        f"(training seed {s.seed}, "
+        f"{s.threads or 'all'} thread(s)); closed loop on held-out test roads of test seeds "
+        f"{s.test_seeds} (never seen in training).",
         "",
         "## Acceptance",
         "",
@@ -129,8 +130,9 @@ def _head(results: Dict[str, Any], acceptance: Dict[str, Any], total_s: float) -
     ]
 
 
-def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
+def _closed_loop_section(out: Path, drives: Drives) -> List[str]:
     """The drivers' table on held-out roads, whether the distance tells them apart, plots, video."""
+    drive = drives.drivers
     lines = [
         "",
         "## Closed loop on held-out roads",
@@ -146,7 +148,7 @@ def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
     for key, label in _DRIVERS:
         if key not in drive:
             continue
-        m = drive[key]["metrics"]
+        m = drive[key].metrics
         lines.append(
             f"| {label} | {m['km']:.2f} | {m['interventions']} | "
             f"{format_rate(m['interventions'], m['km'])} | "
@@ -155,28 +157,21 @@ def _closed_loop_section(out: Path, drive: Dict[str, Any]) -> List[str]:
         )
     lines += ["", *_told_apart(drive), ""]
     lines += [
-        *(
-            f"![{key}]({rel(drive[key]['plot'], out)})"
-            for key, _ in _DRIVERS
-            if drive.get(key, {}).get("plot")
-        )
+        f"![{key}]({rel(drive[key].plot, out)})" for key, _ in _DRIVERS if key in drive and drive[key].plot
     ]
-    if drive[POLICY].get("video"):
-        lines += [
-            "",
-            f"Camera view of the NCP-LTC's drive: [{rel(drive['ncp_ltc']['video'], out)}]"
-            f"({rel(drive['ncp_ltc']['video'], out)})",
-        ]
+    video = drive[POLICY].video
+    if video:
+        lines += ["", f"Camera view of the NCP-LTC's drive: [{rel(video, out)}]({rel(video, out)})"]
     return lines
 
 
-def _told_apart(drive: Dict[str, Any]) -> List[str]:
+def _told_apart(drive: Dict[str, Drove]) -> List[str]:
     """Whether the distance driven tells the NCP-LTC apart from each other driver (exact test of two
     Poisson rates); a "no" means the table's difference may be chance at this distance."""
-    m = drive[POLICY]["metrics"]
+    m = drive[POLICY].metrics
     lines = []
     for key, label in _DRIVERS[2:]:  # the other arm is compared in its own section
-        o = drive[key]["metrics"]
+        o = drive[key].metrics
         p = rates_differ_p(m["interventions"], m["km"], o["interventions"], o["km"])
         verdict = "yes" if p <= 0.05 else "**no**: too short a distance to tell them apart"
         lines.append(
@@ -185,7 +180,7 @@ def _told_apart(drive: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _acceptance(policy: Dict[str, Any], exported: Any) -> Dict[str, Any]:
+def _acceptance(policy: Dict[str, Any], exported: Optional[Dict[str, Any]]) -> Dict[str, Any]:
     """Each criterion as a line, the failed ones by name, and the verdict."""
     rate = policy["interventions_per_km"]
     criteria = [

@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from drive.demo.results import ClosedForm, Drives, Export, OnPolicyArm, Robustness, Saliency, Trained
+from drive.demo.settings import DemoSettings
 from drive.io.atomic import save_figure
 from drive.sim.poisson import format_rate, rates_differ_p
 
@@ -122,40 +124,40 @@ def _robustness_cell(row: Dict[str, Any], key: str) -> str:
     return fmt(row.get(key), 3)
 
 
-def in_the_loop(arm: Optional[Dict[str, Any]]) -> str:
+def in_the_loop(arm: Optional[OnPolicyArm]) -> str:
     """How many of the policy's steps were trained in the loop ("" without the arm)."""
-    if not arm:
+    if arm is None:
         return ""
-    return f", behaviour cloning to step {arm['branch_step']} and in the loop after it"
+    return f", behaviour cloning to step {arm.branch_step} and in the loop after it"
 
 
-def training_section(out: Path, t: Dict[str, Any], curve: Dict[str, Any], arm: Dict[str, Any]) -> List[str]:
+def training_section(out: Path, t: Trained, curve: Dict[str, Any], arm: Optional[OnPolicyArm]) -> List[str]:
     """The steps, the policy's last validation, its checkpoint and the training curve (``t``: the
     behaviour-cloning run; ``arm``: its branch trained in the loop, the policy, if there is one)."""
-    lookahead = t.get("label_lookahead_s")
+    lookahead = t.label_lookahead_s
     labels = (
         f"Corrected labels at a look-ahead of {lookahead:g} s, fitted on the training logs (docs/data.md). "
         if lookahead
         else ""
     )
-    best = f" (`{rel(t['best_checkpoint'], out)}`)" if t.get("best_checkpoint") else ""
-    if arm:
+    best = f" (`{rel(t.best_checkpoint, out)}`)" if t.best_checkpoint else ""
+    if arm is not None:
         policy = (
-            f"Policy: the final weights of training in the loop (below), `{rel(arm['checkpoint'], out)}` "
+            f"Policy: the final weights of training in the loop (below), `{rel(arm.checkpoint, out)}` "
             "(loads alone: policy config with wiring, preprocessing, fps); the behaviour-cloning run's "
-            f"final weights, `{rel(t['checkpoint'], out)}`, and its best-validation checkpoint{best} "
+            f"final weights, `{rel(t.checkpoint, out)}`, and its best-validation checkpoint{best} "
             "are kept beside it."
         )
     else:
         policy = (
-            f"Policy: the final weights, `{rel(t['checkpoint'], out)}` (loads alone: policy config with "
+            f"Policy: the final weights, `{rel(t.checkpoint, out)}` (loads alone: policy config with "
             f"wiring, preprocessing, fps); the best-validation checkpoint is kept beside it{best}."
         )
     return [
         "",
         "## Training",
         "",
-        f"{t['steps']} optimizer steps; last validation (whole recordings, hidden state carried): "
+        f"{t.steps} optimizer steps; last validation (whole recordings, hidden state carried): "
         f"MSE {fmt(curve['val_mse_km'], 1)} (1/km)^2, MAE {fmt(curve['val_mae_km'])} 1/km"
         + (
             f"; driven in log replay {curve['val_replay_per_km']:.2f} interventions/km (red in the curve). "
@@ -169,24 +171,25 @@ def training_section(out: Path, t: Dict[str, Any], curve: Dict[str, Any], arm: D
     ]
 
 
-def arms_section(arm: Dict[str, Any], drive: Dict[str, Any]) -> List[str]:
+def arms_section(arm: Optional[OnPolicyArm], drives: Drives) -> List[str]:
     """How the policy was trained in the loop, and how it drove beside the behaviour-cloning run it
     branched from (docs/training.md)."""
-    if not arm or BC_ARM not in drive:
+    drive = drives.drivers
+    if arm is None or BC_ARM not in drive:
         return []
-    a, b = drive[POLICY]["metrics"], drive[BC_ARM]["metrics"]
+    a, b = drive[POLICY].metrics, drive[BC_ARM].metrics
     p = rates_differ_p(a["interventions"], a["km"], b["interventions"], b["km"])
     return [
         "",
         "## Training in the loop (both arms)",
         "",
-        f"The NCP-LTC learned by behaviour cloning to step {arm['branch_step']}, then in the loop to step "
-        f"{arm['steps']}: every {arm['every_n_steps']} steps the current policy drove the training logs "
-        f"in log replay, {arm['episodes']} episodes of {arm['episode_s']:g} s with DART noise of "
-        f"{arm['noise_std']:g} 1/m on its commands, and windows of the states it visited, with labels "
-        f"corrected back to the recorded path, replaced {arm['share']:.0%} of every batch "
-        f"({arm['rounds']} rounds, {arm['visited_steps']} visited steps). The other arm is the same run "
-        f"continued to step {arm['steps']} by behaviour cloning alone: same seeds, data order, "
+        f"The NCP-LTC learned by behaviour cloning to step {arm.branch_step}, then in the loop to step "
+        f"{arm.steps}: every {arm.every_n_steps} steps the current policy drove the training logs "
+        f"in log replay, {arm.episodes} episodes of {arm.episode_s:g} s with DART noise of "
+        f"{arm.noise_std:g} 1/m on its commands, and windows of the states it visited, with labels "
+        f"corrected back to the recorded path, replaced {arm.share:.0%} of every batch "
+        f"({arm.rounds} rounds, {arm.visited_steps} visited steps). The other arm is the same run "
+        f"continued to step {arm.steps} by behaviour cloning alone: same seeds, data order, "
         "learning-rate schedule and step budget; only the last steps' batches differ (docs/training.md, "
         '"On-policy data from log replay").',
         "",
@@ -197,10 +200,11 @@ def arms_section(arm: Dict[str, Any], drive: Dict[str, Any]) -> List[str]:
     ]
 
 
-def hard_roads_section(out: Path, drive: Dict[str, Any], labels: Sequence[Tuple[str, str]]) -> List[str]:
+def hard_roads_section(out: Path, drives: Drives, labels: Sequence[Tuple[str, str]]) -> List[str]:
     """The drivers on held-out hard roads (junction turns, hairpins, S-bends, chicanes, a speed that
     follows the road; docs/world.md), if they were driven (``labels``: (driver, row label))."""
-    rows = [(key, label, drive[key]["hard"]) for key, label in labels if drive.get(key, {}).get("hard")]
+    drive = drives.drivers
+    rows = [(key, label, drive[key].hard) for key, label in labels if key in drive and drive[key].hard]
     if not rows:
         return []
     lines = [
@@ -215,13 +219,14 @@ def hard_roads_section(out: Path, drive: Dict[str, Any], labels: Sequence[Tuple[
         "|---|---|---|---|---|",
     ]
     for _, label, hard in rows:
-        m = hard["metrics"]
+        m = hard.metrics
         lines.append(
             f"| {label} | {m['km']:.2f} | {m['interventions']} | {format_rate(m['interventions'], m['km'])} "
             f"| {m['lateral_rms_m']:.3f} |"
         )
-    if POLICY in drive and BC_ARM in drive and drive[BC_ARM].get("hard"):
-        a, b = drive[POLICY]["hard"]["metrics"], drive[BC_ARM]["hard"]["metrics"]
+    policy, bc = drive.get(POLICY), drive.get(BC_ARM)
+    if policy and policy.hard and bc and bc.hard:
+        a, b = policy.hard.metrics, bc.hard.metrics
         p = rates_differ_p(a["interventions"], a["km"], b["interventions"], b["km"])
         lines += [
             "",
@@ -229,23 +234,22 @@ def hard_roads_section(out: Path, drive: Dict[str, Any], labels: Sequence[Tuple[
             + ("yes" if p <= 0.05 else "**no**")
             + f" (p = {p:.2g})",
         ]
-    plot = drive.get(POLICY, {}).get("hard", {}).get("plot")
+    plot = policy.hard.plot if policy and policy.hard else ""
     return lines + (["", f"![NCP-LTC on hard roads]({rel(plot, out)})"] if plot else [])
 
 
-def saliency_section(out: Path, sal: Optional[Dict[str, Any]]) -> List[str]:
-    if not sal:
+def saliency_section(out: Path, sal: Optional[Saliency]) -> List[str]:
+    if sal is None:
         return []
     lines = [
         "",
         "## Saliency (VisualBackProp)",
         "",
-        f"Where the policy looks, clean (top) and with Gaussian noise std {sal.get('noise')} (bottom), "
-        f"{sal.get('frames')} frames of a held-out recording: "
-        f"[{rel(sal['video'], out)}]({rel(sal['video'], out)})",
+        f"Where the policy looks, clean (top) and with Gaussian noise std {sal.noise} (bottom), "
+        f"{sal.frames} frames of a held-out recording: [{rel(sal.video, out)}]({rel(sal.video, out)})",
     ]
-    if sal.get("contact_sheet"):
-        lines += ["", f"![saliency]({rel(sal['contact_sheet'], out)})"]
+    if sal.contact_sheet:
+        lines += ["", f"![saliency]({rel(sal.contact_sheet, out)})"]
     return lines
 
 
@@ -253,8 +257,8 @@ _ROBUSTNESS_KEYS = ("model", "kind", "level", "mse", "interventions_per_km", "ss
 _ROBUSTNESS_PLOTS = ("mse", "interventions_per_km", "ssim_mean")
 
 
-def robustness_section(out: Path, rob: Optional[Dict[str, Any]], settings: Dict[str, Any]) -> List[str]:
-    if not rob:
+def robustness_section(out: Path, rob: Optional[Robustness], settings: DemoSettings) -> List[str]:
+    if rob is None:
         return []
     lines = [
         "",
@@ -264,30 +268,30 @@ def robustness_section(out: Path, rob: Optional[Dict[str, Any]], settings: Dict[
         "carried), closed-loop interventions per km on held-out roads with the camera perturbed, SSIM of "
         "clean vs perturbed saliency maps, largest per-neuron sensitivity of the recurrent state. "
         "Baselines are trained on the same data for "
-        f"{settings.get('baseline_steps', 0)} optimizer steps each. Full report: "
-        f"[{rel(rob['report'], out)}]({rel(rob['report'], out)})",
+        f"{settings.baseline_steps} optimizer steps each. Full report: "
+        f"[{rel(rob.report, out)}]({rel(rob.report, out)})",
         "",
     ]
-    rows = rob.get("rows", [])
+    rows = rob.rows
     if rows:
         keys = [k for k in _ROBUSTNESS_KEYS if k in rows[0]]
         lines += ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
         lines += ["| " + " | ".join(_robustness_cell(r, k) for k in keys) + " |" for r in rows]
-    plots = [p for p in rob.get("plots", []) if Path(p).stem in _ROBUSTNESS_PLOTS]
+    plots = [p for p in rob.plots if Path(p).stem in _ROBUSTNESS_PLOTS]
     return lines + [""] + [f"![robustness]({rel(p, out)})" for p in plots]
 
 
-def closed_form_section(out: Path, cf: Optional[Dict[str, Any]]) -> List[str]:
-    if not cf:
+def closed_form_section(out: Path, cf: Optional[ClosedForm]) -> List[str]:
+    if cf is None:
         return []
-    fid = cf.get("fidelity", {})
+    fid = cf.fidelity
     ol, sp, cl = fid.get("open_loop", {}), fid.get("speed", {}), fid.get("closed_loop", {})
     lines = [
         "",
         "## Closed-form LTC",
         "",
         f"The trained LTC converted to its closed form (`{fid.get('method')}`, no ODE solver): "
-        f"`{rel(cf['converted'], out)}`.",
+        f"`{rel(cf.converted, out)}`.",
         "",
         "| | ODE LTC (6 unfolds) | closed form |",
         "|---|---|---|",
@@ -303,25 +307,25 @@ def closed_form_section(out: Path, cf: Optional[Dict[str, Any]]) -> List[str]:
             f"{format_rate(cl['ode']['interventions'], cl['ode']['km'])} | "
             f"{format_rate(cl['closed_form']['interventions'], cl['closed_form']['km'])} |"
         )
-    details = rel(cf["converted"], out).rsplit(".", 1)[0] + ".fidelity.md"
+    details = rel(cf.converted, out).rsplit(".", 1)[0] + ".fidelity.md"
     return lines + ["", f"Details: [{details}]({details})"]
 
 
-def export_section(out: Path, ex: Optional[Dict[str, Any]], checkpoint: Dict[str, Any]) -> List[str]:
+def export_section(out: Path, ex: Optional[Export], checkpoint: Dict[str, Any]) -> List[str]:
     """The exported file, its difference from the checkpoint and, when it drove, its closed loop beside
     the checkpoint's (``checkpoint``: the NCP-LTC's closed-loop metrics)."""
-    if not ex:
+    if ex is None:
         return []
     lines = [
         "",
         "## Export",
         "",
-        f"TorchScript `{rel(ex['file'], out)}` ({ex['bytes'] / 1e6:.2f} MB, "
+        f"TorchScript `{rel(ex.file, out)}` ({ex.bytes / 1e6:.2f} MB, "
         "preprocessing inside); largest difference from the checkpoint over "
-        f"{ex['frames_compared']} frames of a held-out recording: {ex['max_abs_diff_per_km']:.2e} 1/km.",
+        f"{ex.frames_compared} frames of a held-out recording: {ex.max_abs_diff_per_km:.2e} 1/km.",
     ]
-    if ex.get("closed_loop"):
-        m, ref = ex["closed_loop"], checkpoint
+    if ex.closed_loop:
+        m, ref = ex.closed_loop, checkpoint
         lines += [
             "",
             f"The exported file drove the same {m['km']:.2f} km of held-out roads: "

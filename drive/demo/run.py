@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -42,6 +42,20 @@ import torch
 
 from drive.checkpoint import load_policy
 from drive.demo.report import BC_ARM, POLICY, STAGES, write_report
+from drive.demo.results import (
+    Baselines,
+    ClosedForm,
+    DemoResults,
+    Drives,
+    Drove,
+    Export,
+    HardDrove,
+    OnPolicyArm,
+    Robustness,
+    Saliency,
+    Simulated,
+    Trained,
+)
 from drive.demo.settings import DemoSettings
 from drive.demo.stage import Made, Stages
 from drive.demo.training import (
@@ -95,7 +109,7 @@ def _simulate(s: DemoSettings, out: Path) -> Made:
         recording_minutes=1.0,
         conditions=conditions,
     )
-    result = {"train": [str(p) for p in train], "val": [str(p) for p in val], "test": [str(p) for p in test]}
+    result = Simulated([str(p) for p in train], [str(p) for p in val], [str(p) for p in test])
     return Made(result, [*train, *val, *test])
 
 
@@ -104,7 +118,7 @@ def _drive(s: DemoSettings, out: Path, arms: Dict[str, str]) -> Made:
     (name -> checkpoint), the expert and constant steering."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # batch-1 steps: one thread is fastest and leaves a core to the renderer
-    results: Dict[str, Any] = {}
+    results: Dict[str, Drove] = {}
     drivers = {
         **{name: load_driver(path) for name, path in arms.items()},
         "expert": PurePursuitExpert(),
@@ -122,17 +136,13 @@ def _drive(s: DemoSettings, out: Path, arms: Dict[str, str]) -> Made:
         common["conditions"] = [c for c in s.conditions.split(",") if c] or None
         result = evaluate(driver, s.km, video_path=video, **common)
         paths = result.save(folder)
-        results[name] = {
-            "metrics": result.metrics,
-            "plot": str(paths.get("plot", "")),
-            "video": str(video or ""),
-        }
+        results[name] = Drove(result.metrics, str(paths.get("plot", "")), str(video or ""))
         if s.hard_km > 0:
             hard = evaluate(driver, s.hard_km, roads="hard", **common)
             plot = hard.save(folder / "hard").get("plot", "")
-            results[name]["hard"] = {"metrics": hard.metrics, "plot": str(plot)}
+            results[name].hard = HardDrove(hard.metrics, str(plot))
     torch.set_num_threads(threads)
-    return Made(results, [out / "drive" / n / "metrics.json" for n in drivers])
+    return Made(Drives(results), [out / "drive" / n / "metrics.json" for n in drivers])
 
 
 def _saliency(out: Path, ckpt: str, test: List[str], frames: int) -> Made:
@@ -146,7 +156,17 @@ def _saliency(out: Path, ckpt: str, test: List[str], frames: int) -> Made:
         noise=0.2,
         max_frames=frames,
     )
-    return Made({k: (str(v) if isinstance(v, Path) else v) for k, v in info.items()}, [info["video"]])
+    result = Saliency(
+        frames=info["frames"],
+        fps=info["fps"],
+        size=info["size"],
+        video=str(info["video"]),
+        contact_sheet=str(info["contact_sheet"]),
+        method=info["method"],
+        noise=info["noise"],
+        rows=info["rows"],
+    )
+    return Made(result, [info["video"]])
 
 
 def _robustness(s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str], test: List[str]) -> Made:
@@ -167,12 +187,8 @@ def _robustness(s: DemoSettings, out: Path, ckpt: str, baselines: Dict[str, str]
         link.symlink_to(Path(path).resolve())
         models.append(str(link))
     info = robustness_report(models, test, out / "robustness", config=config, workers=min(2, len(models)))
-    result = {
-        "report": str(info["report"]),
-        "plots": [str(p) for p in info.get("plots", [])],
-        "rows": info["rows"],
-    }
-    return Made(result, [info["report"]])
+    plots = [str(p) for p in info.get("plots", [])]
+    return Made(Robustness(str(info["report"]), plots, info["rows"]), [info["report"]])
 
 
 def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Made:
@@ -181,7 +197,7 @@ def _closed_form(out: Path, ckpt: str, test: List[str], s: DemoSettings) -> Made
     report = closed_form_report(
         ckpt, "exact", path, recordings=test, km=s.closed_form_km, seed=s.seeds[0], rounds=s.speed_rounds
     )
-    return Made({"converted": str(path), "fidelity": report}, [path])
+    return Made(ClosedForm(str(path), report), [path])
 
 
 def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Made:
@@ -218,14 +234,27 @@ def _export(s: DemoSettings, out: Path, ckpt: str, test: List[str]) -> Made:
         segment_km=0.5,
         conditions=[c for c in s.conditions.split(",") if c] or None,
     )
-    result = {
-        "file": str(path),
-        "bytes": Path(path).stat().st_size,
-        "frames_compared": len(diffs),
-        "max_abs_diff_per_km": float(np.max(diffs)) * 1000.0,
-        "closed_loop": drive.metrics,
-    }
+    result = Export(
+        file=str(path),
+        bytes=Path(path).stat().st_size,
+        frames_compared=len(diffs),
+        max_abs_diff_per_km=float(np.max(diffs)) * 1000.0,
+        closed_loop=drive.metrics,
+    )
     return Made(result, [path])
+
+
+_SIM_KEYS = (
+    "seed",
+    "train_minutes",
+    "val_minutes",
+    "recording_minutes",
+    "fps",
+    "dart_noise",
+    "test_seeds",
+    "conditions",
+    "roads",
+)
 
 
 def run_demo(s: DemoSettings) -> Dict[str, Any]:
@@ -237,30 +266,25 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     stage = Stages(out, total=len(STAGES) - (0 if s.onpolicy_steps else 1))  # the arm runs only if asked
-    sim_keys = [
-        "seed",
-        "train_minutes",
-        "val_minutes",
-        "recording_minutes",
-        "fps",
-        "dart_noise",
-        "test_seeds",
-        "conditions",
-        "roads",
-    ]
-    data = stage("simulate", {k: getattr(s, k) for k in sim_keys}, lambda: _simulate(s, out))
+    data = stage("simulate", {k: getattr(s, k) for k in _SIM_KEYS}, lambda: _simulate(s, out), Simulated)
     config_text = Path(s.config).read_text()
     trained = stage(
         "train",
         {"config": config_text, "max_steps": s.max_steps, "threads": s.threads, "branch": s.onpolicy_steps},
         lambda: train_policy(s, out, data),
+        Trained,
     )
     onpolicy = (
-        stage("onpolicy", {"steps": s.onpolicy_steps}, lambda: train_onpolicy_arm(s, out, data, trained))
+        stage(
+            "onpolicy",
+            {"steps": s.onpolicy_steps},
+            lambda: train_onpolicy_arm(s, out, data, trained),
+            OnPolicyArm,
+        )
         if s.onpolicy_steps
-        else {}
+        else None
     )
-    ckpt = (onpolicy or trained)["checkpoint"]  # the demo's policy: trained in the loop, if it was
+    ckpt = (onpolicy or trained).checkpoint  # the demo's policy: trained in the loop, if it was
     baselines = stage(
         "baselines",
         {
@@ -270,32 +294,36 @@ def run_demo(s: DemoSettings) -> Dict[str, Any]:
             "overrides": {f: BASELINE_OVERRIDES.get(f) for f in s.baselines.split(",") if f},
         },
         lambda: train_baselines(s, out, data),
+        Baselines,
     )
-    results: Dict[str, Any] = {
-        "settings": asdict(s),
-        "simulate": data,
-        "train": trained,
-        "onpolicy": onpolicy,
-        "baselines": baselines,
-    }
-    arms = {POLICY: ckpt, **({BC_ARM: trained["checkpoint"]} if onpolicy else {})}
+    arms = {POLICY: ckpt, **({BC_ARM: trained.checkpoint} if onpolicy else {})}
     drive_keys = {"km": s.km, "hard_km": s.hard_km, "conditions": s.conditions}
-    results["drive"] = stage("drive", drive_keys, lambda: _drive(s, out, arms))
-    results["saliency"] = stage(
+    results = DemoResults(
+        settings=s,
+        simulate=data,
+        train=trained,
+        onpolicy=onpolicy,
+        baselines=baselines,
+        drive=stage("drive", drive_keys, lambda: _drive(s, out, arms), Drives),
+    )
+    results.saliency = stage(
         "saliency",
         {"frames": s.saliency_frames},
-        lambda: _saliency(out, ckpt, data["test"], s.saliency_frames),
+        lambda: _saliency(out, ckpt, data.test, s.saliency_frames),
+        Saliency,
     )
-    results["robustness"] = stage(
+    results.robustness = stage(
         "robustness",
         {"km": s.robustness_km, "frames": s.robustness_frames},
-        lambda: _robustness(s, out, ckpt, baselines["checkpoints"], data["test"]),
+        lambda: _robustness(s, out, ckpt, baselines.checkpoints, data.test),
+        Robustness,
     )
-    results["closed_form"] = stage(
+    results.closed_form = stage(
         "closed_form",
         {"km": s.closed_form_km, "rounds": s.speed_rounds},
-        lambda: _closed_form(out, ckpt, data["test"], s),
+        lambda: _closed_form(out, ckpt, data.test, s),
+        ClosedForm,
     )
-    results["export"] = stage("export", {"km": s.km}, lambda: _export(s, out, ckpt, data["test"]))
-    results["total_seconds"] = round(time.perf_counter() - started, 1)
+    results.export = stage("export", {"km": s.km}, lambda: _export(s, out, ckpt, data.test), Export)
+    results.total_seconds = round(time.perf_counter() - started, 1)
     return write_report(out, results)

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from drive.demo.results import Baselines, OnPolicyArm, Simulated, Trained
 from drive.demo.settings import DemoSettings
 from drive.demo.stage import Made
 from drive.train.launch import launch, parse
@@ -69,7 +70,7 @@ def _accelerator() -> List[str]:
 
 
 def _fit_argv(
-    s: DemoSettings, out: Path, data: Dict[str, Any], root: Path, steps: int, val_every: int
+    s: DemoSettings, out: Path, data: Simulated, root: Path, steps: int, val_every: int
 ) -> List[str]:
     """``drive fit`` of ``s.config`` on the demo data into ``root``, by behaviour cloning (on-policy
     rounds off: :func:`train_onpolicy_arm` turns them on); ``steps`` > 0 overrides the budget,
@@ -81,9 +82,9 @@ def _fit_argv(
         "--seed_everything",
         str(s.seed),
         "--data.train",
-        json.dumps(data["train"]),
+        json.dumps(data.train),
         "--data.val",
-        json.dumps(data["val"]),
+        json.dumps(data.val),
         "--data.cache_dir",
         str(out / "cache"),
         "--trainer.default_root_dir",
@@ -98,7 +99,7 @@ def _fit_argv(
     return argv
 
 
-def train_policy(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optional[str] = None) -> Made:
+def train_policy(s: DemoSettings, out: Path, data: Simulated, family: Optional[str] = None) -> Made:
     """``drive fit`` on the demo data by behaviour cloning: the NCP-LTC (``family=None``) or a baseline,
     each on a step budget. The NCP-LTC's run also keeps its checkpoint at the step where training in the
     loop branches from it (:func:`branch_step`)."""
@@ -118,18 +119,18 @@ def train_policy(s: DemoSettings, out: Path, data: Dict[str, Any], family: Optio
     last = root / "checkpoints" / "last.ckpt"
     best = sorted((root / "checkpoints").glob("best*.ckpt"))
     branched = root / "branch" / f"step{branch}.ckpt"
-    result = {
-        "checkpoint": str(last),
-        "best_checkpoint": str(best[-1]) if best else "",
-        "branch_checkpoint": str(branched) if branch else "",
-        "metrics_csv": str(next((root / "csv").rglob("metrics.csv"))),
-        "steps": _global_step(last),
-        "label_lookahead_s": _label_lookahead(last),
-    }
+    result = Trained(
+        checkpoint=str(last),
+        best_checkpoint=str(best[-1]) if best else "",
+        branch_checkpoint=str(branched) if branch else "",
+        metrics_csv=str(next((root / "csv").rglob("metrics.csv"))),
+        steps=_global_step(last),
+        label_lookahead_s=_label_lookahead(last),
+    )
     return Made(result, [last, *([branched] if branch else [])])
 
 
-def train_onpolicy_arm(s: DemoSettings, out: Path, data: Dict[str, Any], trained: Dict[str, Any]) -> Made:
+def train_onpolicy_arm(s: DemoSettings, out: Path, data: Simulated, trained: Trained) -> Made:
     """Training in the loop, the demo's policy: the NCP-LTC's behaviour-cloning run resumed from its
     checkpoint at :func:`branch_step` and trained to the same final step with on-policy data from log
     replay on the training logs (``--onpolicy.*``, :mod:`drive.train.onpolicy`; the profile's settings,
@@ -145,21 +146,21 @@ def train_onpolicy_arm(s: DemoSettings, out: Path, data: Dict[str, Any], trained
     argv = _fit_argv(s, out, data, root, s.max_steps, min(s.max_steps, _val_interval(s)))
     argv += _branch_checkpoint(root, branch)  # the callbacks of the run it resumes (none saves here)
     argv += ["--onpolicy.every_n_steps", str(every), "--onpolicy.start_step", str(branch)]
-    argv += ["--ckpt_path", trained["branch_checkpoint"]]
+    argv += ["--ckpt_path", trained.branch_checkpoint]
     with warnings.catch_warnings():  # the resumed checkpoints' folders are new on purpose
         warnings.filterwarnings("ignore", message="The dirpath has changed")
         settings = _launch(s, argv).onpolicy
     last = root / "checkpoints" / "last.ckpt"
     metrics_csv = next((root / "csv").rglob("metrics.csv"))
-    result = {
-        "checkpoint": str(last),
-        "metrics_csv": str(metrics_csv),
-        "steps": _global_step(last),
-        "branch_step": branch,
-        "every_n_steps": every,
+    result = OnPolicyArm(
+        checkpoint=str(last),
+        metrics_csv=str(metrics_csv),
+        steps=_global_step(last),
+        branch_step=branch,
+        every_n_steps=every,
         **{k: settings[k] for k in ("noise_std", "share", "episodes", "episode_s")},
         **_rounds_seen(metrics_csv),
-    }
+    )
     return Made(result, [last])
 
 
@@ -238,13 +239,13 @@ def _config_steps(s: DemoSettings) -> int:
     return steps
 
 
-def train_baselines(s: DemoSettings, out: Path, data: Dict[str, Any]) -> Made:
+def train_baselines(s: DemoSettings, out: Path, data: Simulated) -> Made:
     families = [f for f in s.baselines.split(",") if f]
     unknown = [f for f in families if f not in BASELINE_OVERRIDES]
     if unknown:
         raise ValueError(f"--baselines: unknown families {unknown}; choose from {sorted(BASELINE_OVERRIDES)}")
-    trained = {}
+    trained: Dict[str, str] = {}
     for family in families:
         print(f"  training baseline {family} ({s.baseline_steps} steps)", flush=True)
-        trained[family] = train_policy(s, out, data, family).result["checkpoint"]
-    return Made({"checkpoints": trained}, list(trained.values()))
+        trained[family] = train_policy(s, out, data, family).result.checkpoint
+    return Made(Baselines(trained), list(trained.values()))
