@@ -16,6 +16,7 @@ __all__ = ["CURVATURE_MARGIN", "label_range", "curvature_limit", "readout_scale_
 
 CURVATURE_MARGIN = 1.25  # the export's curvature limit: this x the training labels' largest |value|
 WEIGHT_SPREAD = 1000.0  # curve weights spread wider than this: a batch's loss is a few frames' error
+SUGGESTED_SPREAD = 100.0  # the spread of the curve_factor the warning suggests
 
 
 def label_range(curvatures: Sequence[np.ndarray]) -> Optional[List[float]]:
@@ -64,10 +65,10 @@ def curve_weight_note(labels: Optional[Sequence[float]], median_abs_km: float, c
     exponent = curve_factor * (sharpest_km - median_abs_km)
     if exponent <= math.log(WEIGHT_SPREAD):
         return ""
-    suggested = math.log(100.0) / max(sharpest_km - median_abs_km, 1e-9)
+    suggested = math.log(SUGGESTED_SPREAD) / max(sharpest_km - median_abs_km, 1e-9)
     return (
         f"--data.curve_factor {curve_factor:g} weighs the sharpest training labels ({sharpest_km:.0f} 1/km) "
         f"e^{exponent:.0f} times the median frame ({median_abs_km:.1f} 1/km): the weighted MSE is then the "
         f"error of a few frames per batch; for logs with curves this sharp use {suggested:.2g} or less "
-        "(at most 100x), or 0"
+        f"(at most {SUGGESTED_SPREAD:g}x), or 0"
     )
