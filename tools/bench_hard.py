@@ -15,7 +15,7 @@ with DART rounds, for ``--steps`` steps, training seed 0):
 - ``focus``:   + half of each round's episodes starting 3 s before the last rounds' takeovers
   (``--onpolicy.focus 0.5``);
 - ``both``:    balance and focus together;
-- ``headroom``: the NCP readout scaled to reach 1.25x the logs' largest label (210 1/km on these
+- ``headroom``: the NCP readout scaled to reach 1.25x the logs' largest label (210 1/km on the mixed
   logs, ``--model.label_scale_km 210``) instead of the largest label (170): the motor neuron nears
   its bound of +-1 only asymptotically, so with 170 the policy could not ask for a junction turn
   a little sharper than any in the logs;
