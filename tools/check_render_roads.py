@@ -31,7 +31,7 @@ def disagreement(renderer: Renderer, road: Road, s_m: float, near_m: float) -> f
     """Share of ground pixels within ``near_m`` ahead classed road by one and verge by the other."""
     x, y, yaw = road.lane_pose(s_m)
     # the renderer's per-pixel Frenet coordinates and ground points (vehicle frame)
-    _, d, width, _ = renderer._frenet(road, x, y, yaw, s_m)
+    _, d, width, *_ = renderer._frenet(road, x, y, yaw, s_m)
     gx_v, gy_v = np.broadcast_to(renderer._X, d.shape), np.broadcast_to(renderer._Y, d.shape)
     near = gx_v < near_m
     gx = x + gx_v[near] * np.cos(yaw) - gy_v[near] * np.sin(yaw)

@@ -6,7 +6,13 @@ Every image row below the horizon sees one forward distance X(v) and every pixel
 ground point; the renderer precomputes them once per camera. Per frame it samples the road
 centreline ahead in the vehicle frame, interpolates its lateral position, direction, arc length
 and curvature at each row's X, and converts every pixel to Frenet coordinates (s, d) to second
-order (``d = b - kappa a^2 / 2``). Shading is lookup and arithmetic on those arrays:
+order (``d = b - kappa a^2 / 2``). That row model draws one road crossing per row, so it cannot draw a
+road that runs across the view (beyond a junction turn or a hairpin): on ``hard`` roads every ground
+pixel instead takes (s, d) from the nearest point of the road itself, found through a map of the
+road's nearest centreline sample built once per road (a distance transform on a 0.5 m grid) and
+refined by exact projection onto the centreline segments around it; the edges' antialiasing then
+uses the pixel footprint across the road's own direction. Easy roads keep the row model (their
+frames are unchanged). Shading is lookup and arithmetic on those arrays:
 asphalt, paint (dashes from arc length), gravel shoulders, verges (grass, leaves, snow),
 tree shadows as boxes in (s, d), haze ``1 - exp(-X / visibility)``, and a sky gradient
 with a distant treeline above the horizon. Trees are billboards drawn far to near.
@@ -41,6 +47,9 @@ _SUBPIXEL_BITS = 8  # fixed-point fraction bits for antialiased cv2 drawing
 _SHADOW_HALF_M = 16.0  # shadow map covers |d| < this
 _TEX = 256  # texture side; a power of two, so wrapping an integer index is a bitwise and
 _TEX_MASK = _TEX - 1
+_NEAREST_RES = 0.5  # m per cell of a hard road's nearest-sample map
+_NEAREST_MARGIN_M = 60.0  # the map reaches this far beyond the road; farther points clamp to its edge
+_NEAREST_REACH = 3  # centreline segments refined on each side of the mapped nearest sample
 
 
 def _value_noise(rng: np.random.Generator, size: int, octaves: Tuple[int, ...]) -> np.ndarray:
@@ -113,6 +122,35 @@ def _dashes(s: np.ndarray, period: float, on: float, footprint: np.ndarray) -> n
     return (integral(s + half) - integral(s - half)) / footprint
 
 
+class _NearestMap:
+    """The index of the nearest centreline sample of ``road`` for every cell of a grid over the road and
+    ``_NEAREST_MARGIN_M`` around it (``cv2.distanceTransformWithLabels`` with a 5x5 mask: exact to a cell
+    or so, which the segment projection in :meth:`Renderer._frenet_nearest` makes exact)."""
+
+    def __init__(self, road: Road) -> None:
+        m, res = _NEAREST_MARGIN_M, _NEAREST_RES
+        self.x0, self.y0 = float(road.x_m.min()) - m, float(road.y_m.min()) - m
+        cols = int((float(road.x_m.max()) + m - self.x0) / res) + 1
+        rows = int((float(road.y_m.max()) + m - self.y0) / res) + 1
+        i = ((road.y_m - self.y0) / res).astype(np.intp)
+        j = ((road.x_m - self.x0) / res).astype(np.intp)
+        src = np.ones((rows, cols), np.uint8)
+        src[i, j] = 0
+        owner = np.zeros((rows, cols), np.int32)
+        owner[i, j] = np.arange(len(i), dtype=np.int32)  # a cell with two samples keeps the later
+        _, labels = cv2.distanceTransformWithLabels(src, cv2.DIST_L2, 5, labelType=cv2.DIST_LABEL_PIXEL)
+        seeds = src == 0
+        sample_of_label = np.zeros(int(labels.max()) + 1, np.int32)
+        sample_of_label[labels[seeds]] = owner[seeds]
+        self.index = sample_of_label[labels]
+        self.shape = (rows, cols)
+
+    def lookup(self, gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
+        i = _clamped_cell((gy - self.y0) * (1.0 / _NEAREST_RES), self.shape[0])
+        j = _clamped_cell((gx - self.x0) * (1.0 / _NEAREST_RES), self.shape[1])
+        return self.index.ravel().take(i * self.shape[1] + j)
+
+
 class Renderer:
     """Renders uint8 RGB [H, W, 3] frames of a road for a camera; precomputes the ray grid once."""
 
@@ -144,6 +182,7 @@ class Renderer:
         self._detail = 1.0 / (1.0 + 4.0 * self._foot_s)
         self._shadow_cache: Dict[Tuple[int, Appearance], Tuple[Road, np.ndarray]] = {}
         self._tree_cache: Optional[Tuple[Road, np.ndarray]] = None
+        self._nearest_cache: Optional[Tuple[Road, _NearestMap]] = None
         self._ground_cover = cover.astype(np.float32)[:, None, None]
         self._sky_rows = np.arange(0, self._first_ground + (1 if cover[0] < 1 else 0))
         elev = -np.arctan((v - cam.cy) / cam.fy) - cam.pitch_rad  # elevation of each row, rad
@@ -156,6 +195,11 @@ class Renderer:
 
     # ---------------------------------------------------------------- ground
     def _frenet(self, road: Road, x: float, y: float, yaw: float, s_car: float) -> Tuple[np.ndarray, ...]:
+        """Per ground pixel: arc length s, signed offset d (left +) from the reference line, the lane width,
+        the arc length that phases the centre dashes, and the pixel's footprint across the road (as its
+        inverse) and along it, in metres."""
+        if road.kind == "hard":
+            return self._frenet_nearest(road, x, y, yaw)
         i0 = road.index_at(s_car - 5.0)
         i1 = road.index_at(s_car + _FAR_M) + 1
         step = max(1, int(round(1.0 / road.ds_m)))
@@ -180,13 +224,50 @@ class Renderer:
         vy = self._Y - col(Yc)
         a = vx * cp + vy * sp
         d = -vx * sp + vy * cp - 0.5 * col(kappa) * a * a
-        return col(sc) + a, d, col(width), col(sc)
+        return col(sc) + a, d, col(width), col(sc), self._inv_foot_lat, self._foot_s
+
+    def _frenet_nearest(self, road: Road, x: float, y: float, yaw: float) -> Tuple[np.ndarray, ...]:
+        """:meth:`_frenet` from each pixel's nearest point of the reference line (module docstring)."""
+        if self._nearest_cache is None or self._nearest_cache[0] is not road:
+            self._nearest_cache = (road, _NearestMap(road))
+        nearest = self._nearest_cache[1]
+        c, s = np.cos(yaw), np.sin(yaw)
+        X, Y = np.broadcast_to(self._X, self._Y.shape), self._Y
+        gx = (x + X * c - Y * s).astype(np.float64)
+        gy = (y + X * s + Y * c).astype(np.float64)
+        k = nearest.lookup(gx, gy)
+        last = len(road.s_m) - 2  # the last segment's first sample
+        best = np.full(gx.shape, np.inf)
+        seg = np.zeros(gx.shape, np.intp)
+        along = np.zeros(gx.shape)
+        for off in range(-_NEAREST_REACH, _NEAREST_REACH):
+            j = np.clip(k + off, 0, last)
+            ax, ay = road.x_m.take(j), road.y_m.take(j)
+            ex, ey = road.x_m.take(j + 1) - ax, road.y_m.take(j + 1) - ay
+            t = np.clip(((gx - ax) * ex + (gy - ay) * ey) / (ex * ex + ey * ey), 0.0, 1.0)
+            dist = (gx - ax - t * ex) ** 2 + (gy - ay - t * ey) ** 2
+            closer = dist < best
+            best = np.where(closer, dist, best)
+            seg = np.where(closer, j, seg)
+            along = np.where(closer, t, along)
+        ax, ay = road.x_m.take(seg), road.y_m.take(seg)
+        ex, ey = road.x_m.take(seg + 1) - ax, road.y_m.take(seg + 1) - ay
+        left = ex * (gy - ay - along * ey) - ey * (gx - ax - along * ex) > 0.0
+        d = np.where(left, 1.0, -1.0) * np.sqrt(best)
+        arc = road.s_m.take(seg) + along * road.ds_m
+        width = road.lane_width_m.take(seg) * (1.0 - along) + road.lane_width_m.take(seg + 1) * along
+        # the footprint of a pixel (lateral t/fx by longitudinal dX/dv metres) across and along the road
+        phi = road.heading_rad.take(seg) - yaw
+        cross, ahead = np.abs(np.cos(phi)), np.abs(np.sin(phi))
+        foot_d = cross * self._foot_lat + ahead * self._foot_s
+        foot_s = ahead * self._foot_lat + cross * self._foot_s
+        f32 = lambda a: a.astype(np.float32)  # noqa: E731
+        return f32(arc), f32(d), f32(width), f32(arc), f32(1.0 / foot_d), f32(foot_s)
 
     def _ground(
         self, road: Road, app: Appearance, x: float, y: float, yaw: float, s_car: float
     ) -> np.ndarray:
-        s, d, w, srow = self._frenet(road, x, y, yaw, s_car)
-        fs, inv_fl = self._foot_s, self._inv_foot_lat
+        s, d, w, srow, inv_fl, fs = self._frenet(road, x, y, yaw, s_car)
         ad = np.abs(d)
         fine = self._tex_fine.take(_cell(s * 12.0) * _TEX + _cell(d * 12.0))
         coarse = self._tex_coarse.take(_cell(s * 2.0) * _TEX + _cell(d * 2.0))
