@@ -2,11 +2,11 @@
 
     python tools/bench_sim.py [--frames 600] [--km 2] [--width 200 --height 78]
 
-Prints rendering fps at the camera size (per wall second and per CPU second of this process: on a
-shared machine the CPU-time figure is the one that measures the renderer) (target >= 500 fps, so
-that recording and closed-loop evaluation never wait on rendering) with its ratio to the target
-and to real time (30 Hz), and
-the closed-loop steps per second of the expert (no rendering) and of a driver that needs images.
+Prints rendering fps at the camera size on easy and on hard roads (per wall second and per CPU
+second of this process: on a shared machine the CPU-time figure is the one that measures the
+renderer) with its ratio to the target (>= 500 fps, so that recording and closed-loop evaluation
+never wait on rendering) and to real time (30 Hz), and the closed-loop steps per second of the
+expert (no rendering) and of a driver that needs images.
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ class _ImageDriver(ConstantDriver):
         return self.expert.act(obs)
 
 
-def bench_render(frames: int, camera: Camera) -> "tuple[float, float]":
-    """(frames per wall second, frames per CPU second of this process)."""
-    road = generate_road(0, frames * 0.5 + 400.0, "test")
+def bench_render(frames: int, camera: Camera, roads: str = "easy") -> "tuple[float, float]":
+    """(frames per wall second, frames per CPU second of this process) on a road of kind ``roads``."""
+    road = generate_road(0, frames * 0.5 + 400.0, "test", roads=roads)
     apps = [sample_appearance(0, "test", i, {"season": s}) for i, s in enumerate(CONDITION_AXES["season"])]
     renderer = Renderer(camera)
     for i in range(20):  # warm-up
@@ -76,13 +76,14 @@ def main() -> None:
     args = parser.parse_args()
     cv2.setNumThreads(1)
     camera = Camera.default(args.width, args.height)
-    fps, cpu_fps = bench_render(args.frames, camera)
-    print(
-        f"render {camera.width}x{camera.height}, 1 core: {fps:8.0f} frames/s wall, "
-        f"{cpu_fps:6.0f} per CPU second   "
-        f"{cpu_fps / TARGET_FPS:5.2f}x the {TARGET_FPS:.0f} fps target, "
-        f"{cpu_fps / REAL_TIME_HZ:6.1f}x real time (30 Hz)"
-    )
+    for roads in ("easy", "hard"):  # hard roads: every pixel from the road's nearest point
+        fps, cpu_fps = bench_render(args.frames, camera, roads)
+        print(
+            f"render {camera.width}x{camera.height}, {roads} roads, 1 core: {fps:8.0f} frames/s wall, "
+            f"{cpu_fps:6.0f} per CPU second   "
+            f"{cpu_fps / TARGET_FPS:5.2f}x the {TARGET_FPS:.0f} fps target, "
+            f"{cpu_fps / REAL_TIME_HZ:6.1f}x real time (30 Hz)"
+        )
     steps = bench_closed_loop(args.km, PurePursuitExpert())
     print(f"closed loop, expert (no frames): {steps:8.0f} steps/s   {steps / REAL_TIME_HZ:8.1f}x real time")
     steps = bench_closed_loop(min(args.km, 0.5), _ImageDriver())

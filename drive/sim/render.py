@@ -50,6 +50,8 @@ _TEX_MASK = _TEX - 1
 _NEAREST_RES = 0.5  # m per cell of a hard road's nearest-sample map
 _NEAREST_MARGIN_M = 60.0  # the map reaches this far beyond the road; farther points clamp to its edge
 _NEAREST_REACH = 3  # centreline segments refined on each side of the mapped nearest sample
+_NEAREST_WALKS = 2  # then steps along the centreline to the foot of the perpendicular
+_WALK_MAX = 16  # segments per step at most
 
 
 def _value_noise(rng: np.random.Generator, size: int, octaves: Tuple[int, ...]) -> np.ndarray:
@@ -144,6 +146,9 @@ class _NearestMap:
         sample_of_label[labels[seeds]] = owner[seeds]
         self.index = sample_of_label[labels]
         self.shape = (rows, cols)
+        # the centreline's segments: start points, directions and squared lengths
+        ex, ey = np.diff(road.x_m), np.diff(road.y_m)
+        self.segments = (road.x_m[:-1], road.y_m[:-1], ex, ey, ex * ex + ey * ey)
 
     def lookup(self, gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
         i = _clamped_cell((gy - self.y0) * (1.0 / _NEAREST_RES), self.shape[0])
@@ -236,23 +241,30 @@ class Renderer:
         gx = (x + X * c - Y * s).astype(np.float64)
         gy = (y + X * s + Y * c).astype(np.float64)
         k = nearest.lookup(gx, gy)
-        last = len(road.s_m) - 2  # the last segment's first sample
+        sx, sy, ex, ey, length2 = nearest.segments
+        last = len(ex) - 1
         best = np.full(gx.shape, np.inf)
-        seg = np.zeros(gx.shape, np.intp)
-        along = np.zeros(gx.shape)
+        pick = np.zeros(gx.shape, np.int8)
         for off in range(-_NEAREST_REACH, _NEAREST_REACH):
             j = np.clip(k + off, 0, last)
-            ax, ay = road.x_m.take(j), road.y_m.take(j)
-            ex, ey = road.x_m.take(j + 1) - ax, road.y_m.take(j + 1) - ay
-            t = np.clip(((gx - ax) * ex + (gy - ay) * ey) / (ex * ex + ey * ey), 0.0, 1.0)
-            dist = (gx - ax - t * ex) ** 2 + (gy - ay - t * ey) ** 2
-            closer = dist < best
-            best = np.where(closer, dist, best)
-            seg = np.where(closer, j, seg)
-            along = np.where(closer, t, along)
-        ax, ay = road.x_m.take(seg), road.y_m.take(seg)
-        ex, ey = road.x_m.take(seg + 1) - ax, road.y_m.take(seg + 1) - ay
-        left = ex * (gy - ay - along * ey) - ey * (gx - ax - along * ex) > 0.0
+            ax, ay, bx, by = sx.take(j), sy.take(j), ex.take(j), ey.take(j)
+            t = np.clip(((gx - ax) * bx + (gy - ay) * by) / length2.take(j), 0.0, 1.0)
+            dist = (gx - ax - t * bx) ** 2 + (gy - ay - t * by) ** 2
+            pick[dist < best] = off
+            np.minimum(dist, best, out=best)
+        seg = np.clip(k + pick, 0, last)
+        for _ in range(_NEAREST_WALKS):  # far from the road the map is a few samples off: walk along it
+            ax, ay, bx, by = sx.take(seg), sy.take(seg), ex.take(seg), ey.take(seg)
+            t = ((gx - ax) * bx + (gy - ay) * by) / length2.take(seg)
+            j = np.clip(seg + np.clip(np.floor(t), -_WALK_MAX, _WALK_MAX).astype(np.intp), 0, last)
+            ax, ay, bx, by = sx.take(j), sy.take(j), ex.take(j), ey.take(j)
+            t = np.clip(((gx - ax) * bx + (gy - ay) * by) / length2.take(j), 0.0, 1.0)
+            dist = (gx - ax - t * bx) ** 2 + (gy - ay - t * by) ** 2
+            seg = np.where(dist < best, j, seg)
+            np.minimum(dist, best, out=best)
+        ax, ay, bx, by = sx.take(seg), sy.take(seg), ex.take(seg), ey.take(seg)
+        along = np.clip(((gx - ax) * bx + (gy - ay) * by) / length2.take(seg), 0.0, 1.0)
+        left = bx * (gy - ay - along * by) - by * (gx - ax - along * bx) > 0.0
         d = np.where(left, 1.0, -1.0) * np.sqrt(best)
         arc = road.s_m.take(seg) + along * road.ds_m
         width = road.lane_width_m.take(seg) * (1.0 - along) + road.lane_width_m.take(seg + 1) * along
