@@ -19,6 +19,9 @@ with DART rounds, for ``--steps`` steps, training seed 0):
   logs, ``--model.label_scale_km 210``) instead of the largest label (170): the motor neuron nears
   its bound of +-1 only asymptotically, so with 170 the policy could not ask for a junction turn
   a little sharper than any in the logs;
+- ``ema``:     validation, checkpoints and the final weights from an exponential moving average of
+  the weights (decay 0.995, about the last 200 steps; Lightning's ``EMAWeightAveraging``); the rounds
+  drive the current weights;
 - ``bc``:      behaviour cloning (no rounds), for reference;
 - ``*_seed1``, ``*_seed2``: the same with training seed 1 or 2 (the run-to-run variance of an arm).
 
@@ -61,6 +64,7 @@ from drive.sim.record import simulate
 ROOT = Path(__file__).resolve().parents[1]
 BALANCE = ["--data.balance", "0.5"]
 FOCUS = ["--onpolicy.focus", "0.5"]
+EMA = "lightning.pytorch.callbacks.EMAWeightAveraging"
 ARMS: Dict[str, List[str]] = {
     "today": [],
     "balance": BALANCE,
@@ -68,6 +72,7 @@ ARMS: Dict[str, List[str]] = {
     "focus": FOCUS,
     "both": [*BALANCE, *FOCUS],
     "headroom": ["--model.label_scale_km", "210"],
+    "ema": [f"--trainer.callbacks+={EMA}", "--trainer.callbacks.decay", "0.995"],
     "bc": ["--onpolicy.every_n_steps", "0"],
 }
 SEEDS = (1, 2)  # training seeds beside 0, as arm suffixes
