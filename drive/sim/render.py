@@ -149,6 +149,19 @@ class _NearestMap:
         # the centreline's segments: start points, directions and squared lengths
         ex, ey = np.diff(road.x_m), np.diff(road.y_m)
         self.segments = (road.x_m[:-1], road.y_m[:-1], ex, ey, ex * ex + ey * ey)
+        self.last_segment = len(ex) - 1
+
+    def project(
+        self, seg: np.ndarray, gx: np.ndarray, gy: np.ndarray, clamp: bool = True
+    ) -> Tuple[np.ndarray, np.ndarray]:
+        """Where along centreline segments ``seg`` (0 at the start, 1 at the end; within them if ``clamp``)
+        the points ``gx``, ``gy`` are nearest, and the squared distance to that point."""
+        sx, sy, ex, ey, length2 = self.segments
+        ax, ay, bx, by = sx.take(seg), sy.take(seg), ex.take(seg), ey.take(seg)
+        t = ((gx - ax) * bx + (gy - ay) * by) / length2.take(seg)
+        if clamp:
+            t = np.clip(t, 0.0, 1.0)
+        return t, (gx - ax - t * bx) ** 2 + (gy - ay - t * by) ** 2
 
     def lookup(self, gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
         i = _clamped_cell((gy - self.y0) * (1.0 / _NEAREST_RES), self.shape[0])
@@ -241,29 +254,23 @@ class Renderer:
         gx = (x + X * c - Y * s).astype(np.float64)
         gy = (y + X * s + Y * c).astype(np.float64)
         k = nearest.lookup(gx, gy)
-        sx, sy, ex, ey, length2 = nearest.segments
-        last = len(ex) - 1
+        last = nearest.last_segment
         best = np.full(gx.shape, np.inf)
         pick = np.zeros(gx.shape, np.int8)
         for off in range(-_NEAREST_REACH, _NEAREST_REACH):
-            j = np.clip(k + off, 0, last)
-            ax, ay, bx, by = sx.take(j), sy.take(j), ex.take(j), ey.take(j)
-            t = np.clip(((gx - ax) * bx + (gy - ay) * by) / length2.take(j), 0.0, 1.0)
-            dist = (gx - ax - t * bx) ** 2 + (gy - ay - t * by) ** 2
+            _, dist = nearest.project(np.clip(k + off, 0, last), gx, gy)
             pick[dist < best] = off
             np.minimum(dist, best, out=best)
         seg = np.clip(k + pick, 0, last)
         for _ in range(_NEAREST_WALKS):  # far from the road the map is a few samples off: walk along it
-            ax, ay, bx, by = sx.take(seg), sy.take(seg), ex.take(seg), ey.take(seg)
-            t = ((gx - ax) * bx + (gy - ay) * by) / length2.take(seg)
+            t, _ = nearest.project(seg, gx, gy, clamp=False)
             j = np.clip(seg + np.clip(np.floor(t), -_WALK_MAX, _WALK_MAX).astype(np.intp), 0, last)
-            ax, ay, bx, by = sx.take(j), sy.take(j), ex.take(j), ey.take(j)
-            t = np.clip(((gx - ax) * bx + (gy - ay) * by) / length2.take(j), 0.0, 1.0)
-            dist = (gx - ax - t * bx) ** 2 + (gy - ay - t * by) ** 2
+            _, dist = nearest.project(j, gx, gy)
             seg = np.where(dist < best, j, seg)
             np.minimum(dist, best, out=best)
+        along, _ = nearest.project(seg, gx, gy)
+        sx, sy, ex, ey, _ = nearest.segments
         ax, ay, bx, by = sx.take(seg), sy.take(seg), ex.take(seg), ey.take(seg)
-        along = np.clip(((gx - ax) * bx + (gy - ay) * by) / length2.take(seg), 0.0, 1.0)
         left = bx * (gy - ay - along * by) - by * (gx - ax - along * bx) > 0.0
         d = np.where(left, 1.0, -1.0) * np.sqrt(best)
         arc = road.s_m.take(seg) + along * road.ds_m
