@@ -181,3 +181,28 @@ def test_the_road_beyond_a_junction_turn_is_drawn_where_it_runs_across_the_view(
         entry = float(road.s_m[np.nonzero(sign * k > (0.15 if sign < 0 else 0.09))[0][0]])
         for ahead in (8.0, 0.0):  # the row model drew 2-5 % of this ground wrong
             assert _drawn_right(road, app, entry - ahead) > 0.99, (sign, ahead)
+
+
+def test_a_hard_roads_pixels_are_as_far_from_the_road_as_its_nearest_point() -> None:
+    """The renderer's |d| on a hard road is the distance to the nearest point of the centre line (any
+    part of it), within 1 cm for ground within 5 m of the road: brute force over every segment."""
+    from drive.sim.render import Renderer
+
+    road = _hard(31, index=0)
+    renderer = Renderer()
+    ax, ay = road.x_m[:-1], road.y_m[:-1]
+    bx, by = np.diff(road.x_m), np.diff(road.y_m)
+    checked = 0
+    for s_m in (150.0, 420.0, 805.0):  # a hairpin's legs and a junction turn within view
+        x, y, yaw = road.lane_pose(s_m, 0.4, 0.05)
+        _, d, *_ = renderer._frenet(road, x, y, yaw, s_m)
+        X = np.broadcast_to(renderer._X, d.shape)
+        near = X < 60.0
+        px = (x + X * math.cos(yaw) - renderer._Y * math.sin(yaw))[near][:, None]
+        py = (y + X * math.sin(yaw) + renderer._Y * math.cos(yaw))[near][:, None]
+        t = np.clip(((px - ax) * bx + (py - ay) * by) / (bx * bx + by * by), 0.0, 1.0)
+        truth = np.sqrt(((px - ax - t * bx) ** 2 + (py - ay - t * by) ** 2).min(axis=1))
+        close = truth < 5.0
+        checked += int(close.sum())
+        np.testing.assert_allclose(np.abs(d[near][close]), truth[close], atol=0.01)
+    assert checked > 5000
