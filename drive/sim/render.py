@@ -6,16 +6,12 @@ Every image row below the horizon sees one forward distance X(v) and every pixel
 ground point; the renderer precomputes them once per camera. Per frame it samples the road
 centreline ahead in the vehicle frame, interpolates its lateral position, direction, arc length
 and curvature at each row's X, and converts every pixel to Frenet coordinates (s, d) to second
-order (``d = b - kappa a^2 / 2``). That row model draws one road crossing per row, so it cannot draw a
-road that runs across the view (beyond a junction turn or a hairpin): on ``hard`` roads every ground
-pixel instead takes (s, d) from the nearest point of the road itself, found through a map of the
-road's nearest centreline sample built once per road (a distance transform on a 0.5 m grid) and
-refined by exact projection onto the centreline segments around it; the edges' antialiasing then
-uses the pixel footprint across the road's own direction. Easy roads keep the row model (their
-frames are unchanged). Shading is lookup and arithmetic on those arrays:
-asphalt, paint (dashes from arc length), gravel shoulders, verges (grass, leaves, snow),
-tree shadows as boxes in (s, d), haze ``1 - exp(-X / visibility)``, and a sky gradient
-with a distant treeline above the horizon. Trees are billboards drawn far to near.
+order (``d = b - kappa a^2 / 2``). That row model cannot draw a road that runs across the view
+(beyond a junction turn or a hairpin), so on ``hard`` roads each ground pixel takes (s, d) from the
+road's nearest point (:mod:`drive.sim.road_nearest`); easy roads keep the row model. Shading is
+lookup and arithmetic on those arrays: asphalt, paint (dashes from arc length), gravel shoulders,
+verges (grass, leaves, snow), tree shadows as boxes in (s, d), haze ``1 - exp(-X / visibility)``,
+and a sky gradient with a distant treeline above the horizon. Trees are billboards drawn far to near.
 
 Antialiasing is analytic: every edge, line, dash and shadow is the exact box filter of the
 pixel's ground footprint (lateral ``t/fx`` and longitudinal ``dX/dv`` metres), so distant
@@ -38,6 +34,7 @@ import numpy as np
 from drive.sim.appearance import Appearance
 from drive.sim.camera import Camera
 from drive.sim.road import Road
+from drive.sim.road_nearest import NearestPoints
 
 __all__ = ["Renderer", "render_view"]
 
@@ -47,11 +44,6 @@ _SUBPIXEL_BITS = 8  # fixed-point fraction bits for antialiased cv2 drawing
 _SHADOW_HALF_M = 16.0  # shadow map covers |d| < this
 _TEX = 256  # texture side; a power of two, so wrapping an integer index is a bitwise and
 _TEX_MASK = _TEX - 1
-_NEAREST_RES = 0.5  # m per cell of a hard road's nearest-sample map
-_NEAREST_MARGIN_M = 60.0  # the map reaches this far beyond the road; farther points clamp to its edge
-_NEAREST_REACH = 3  # centreline segments refined on each side of the mapped nearest sample
-_NEAREST_WALKS = 2  # then steps along the centreline to the foot of the perpendicular
-_WALK_MAX = 16  # segments per step at most
 
 
 def _value_noise(rng: np.random.Generator, size: int, octaves: Tuple[int, ...]) -> np.ndarray:
@@ -124,51 +116,6 @@ def _dashes(s: np.ndarray, period: float, on: float, footprint: np.ndarray) -> n
     return (integral(s + half) - integral(s - half)) / footprint
 
 
-class _NearestMap:
-    """The index of the nearest centreline sample of ``road`` for every cell of a grid over the road and
-    ``_NEAREST_MARGIN_M`` around it (``cv2.distanceTransformWithLabels`` with a 5x5 mask: exact to a cell
-    or so, which the segment projection in :meth:`Renderer._frenet_nearest` makes exact)."""
-
-    def __init__(self, road: Road) -> None:
-        m, res = _NEAREST_MARGIN_M, _NEAREST_RES
-        self.x0, self.y0 = float(road.x_m.min()) - m, float(road.y_m.min()) - m
-        cols = int((float(road.x_m.max()) + m - self.x0) / res) + 1
-        rows = int((float(road.y_m.max()) + m - self.y0) / res) + 1
-        i = ((road.y_m - self.y0) / res).astype(np.intp)
-        j = ((road.x_m - self.x0) / res).astype(np.intp)
-        src = np.ones((rows, cols), np.uint8)
-        src[i, j] = 0
-        owner = np.zeros((rows, cols), np.int32)
-        owner[i, j] = np.arange(len(i), dtype=np.int32)  # a cell with two samples keeps the later
-        _, labels = cv2.distanceTransformWithLabels(src, cv2.DIST_L2, 5, labelType=cv2.DIST_LABEL_PIXEL)
-        seeds = src == 0
-        sample_of_label = np.zeros(int(labels.max()) + 1, np.int32)
-        sample_of_label[labels[seeds]] = owner[seeds]
-        self.index = sample_of_label[labels]
-        self.shape = (rows, cols)
-        # the centreline's segments: start points, directions and squared lengths
-        ex, ey = np.diff(road.x_m), np.diff(road.y_m)
-        self.segments = (road.x_m[:-1], road.y_m[:-1], ex, ey, ex * ex + ey * ey)
-        self.last_segment = len(ex) - 1
-
-    def project(
-        self, seg: np.ndarray, gx: np.ndarray, gy: np.ndarray, clamp: bool = True
-    ) -> Tuple[np.ndarray, np.ndarray]:
-        """Where along centreline segments ``seg`` (0 at the start, 1 at the end; within them if ``clamp``)
-        the points ``gx``, ``gy`` are nearest, and the squared distance to that point."""
-        sx, sy, ex, ey, length2 = self.segments
-        ax, ay, bx, by = sx.take(seg), sy.take(seg), ex.take(seg), ey.take(seg)
-        t = ((gx - ax) * bx + (gy - ay) * by) / length2.take(seg)
-        if clamp:
-            t = np.clip(t, 0.0, 1.0)
-        return t, (gx - ax - t * bx) ** 2 + (gy - ay - t * by) ** 2
-
-    def lookup(self, gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
-        i = _clamped_cell((gy - self.y0) * (1.0 / _NEAREST_RES), self.shape[0])
-        j = _clamped_cell((gx - self.x0) * (1.0 / _NEAREST_RES), self.shape[1])
-        return self.index.ravel().take(i * self.shape[1] + j)
-
-
 class Renderer:
     """Renders uint8 RGB [H, W, 3] frames of a road for a camera; precomputes the ray grid once."""
 
@@ -200,7 +147,7 @@ class Renderer:
         self._detail = 1.0 / (1.0 + 4.0 * self._foot_s)
         self._shadow_cache: Dict[Tuple[int, Appearance], Tuple[Road, np.ndarray]] = {}
         self._tree_cache: Optional[Tuple[Road, np.ndarray]] = None
-        self._nearest_cache: Optional[Tuple[Road, _NearestMap]] = None
+        self._nearest_cache: Optional[Tuple[Road, NearestPoints]] = None
         self._ground_cover = cover.astype(np.float32)[:, None, None]
         self._sky_rows = np.arange(0, self._first_ground + (1 if cover[0] < 1 else 0))
         elev = -np.arctan((v - cam.cy) / cam.fy) - cam.pitch_rad  # elevation of each row, rad
@@ -213,9 +160,8 @@ class Renderer:
 
     # ---------------------------------------------------------------- ground
     def _frenet(self, road: Road, x: float, y: float, yaw: float, s_car: float) -> Tuple[np.ndarray, ...]:
-        """Per ground pixel: arc length s, signed offset d (left +) from the reference line, the lane width,
-        the arc length that phases the centre dashes, and the pixel's footprint across the road (as its
-        inverse) and along it, in metres."""
+        """Per ground pixel: arc length s, offset d (left +), lane width, the arc length phasing the dashes,
+        and the pixel's footprint across the road (inverse) and along it, in metres."""
         if road.kind == "hard":
             return self._frenet_nearest(road, x, y, yaw)
         i0 = road.index_at(s_car - 5.0)
@@ -247,32 +193,12 @@ class Renderer:
     def _frenet_nearest(self, road: Road, x: float, y: float, yaw: float) -> Tuple[np.ndarray, ...]:
         """:meth:`_frenet` from each pixel's nearest point of the reference line (module docstring)."""
         if self._nearest_cache is None or self._nearest_cache[0] is not road:
-            self._nearest_cache = (road, _NearestMap(road))
-        nearest = self._nearest_cache[1]
+            self._nearest_cache = (road, NearestPoints(road))
         c, s = np.cos(yaw), np.sin(yaw)
         X, Y = np.broadcast_to(self._X, self._Y.shape), self._Y
         gx = (x + X * c - Y * s).astype(np.float64)
         gy = (y + X * s + Y * c).astype(np.float64)
-        k = nearest.lookup(gx, gy)
-        last = nearest.last_segment
-        best = np.full(gx.shape, np.inf)
-        pick = np.zeros(gx.shape, np.int8)
-        for off in range(-_NEAREST_REACH, _NEAREST_REACH):
-            _, dist = nearest.project(np.clip(k + off, 0, last), gx, gy)
-            pick[dist < best] = off
-            np.minimum(dist, best, out=best)
-        seg = np.clip(k + pick, 0, last)
-        for _ in range(_NEAREST_WALKS):  # far from the road the map is a few samples off: walk along it
-            t, _ = nearest.project(seg, gx, gy, clamp=False)
-            j = np.clip(seg + np.clip(np.floor(t), -_WALK_MAX, _WALK_MAX).astype(np.intp), 0, last)
-            _, dist = nearest.project(j, gx, gy)
-            seg = np.where(dist < best, j, seg)
-            np.minimum(dist, best, out=best)
-        along, _ = nearest.project(seg, gx, gy)
-        sx, sy, ex, ey, _ = nearest.segments
-        ax, ay, bx, by = sx.take(seg), sy.take(seg), ex.take(seg), ey.take(seg)
-        left = bx * (gy - ay - along * by) - by * (gx - ax - along * bx) > 0.0
-        d = np.where(left, 1.0, -1.0) * np.sqrt(best)
+        seg, along, d = self._nearest_cache[1].locate(gx, gy)
         arc = road.s_m.take(seg) + along * road.ds_m
         width = road.lane_width_m.take(seg) * (1.0 - along) + road.lane_width_m.take(seg + 1) * along
         # the footprint of a pixel (lateral t/fx by longitudinal dX/dv metres) across and along the road
