@@ -57,16 +57,17 @@ class NearestPoints:
         self.segments = (road.x_m[:-1], road.y_m[:-1], ex, ey, ex * ex + ey * ey)
         self.last_segment = len(ex) - 1
 
-    def project(
-        self, seg: np.ndarray, gx: np.ndarray, gy: np.ndarray, clamp: bool = True
-    ) -> Tuple[np.ndarray, np.ndarray]:
-        """Where along centreline segments ``seg`` (0 at the start, 1 at the end; within them if ``clamp``)
-        the points ``gx``, ``gy`` are nearest, and the squared distance to that point."""
+    def along(self, seg: np.ndarray, gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
+        """Where along centreline segments ``seg`` (0 at the start, 1 at the end, unbounded) the points
+        ``gx``, ``gy`` are nearest to the segments' lines."""
+        sx, sy, ex, ey, length2 = self.segments
+        return ((gx - sx.take(seg)) * ex.take(seg) + (gy - sy.take(seg)) * ey.take(seg)) / length2.take(seg)
+
+    def project(self, seg: np.ndarray, gx: np.ndarray, gy: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """:meth:`along`, within the segments, and the squared distance to that point."""
         sx, sy, ex, ey, length2 = self.segments
         ax, ay, bx, by = sx.take(seg), sy.take(seg), ex.take(seg), ey.take(seg)
-        t = ((gx - ax) * bx + (gy - ay) * by) / length2.take(seg)
-        if clamp:
-            t = np.clip(t, 0.0, 1.0)
+        t = np.clip(((gx - ax) * bx + (gy - ay) * by) / length2.take(seg), 0.0, 1.0)
         return t, (gx - ax - t * bx) ** 2 + (gy - ay - t * by) ** 2
 
     def lookup(self, gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
@@ -88,8 +89,8 @@ class NearestPoints:
             np.minimum(dist, best, out=best)
         seg = np.clip(k + pick, 0, last)
         for _ in range(_WALKS):  # far from the road the map is a few samples off: walk along it
-            t, _ = self.project(seg, gx, gy, clamp=False)
-            j = np.clip(seg + np.clip(np.floor(t), -_WALK_MAX, _WALK_MAX).astype(np.intp), 0, last)
+            step = np.clip(np.floor(self.along(seg, gx, gy)), -_WALK_MAX, _WALK_MAX).astype(np.intp)
+            j = np.clip(seg + step, 0, last)
             _, dist = self.project(j, gx, gy)
             seg = np.where(dist < best, j, seg)
             np.minimum(dist, best, out=best)
