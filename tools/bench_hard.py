@@ -12,6 +12,8 @@ with DART rounds, for ``--steps`` steps, training seed 0):
 - ``today``:   the profile as shipped before hard roads;
 - ``balance``: + training windows drawn by the rarity of their curvature (``--data.balance 0.5``);
 - ``balance1``: the same with every curvature bin drawn equally often (``--data.balance 1``);
+- ``weight``:  + the NCP paper's curvature-weighted loss, each frame's squared error weighted by
+  exp(0.015 |1000 kappa|) (``--data.curve_factor 0.015``: 12x at the sharpest label, 170 1/km);
 - ``focus``:   + half of each round's episodes starting 3 s before the last rounds' takeovers
   (``--onpolicy.focus 0.5``);
 - ``both``:    balance and focus together;
@@ -34,9 +36,12 @@ Data (10 Hz, recordings of 30 s): ``mixed30`` = 30 minutes of mixed roads with D
 demo's data before hard roads existed); ``camera_clean`` = tools/bench_onpolicy.py's
 stand-in for another simulator's autopilot logs (5 minutes of easy roads from a low, wide camera at
 12 m/s, no recoveries), driven in that camera's world; validation: 2 minutes of test roads of the same
-kind and camera.
+kind and camera. Each is drawn from training world 0; ``mixed30_d1``, ``mixed5_d2`` etc. are the same
+from training worlds 1 and 2 (a figure over draws of the logs, not one draw's luck).
 Measured: interventions per km with the exact 95 % interval on ``--km`` of held-out hard roads and the
 same of easy roads, over the test seeds ``--seeds``, and the expert's rate on the same hard roads.
+Printed below the table, for each data set with hard roads: the junction turns (the sharpest places of
+the world) its training logs hold against those of the held-out hard roads.
 Results are cached per arm under ``--out``.
 """
 
@@ -52,6 +57,7 @@ from typing import Any, Dict, List
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import numpy as np
 import torch
 
 from drive.policy_drivers import load_driver
@@ -60,6 +66,7 @@ from drive.sim.closed_loop import evaluate
 from drive.sim.expert import PurePursuitExpert
 from drive.sim.poisson import format_rate, rates_differ_p
 from drive.sim.record import simulate
+from drive.sim.road import generate_road
 
 ROOT = Path(__file__).resolve().parents[1]
 BALANCE = ["--data.balance", "0.5"]
@@ -69,6 +76,7 @@ ARMS: Dict[str, List[str]] = {
     "today": [],
     "balance": BALANCE,
     "balance1": ["--data.balance", "1.0"],
+    "weight": ["--data.curve_factor", "0.015"],
     "focus": FOCUS,
     "both": [*BALANCE, *FOCUS],
     "headroom": ["--model.label_scale_km", "210"],
@@ -89,6 +97,9 @@ DATA: Dict[str, Dict[str, Any]] = {
     "easy30": dict(minutes=30.0, roads="easy", noise_std=0.015),  # the demo's data before hard roads
     "camera_clean": dict(minutes=5.0, roads="easy", noise_std=0.0, camera=SECOND_CAMERA, speed_mps=12.0),
 }
+# the same logs drawn from other training worlds (data seeds 1, 2; the sets above are seed 0's), so a
+# figure can span draws of the logs: seed 0's 30 minutes happen to hold few junction turns (census)
+DATA.update({f"{n}_d{k}": dict(DATA[n], seed=k) for n in ("mixed30", "mixed5") for k in (1, 2)})
 # every arm: validation by driving, and a checkpoint kept at every validation
 MEASURE = ["--val_replay.enabled", "true", "--checkpoint.save_top_k", "-1"]
 
@@ -113,7 +124,7 @@ def dataset(name: str, out: Path) -> Dict[str, List[str]]:
         raise SystemExit(f"--data: unknown data set {name!r}; choose from {', '.join(DATA)}")
     d, world = DATA[name], _world(name)
     kw = dict(roads=d["roads"], recording_minutes=0.5, **world)
-    train = _recorded(out / "data" / name, d["minutes"], 0, noise_std=d["noise_std"], **kw)
+    train = _recorded(out / "data" / name, d["minutes"], d.get("seed", 0), noise_std=d["noise_std"], **kw)
     folder = "val" if not world else f"val_{name}"  # validation logs of the data set's own world
     val = _recorded(out / "data" / folder, 2.0, 404, split="test", noise_std=0.0, **kw)
     return {"train": train, "val": val}
@@ -251,6 +262,43 @@ def cost(out: Path, steps: int) -> str:
     )
 
 
+def _junctions(seed: int, split: str, index: int, roads: str, metres: float) -> Dict[str, int]:
+    """Right and left junction turns within the first ``metres`` of road ``index``: places where the
+    reference line curves beyond 0.11 1/m (only junction turns do: the right lane's 1/5.2-1/6.5 m to
+    the right, 1/8.7-1/10.7 m to the left; hairpins stay under 0.1)."""
+    road = generate_road(seed, metres + 1.0, split=split, index=index, roads=roads)
+    kappa = road.curvature_per_m[road.s_m <= metres]
+    count = {}
+    for side, sharp in (("right", kappa < -0.11), ("left", kappa > 0.11)):
+        count[side] = int(sharp[0]) + int(np.sum(np.diff(sharp.astype(int)) == 1))
+    return count
+
+
+def census(name: str, out: Path, km: float, seeds: List[int]) -> str:
+    """How many junction turns the training logs of ``name`` hold (over the distance each recording
+    drove) against the held-out hard roads the arms are driven on."""
+    import csv
+
+    train, metres, found = DATA[name], 0.0, {"right": 0, "left": 0}
+    for folder in sorted(p for p in (out / "data" / name).iterdir() if p.is_dir()):
+        index = int(folder.name.split("-")[2])
+        speeds = [float(r["speed_mps"]) for r in csv.DictReader((folder / "log.csv").open())]
+        driven = sum(speeds) / 10.0  # 10 Hz
+        if "-hard-" in folder.name:
+            metres += driven
+            n = _junctions(train.get("seed", 0), "train", index, train["roads"], driven)
+            found = {k: found[k] + n[k] for k in found}
+    test, segments = {"right": 0, "left": 0}, int(np.ceil(km - 1e-9))
+    for i in range(segments):  # the segments drive.sim.closed_loop.evaluate drives: 1 km, seeds in turn
+        n = _junctions(seeds[i % len(seeds)], "test", i // len(seeds), "hard", min(1.0, km - i) * 1000.0)
+        test = {k: test[k] + n[k] for k in test}
+    return (
+        f"{name}: {metres / 1000:.1f} km of hard roads in the training logs, junction turns "
+        f"{found['right']} right and {found['left']} left; the held-out hard roads: {km:g} km, "
+        f"{test['right']} right and {test['left']} left"
+    )
+
+
 def _table(rows: List[Any], expert: Dict[str, Any], km: float, seeds: str) -> str:
     lines = [
         f"| data | arm | hard roads /km, {km:g} km over seeds {seeds} | easy roads /km | train s |",
@@ -315,6 +363,8 @@ def main() -> None:
             if cached.exists():
                 rows.append((name, arm, json.loads(cached.read_text())))
     text = _table(rows, expert, args.km, args.seeds)
+    names = sorted({name for name, _, _ in rows if DATA[name]["roads"] != "easy"})
+    text += "".join(f"\n{census(name, out, args.km, seeds)}" for name in names)
     selected = [
         (f"{name}-{arm}", select(out, f"{name}-{arm}", args.km, seeds, r, name))
         for name, arm, r in rows
