@@ -128,3 +128,20 @@ def test_a_cache_built_under_the_old_name_is_renamed(tmp_path: Path) -> None:
     index.write_text(_json.dumps(info))
     (again,) = cache_recordings(recs, Preprocessing(size=(24, 32)), tmp_path / "cache")
     assert again.name == "monday" and _json.loads(index.read_text())["name"] == "monday"
+
+
+def test_inspect_counts_sharp_places_not_frames(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Two right junction turns (one driven slowly: many frames, still one place), a left curve beyond
+    1/20 m only, and a one-frame glitch beyond 1/7 m that is no place."""
+    k = np.zeros(200)
+    k[20:60] = -0.18  # a slow right turn: 40 frames
+    k[100:104] = -0.16  # a quick one: 4 frames
+    k[130:150] = 0.07  # a left curve
+    k[180] = 0.2  # a glitch
+    _folder_log(tmp_path / "run", k)
+    assert main(["data", "inspect", str(tmp_path / "run"), "--quick", "--json"]) == 0
+    places = json.loads(capsys.readouterr().out)["labels"]["sharp_places"]
+    assert [(p["left"], p["right"]) for p in places] == [(1, 2), (0, 2), (0, 2)]
+    assert places[0]["share"] == pytest.approx(65 / 200)  # every frame beyond 1/20 m, the glitch too
+    assert main(["data", "inspect", str(tmp_path / "run"), "--quick"]) == 0
+    assert "1/7 m: 0 left, 2 right (22.5 %)" in capsys.readouterr().out

@@ -25,12 +25,14 @@ __all__ = [
     "convert_logs",
     "plot_recordings",
     "label_statistics",
+    "sharp_places",
     "spike_frames",
 ]
 
 SPIKE_MADS = 8.0  # a single-frame jump this many robust deviations of the label's steps (see below)
 SPIKE_MIN_PER_M = 2e-3  # ... and at least this large (2 1/km), so quantisation noise is no spike
 LIMIT_MIN_FRAMES = 3  # the extreme value held by at least this many frames (and 0.5 %) = a steering limit
+SHARP_PER_M = (1 / 20, 1 / 10, 1 / 7)  # curvatures whose places sharp_places counts
 
 
 def _decode_all(rec: Recording, problems: Problems) -> int:
@@ -89,6 +91,27 @@ def label_statistics(k: np.ndarray) -> Dict[str, Any]:
         if n >= need and value != 0.0:
             limits[side] = {"value": float(value), "frames": n}
     out["at_limit"] = limits
+    return out
+
+
+def sharp_places(curvatures: Sequence[np.ndarray]) -> List[Dict[str, Any]]:
+    """For each curvature of :data:`SHARP_PER_M`: the places where the labels curve beyond it to the
+    left (+) and to the right (-), each a run of at least two consecutive frames of one recording
+    (a single-frame spike is no place), and the share of all frames beyond it. A policy learns a kind
+    of place from how many of them the logs hold, not from how many frames they fill: one junction
+    turn recorded slowly is still one."""
+    ks = [np.asarray(k, dtype=np.float64) for k in curvatures]
+    frames = max(sum(k.size for k in ks), 1)
+    out = []
+    for limit in SHARP_PER_M:
+        row: Dict[str, Any] = {"beyond_per_m": round(limit, 6), "left": 0, "right": 0, "share": 0.0}
+        for k in ks:
+            for side, beyond in (("left", k > limit), ("right", k < -limit)):
+                edges = np.diff(np.concatenate([[0], beyond.astype(np.int8), [0]]))
+                runs = np.flatnonzero(edges == -1) - np.flatnonzero(edges == 1)
+                row[side] += int(np.count_nonzero(runs >= 2))
+                row["share"] += float(beyond.sum()) / frames
+        out.append(row)
     return out
 
 
@@ -222,6 +245,7 @@ def inspect_logs(
     overall["at_limit"] = int(
         sum(v["frames"] for s in summaries for v in s["labels"].get("at_limit", {}).values())
     )
+    overall["sharp_places"] = sharp_places([r.log["curvature"] for r in recs])
     return {
         "logs": [_log_entry(p, f) for p, f in logs],
         "recordings": summaries,
@@ -289,6 +313,12 @@ def format_report(report: Dict[str, Any]) -> str:
             f"std {lab['std'] * 1000:.1f} 1/km; best constant predictor MSE {lab['std'] ** 2 * 1e6:.1f} "
             f"(1/km)^2; {lab['spikes']} single-frame spike(s), {lab['at_limit']} frame(s) at a steering limit"
         )
+        places = "; ".join(
+            f"1/{1 / p['beyond_per_m']:.0f} m: {p['left']} left, {p['right']} right "
+            f"({100 * p['share']:.1f} %)"
+            for p in lab["sharp_places"]
+        )
+        lines.append(f"sharp places (2+ frames beyond; % of frames): {places}")
     if report["problems"]:
         counts = ", ".join(f"{n} {kind}" for kind, n in sorted(report["problem_counts"].items()))
         lines.append(f"{len(report['problems'])} problem(s): {counts}")
