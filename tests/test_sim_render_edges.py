@@ -14,8 +14,9 @@ import pytest
 
 from drive.sim.appearance import CONDITION_AXES, sample_appearance
 from drive.sim.camera import Camera
-from drive.sim.render import _TEX, Renderer, _cell, _clamped_cell
+from drive.sim.render import _TEX, Renderer, _cell
 from drive.sim.road import generate_road, uniform_road
+from drive.sim.road_nearest import clamped_cell
 
 _TINY = (0.0, -0.0, 1e-9, -1e-9, 1e-6, -1e-6)
 
@@ -35,9 +36,9 @@ def test_texture_cell_is_in_range_for_huge_and_non_finite_values() -> None:
     x = np.array([1e12, -1e12, np.inf, -np.inf, np.nan], np.float32)
     idx = _cell(x)
     assert idx.min() >= 0 and idx.max() < _TEX
-    c = _clamped_cell(x, 10)
+    c = clamped_cell(x, 10)
     assert c.min() >= 0 and c.max() < 10
-    assert _clamped_cell(np.array([-0.5, 0.5, 9.99, 10.0, 1e30]), 10).tolist() == [0, 0, 9, 9, 9]
+    assert clamped_cell(np.array([-0.5, 0.5, 9.99, 10.0, 1e30]), 10).tolist() == [0, 0, 9, 9, 9]
 
 
 def _poses(length_m: float):

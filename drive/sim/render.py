@@ -34,7 +34,7 @@ import numpy as np
 from drive.sim.appearance import Appearance
 from drive.sim.camera import Camera
 from drive.sim.road import Road
-from drive.sim.road_nearest import NearestPoints
+from drive.sim.road_nearest import NearestPoints, clamped_cell
 
 __all__ = ["Renderer", "render_view"]
 
@@ -64,13 +64,6 @@ def _cell(x: np.ndarray) -> np.ndarray:
     too instead of raising."""
     with np.errstate(invalid="ignore"):
         return np.floor(x).astype(np.int32) & _TEX_MASK
-
-
-def _clamped_cell(x: np.ndarray, n: int) -> np.ndarray:
-    """Index of the unit cell holding ``x`` in a map of ``n`` cells, edge cells extended outwards (the
-    float is clipped before the integer conversion, which would overflow far outside)."""
-    with np.errstate(invalid="ignore"):
-        return np.floor(np.clip(np.nan_to_num(x, nan=0.0), 0.0, n - 1)).astype(np.int32)
 
 
 def _box(x: np.ndarray, edge: np.ndarray, inv_footprint: np.ndarray) -> np.ndarray:
@@ -252,8 +245,8 @@ class Renderer:
                 self._shadow_cache.pop(next(iter(self._shadow_cache)))
             cached = self._shadow_cache[key] = (road, _shadow_map(road, app))
         light = cached[1]
-        i = _clamped_cell(s * (1.0 / _SHADOW_RES), light.shape[0])
-        j = _clamped_cell((d + _SHADOW_HALF_M) * (1.0 / _SHADOW_RES), light.shape[1])
+        i = clamped_cell(s * (1.0 / _SHADOW_RES), light.shape[0])
+        j = clamped_cell((d + _SHADOW_HALF_M) * (1.0 / _SHADOW_RES), light.shape[1])
         return light.ravel().take(i * light.shape[1] + j)
 
     # ---------------------------------------------------------------- sky + trees

@@ -19,7 +19,7 @@ import numpy as np
 
 from drive.sim.road import Road
 
-__all__ = ["NearestPoints"]
+__all__ = ["NearestPoints", "clamped_cell"]
 
 _RES = 0.5  # m per cell of the nearest-sample map
 _MARGIN_M = 60.0  # the map reaches this far beyond the road
@@ -28,9 +28,11 @@ _WALKS = 2  # then steps along the centre line to the foot of the perpendicular
 _WALK_MAX = 16  # segments per step at most
 
 
-def _clamped_cell(x: np.ndarray, n: int) -> np.ndarray:
-    """Index of the unit cell holding ``x`` in ``n`` cells, edge cells extended outwards."""
-    return np.floor(np.clip(x, 0.0, n - 1)).astype(np.intp)
+def clamped_cell(x: np.ndarray, n: int) -> np.ndarray:
+    """Index of the unit cell holding ``x`` in a map of ``n`` cells, edge cells extended outwards (the
+    float is clipped before the integer conversion, which would overflow far outside; NaN is cell 0)."""
+    with np.errstate(invalid="ignore"):
+        return np.floor(np.clip(np.nan_to_num(x, nan=0.0), 0.0, n - 1)).astype(np.intp)
 
 
 class NearestPoints:
@@ -72,8 +74,8 @@ class NearestPoints:
 
     def lookup(self, gx: np.ndarray, gy: np.ndarray) -> np.ndarray:
         """The mapped nearest sample of world points ``gx``, ``gy``."""
-        i = _clamped_cell((gy - self.y0) * (1.0 / _RES), self.shape[0])
-        j = _clamped_cell((gx - self.x0) * (1.0 / _RES), self.shape[1])
+        i = clamped_cell((gy - self.y0) * (1.0 / _RES), self.shape[0])
+        j = clamped_cell((gx - self.x0) * (1.0 / _RES), self.shape[1])
         return self.index.ravel().take(i * self.shape[1] + j)
 
     def locate(self, gx: np.ndarray, gy: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
