@@ -24,6 +24,9 @@ with DART rounds, for ``--steps`` steps, training seed 0):
 - ``ema``:     validation, checkpoints and the final weights from an exponential moving average of
   the weights (decay 0.995, about the last 200 steps; Lightning's ``EMAWeightAveraging``); the rounds
   drive the current weights;
+- ``mirror``:  + half of the training windows seen in the mirrored world, frames flipped about the
+  camera's principal point and labels negated (``--data.augment.mirror_p 0.5``): a left junction
+  turn in the logs also teaches a right one;
 - ``bc``:      behaviour cloning (no rounds), for reference;
 - ``*_seed1``, ``*_seed2``: the same with training seed 1 or 2 (the run-to-run variance of an arm).
 
@@ -81,6 +84,7 @@ ARMS: Dict[str, List[str]] = {
     "both": [*BALANCE, *FOCUS],
     "headroom": ["--model.label_scale_km", "210"],
     "ema": [f"--trainer.callbacks+={EMA}", "--trainer.callbacks.decay", "0.995"],
+    "mirror": ["--data.augment.mirror_p", "0.5"],
     "bc": ["--onpolicy.every_n_steps", "0"],
 }
 SEEDS = (1, 2)  # training seeds beside 0, as arm suffixes

@@ -1,9 +1,16 @@
 """Training augmentation of one window of frames, with label correction for viewpoint changes.
 
-Order: viewpoint synthesis (:mod:`drive.data.viewpoint`), colour jitter, gamma and NCP shadow
-bands, blur, Gaussian noise, JPEG artifacts. By default every parameter is drawn once per window
+Order: viewpoint synthesis (:mod:`drive.data.viewpoint`) and mirroring, colour jitter, gamma and NCP
+shadow bands, blur, Gaussian noise, JPEG artifacts. By default every parameter is drawn once per window
 and applied to all T frames (an RNN should not learn flicker); ``per_frame=True`` draws per frame.
 Noise pixels are always fresh per frame.
+
+- Mirror (``mirror_p``): the window seen in a world mirrored about the car's vertical mid-plane, the
+  frames flipped about the camera's principal point ``cx`` (the model image's centre for a recording
+  without calibration) and the labels negated, so a left turn in the logs also teaches the right turn
+  that mirrors it. The flip is folded into the viewpoint warp (one resampling); a mirrored window that
+  is also shifted and yawed gets the label corrected for the shift and yaw in the mirrored world.
+  A mirrored frame of a right-hand-traffic road shows the car in the left lane of a left-hand one.
 
 - Colour jitter: brightness b, contrast c, saturation s as in torchvision.transforms.v2
   (``adjust_brightness``/``adjust_contrast``/``adjust_saturation``, same grey weights), fused into
@@ -66,6 +73,7 @@ class AugmentConfig:
     viewpoint_p: float = 0.5
     max_shift_m: float = 0.6
     max_yaw_deg: float = 4.0
+    mirror_p: float = 0.0
     lookahead_s: Union[float, str] = "fit"  # fitted on the training logs by drive fit, or seconds
     min_lookahead_m: float = 5.0
 
@@ -133,6 +141,19 @@ Geometry = Tuple[
 ]  # (camera calibration, source->model affine)
 
 
+_IDENTITY = np.concatenate([np.eye(3).ravel(), np.zeros(6)])  # warp_params of no move
+
+
+def _mirror(camera: Optional[Dict[str, float]], affine: Optional[np.ndarray], width: int) -> np.ndarray:
+    """[3, 3] model-pixel reflection about the vertical line through the principal point: source
+    ``u -> 2 cx - u`` conjugated by the crop/resize affine; the model image's centre without a
+    calibration."""
+    if camera is None or affine is None:
+        return np.array([[-1.0, 0.0, width - 1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    flip = np.array([[-1.0, 0.0, 2.0 * camera["cx"]], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    return affine @ flip @ np.linalg.inv(affine)
+
+
 class Augmenter:
     """Augments W windows of T frames at once, on any device.
 
@@ -176,7 +197,7 @@ class Augmenter:
         dev = frames.device
         x = frames.reshape(n, 3, h, w).float().div_(255.0)
         curvature = np.asarray(curvature, dtype=np.float64).reshape(n).copy()
-        if cfg.needs_camera():
+        if cfg.needs_camera() or cfg.mirror_p > 0:
             curvature = self._viewpoint(x, curvature, speed_mps, rng, geometry, unit, units, t)
         photometric = rng.random(units) < cfg.photometric_p
         if photometric.any():
@@ -221,33 +242,47 @@ class Augmenter:
         units: int,
         t: int,
     ) -> np.ndarray:
-        """Viewpoint synthesis: each of the ``units`` drawn with ``viewpoint_p`` is warped in place in
-        ``x`` ([N, 3, H, W]; ``unit[i]``: frame i's unit) as seen from a shifted and yawed camera;
-        returns the curvature corrected for it."""
+        """Viewpoint synthesis and mirroring: each of the ``units`` drawn with ``viewpoint_p`` is seen
+        from a shifted and yawed camera, each drawn with ``mirror_p`` in the mirrored world, warped in
+        place in ``x`` ([N, 3, H, W]; ``unit[i]``: frame i's unit); returns the curvature labels of
+        what the frames now show."""
         cfg = self.config
-        if cfg.lookahead_s == "fit":
+        moves = cfg.needs_camera()
+        if moves and cfg.lookahead_s == "fit":
             raise ValueError(
                 "augment.lookahead_s 'fit' is fitted on the training logs by drive fit before the first "
                 "batch; give a number of seconds to augment outside drive fit"
             )
         n, _, h, w = x.shape
-        on = rng.random(units) < cfg.viewpoint_p
-        shift = rng.uniform(-cfg.max_shift_m, cfg.max_shift_m, units) * on
-        yaw = np.radians(rng.uniform(-cfg.max_yaw_deg, cfg.max_yaw_deg, units)) * on
-        if not on.any():
+        on, mirror = np.zeros(units, dtype=bool), np.zeros(units, dtype=bool)
+        shift, yaw = np.zeros(units), np.zeros(units)
+        if moves:  # the draws of a run without mirroring are the same as before mirroring existed
+            on = rng.random(units) < cfg.viewpoint_p
+            shift = rng.uniform(-cfg.max_shift_m, cfg.max_shift_m, units) * on
+            yaw = np.radians(rng.uniform(-cfg.max_yaw_deg, cfg.max_yaw_deg, units)) * on
+        if cfg.mirror_p > 0:
+            mirror = rng.random(units) < cfg.mirror_p
+        if not (on | mirror).any():
             return curvature
-        sel = np.flatnonzero(on[unit])
-        warped = np.flatnonzero(on)  # units whose frames are warped
+        sel = np.flatnonzero((on | mirror)[unit])
+        warped = np.flatnonzero(on | mirror)  # units whose frames are warped
         params = np.empty((len(warped), 15))
         for j, u in enumerate(warped):
             camera, affine = geometry[u if not cfg.per_frame else u // t]
-            if camera is None or affine is None:
+            if on[u] and (camera is None or affine is None):
                 raise ValueError("viewpoint augmentation needs the recording's camera calibration")
-            params[j] = warp_params(camera, affine, float(shift[u]), float(yaw[u]))
+            params[j] = warp_params(camera, affine, float(shift[u]), float(yaw[u])) if on[u] else _IDENTITY
+            if mirror[u]:  # sample the mirrored source: q -> F q after the warp
+                f = _mirror(camera, affine, w)
+                params[j, :9] = (f @ params[j, :9].reshape(3, 3)).ravel()
+                params[j, 9:12] = f @ params[j, 9:12]
         grids = warp_grids(torch.from_numpy(params).to(x.device), (h, w))  # one per warped unit
         slot = np.zeros(units, dtype=np.int64)
         slot[warped] = np.arange(len(warped))
         x[sel] = warp_frames(x[sel], grids[torch.from_numpy(slot[unit[sel]]).to(x.device)])
+        curvature = np.where(mirror[unit], -curvature, curvature)
+        if not moves:
+            return curvature
         return corrected_curvature(
             curvature,
             shift[unit],
