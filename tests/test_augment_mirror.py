@@ -31,12 +31,11 @@ POSE = (0.3, 0.05)  # the recorded frame: 0.3 m left of the lane centre, yawed 0
 
 
 def _mirrored(road, app):
-    """The world mirrored about the reference line's start: y, heading, curvature and the trees'
-    sides negated, the sun on the other side (a new index: renderers cache maps per road)."""
+    """The world mirrored about its x axis: y, heading, curvature and the trees' sides negated, the
+    sun on the other side."""
     trees = [dataclasses.replace(o, d_m=-o.d_m, y_m=-o.y_m) for o in road.objects]
     road = dataclasses.replace(
         road,
-        index=road.index + 1000,
         y_m=-road.y_m,
         heading_rad=-road.heading_rad,
         curvature_per_m=-road.curvature_per_m,
