@@ -78,6 +78,12 @@ class AugmentConfig:
     min_lookahead_m: float = 5.0
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            p = getattr(self, f.name)
+            if f.name.endswith("_p") and not (
+                isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1
+            ):
+                raise ValueError(f"augment.{f.name}: a probability in [0, 1], got {p!r}")
         la = self.lookahead_s
         if la != "fit" and not (isinstance(la, (int, float)) and not isinstance(la, bool) and la > 0):
             raise ValueError(f"augment.lookahead_s: a number of seconds > 0 or 'fit', got {la!r}")
