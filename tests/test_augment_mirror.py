@@ -121,5 +121,5 @@ def test_mirror_p_draws_a_share_of_windows_and_leaves_the_others_alone():
 
 @pytest.mark.parametrize("name,value", [("mirror_p", 1.5), ("viewpoint_p", -0.1), ("jpeg_p", "often")])
 def test_a_probability_outside_0_1_is_refused_by_name(name, value):
-    with pytest.raises(ValueError, match=rf"augment\.{name}: a probability in \[0, 1\], got {value!r}"):
+    with pytest.raises(ValueError, match=rf"augment\.{name} must be .*, got {value!r}"):
         AugmentConfig(**{name: value})

@@ -42,6 +42,7 @@ import torchvision
 from torchvision.transforms.v2 import functional as TF
 
 from drive.data.viewpoint import corrected_curvature, warp_frames, warp_grids, warp_params
+from drive.io.checks import number
 
 __all__ = ["AugmentConfig", "Augmenter", "color_matrix"]
 
@@ -79,11 +80,8 @@ class AugmentConfig:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            p = getattr(self, f.name)
-            if f.name.endswith("_p") and not (
-                isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1
-            ):
-                raise ValueError(f"augment.{f.name}: a probability in [0, 1], got {p!r}")
+            if f.name.endswith("_p"):  # probabilities
+                setattr(self, f.name, number(getattr(self, f.name), f"augment.{f.name}", low=0.0, high=1.0))
         la = self.lookahead_s
         if la != "fit" and not (isinstance(la, (int, float)) and not isinstance(la, bool) and la > 0):
             raise ValueError(f"augment.lookahead_s: a number of seconds > 0 or 'fit', got {la!r}")
@@ -268,10 +266,10 @@ class Augmenter:
             yaw = np.radians(rng.uniform(-cfg.max_yaw_deg, cfg.max_yaw_deg, units)) * on
         if cfg.mirror_p > 0:
             mirror = rng.random(units) < cfg.mirror_p
-        if not (on | mirror).any():
+        warped = np.flatnonzero(on | mirror)  # units whose frames are warped
+        if not len(warped):
             return curvature
         sel = np.flatnonzero((on | mirror)[unit])
-        warped = np.flatnonzero(on | mirror)  # units whose frames are warped
         params = np.empty((len(warped), 15))
         for j, u in enumerate(warped):
             camera, affine = geometry[u if not cfg.per_frame else u // t]
