@@ -14,16 +14,17 @@ labels inherits the drift.
 
 :func:`fit_lookahead` therefore drives the labels themselves in log replay, without images: on every
 reference path, every step, the command is the label for the car's pose. It returns the longest
-look-ahead of :data:`CANDIDATES_S` whose labels keep every path within ``margin_m`` (0.8 m, inside
-the safety driver's 1 m) and its heading rule. On logs without recoveries every look-ahead keeps
-the path exactly (the recorded commands drive it) and the gain cannot be seen; then
-:data:`UNIDENTIFIED_S` (0.71 s) is used. Where no candidate keeps the paths (logs whose commands do
-not explain their own paths: a saturated steering, a path integrated from noisy labels) the fit says
-so, naming where each candidate left which recording (:attr:`LookaheadFit.kept_none`; ``drive fit``
-warns), and uses :data:`UNIDENTIFIED_S` too: the short side, which errs safe (erring long is what
-hurts). The rule is a worst case over the logs, so it errs short where recoveries come near the margin,
-and more so on more logs. The measurements behind it: docs/benchmarks.md, "The label look-ahead: why
-it is fitted".
+look-ahead of :data:`CANDIDATES_S` whose labels keep every path within ``margin_m`` (0.8 m, inside the
+safety driver's 1 m) and its heading rule. The gain is seen only where a longer look-ahead's labels
+leave a path: where even the longest keeps them all (logs without recoveries, whose recorded commands
+drive the recorded path; on sharp curves within 0.1-0.2 m, not exactly, as the car's steering rate lags
+the command), the fit has no bound and :data:`UNIDENTIFIED_S` (0.71 s) is used. Where no candidate keeps
+the paths (logs whose commands do not explain their own paths: a saturated steering, a path integrated
+from noisy labels) the fit says so, naming where each candidate left which recording
+(:attr:`LookaheadFit.kept_none`; ``drive fit`` warns), and uses :data:`UNIDENTIFIED_S` too: the short
+side, which errs safe (erring long is what hurts). The rule is a worst case over the logs, so it errs
+short where recoveries come near the margin, and more so on more logs. The measurements behind it:
+docs/benchmarks.md, "The label look-ahead: why it is fitted".
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ __all__ = [
 CANDIDATES_S = (2.0, 1.68, 1.41, 1.19, 1.0, 0.84, 0.71, 0.59, 0.5)  # longest first, x0.84 apart
 UNIDENTIFIED_S = 0.71  # the look-ahead of logs whose recoveries do not show the demonstrator's gain
 MARGIN_M = 0.8  # the labels must keep the path this close (the safety driver takes over at 1 m)
-_NO_RECOVERY_M = 0.05  # the longest look-ahead stays this close: the logs show no recoveries
 
 
 @dataclass
@@ -77,9 +77,9 @@ class LookaheadFit:
 
     @property
     def identified(self) -> bool:
-        """Whether the logs show the demonstrator's gain (the longest look-ahead did not keep the path
-        exactly); without it the look-ahead is :data:`UNIDENTIFIED_S`."""
-        return bool(self.trials) and self.trials[0].max_offset_m > _NO_RECOVERY_M
+        """Whether the logs show the demonstrator's gain (the longest look-ahead's labels left a path);
+        without it the look-ahead is :data:`UNIDENTIFIED_S`."""
+        return bool(self.trials) and not self.trials[0].kept
 
     def summary(self) -> str:
         if not self.trials:
@@ -98,8 +98,8 @@ class LookaheadFit:
         why = (
             "the longest whose labels keep the logs' own paths"
             if self.identified
-            else "the logs show no recoveries (the labels keep their paths at any look-ahead), so the "
-            "demonstrator's gain cannot be fitted; the default for such logs"
+            else "the logs show no recoveries (even the longest look-ahead's labels keep their paths), so "
+            "the demonstrator's gain cannot be fitted; the default for such logs"
         )
         return f"label look-ahead {self.lookahead_s:g} s: {why} ({tried})"
 
@@ -135,7 +135,7 @@ def fit_lookahead(
     start of its reference path (and left where it stopped). A look-ahead is dropped at its first
     departure, so only the chosen one drives all the paths; when none keeps them all,
     :data:`UNIDENTIFIED_S` is used (:attr:`LookaheadFit.kept_none`). Without a path nothing is tried, and
-    logs without recoveries (the longest keeps every path within 5 cm) get :data:`UNIDENTIFIED_S`."""
+    logs whose paths the longest candidate keeps get :data:`UNIDENTIFIED_S` (nothing bounds the gain)."""
     if not worlds:
         return LookaheadFit(UNIDENTIFIED_S, [])
     trials: List[LookaheadTrial] = []
