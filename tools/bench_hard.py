@@ -27,7 +27,10 @@ with DART rounds, for ``--steps`` steps, training seed 0):
 - ``mirror``:  + half of the training windows seen in the mirrored world, frames flipped about the
   camera's principal point and labels negated (``--data.augment.mirror_p 0.5``): a left junction
   turn in the logs also teaches a right one;
-- ``bc``:      behaviour cloning (no rounds), for reference;
+- ``short``, ``long``: the label look-ahead 0.71 s (the fit's default for logs without recoveries) or 2 s
+  (what the fit chose on ``foreign16`` until 2026-11-29: clean labels drift 0.1-0.2 m from their path
+  on sharp curves, which it took for recoveries) instead of the fitted one;
+- ``bc``:      behaviour cloning (no rounds), for reference; ``bc_long`` the same with labels at 2 s;
 - ``*_seed1``, ``*_seed2``: the same with training seed 1 or 2 (the run-to-run variance of an arm).
 
 Every arm also validates by driving (``--val_replay.enabled true``) and keeps the checkpoint of every
@@ -38,11 +41,15 @@ Data (10 Hz, recordings of 30 s): ``mixed30`` = 30 minutes of mixed roads with D
 (the demo's amount), ``mixed5`` = 5 minutes of them; ``easy30`` = 30 minutes of easy roads only (the
 demo's data before hard roads existed); ``camera_clean`` = tools/bench_onpolicy.py's
 stand-in for another simulator's autopilot logs (5 minutes of easy roads from a low, wide camera at
-12 m/s, no recoveries), driven in that camera's world; validation: 2 minutes of test roads of the same
+12 m/s, no recoveries), driven in that camera's world; ``foreign16`` = the shape of another simulator's
+logs a user brings (16 minutes of mixed roads at a speed that follows the road, no recoveries, the same
+low, wide camera); validation: 2 minutes of test roads of the same
 kind and camera. Each is drawn from training world 0; ``mixed30_d1``, ``mixed5_d2`` etc. are the same
 from training worlds 1 and 2 (a figure over draws of the logs, not one draw's luck).
 Measured: interventions per km with the exact 95 % interval on ``--km`` of held-out hard roads and the
-same of easy roads, over the test seeds ``--seeds``, and the expert's rate on the same hard roads.
+same of easy roads, over the test seeds ``--seeds``, and the expert's rate on the same hard roads;
+below the table, where on the hard roads each arm's takeovers fell (junction turns, other sharp
+curves, the rest; :func:`places`).
 Printed below the table, for each data set with hard roads: the junction turns (the sharpest places of
 the world) its training logs hold against those of the held-out hard roads.
 Results are cached per arm under ``--out``.
@@ -85,7 +92,10 @@ ARMS: Dict[str, List[str]] = {
     "headroom": ["--model.label_scale_km", "210"],
     "ema": [f"--trainer.callbacks+={EMA}", "--trainer.callbacks.decay", "0.995"],
     "mirror": ["--data.augment.mirror_p", "0.5"],
+    "short": ["--data.augment.lookahead_s", "0.71"],
+    "long": ["--data.augment.lookahead_s", "2"],
     "bc": ["--onpolicy.every_n_steps", "0"],
+    "bc_long": ["--onpolicy.every_n_steps", "0", "--data.augment.lookahead_s", "2"],
 }
 SEEDS = (1, 2)  # training seeds beside 0, as arm suffixes
 ARMS.update(
@@ -100,6 +110,9 @@ DATA: Dict[str, Dict[str, Any]] = {
     "mixed5": dict(minutes=5.0, roads="mixed", noise_std=0.015),
     "easy30": dict(minutes=30.0, roads="easy", noise_std=0.015),  # the demo's data before hard roads
     "camera_clean": dict(minutes=5.0, roads="easy", noise_std=0.0, camera=SECOND_CAMERA, speed_mps=12.0),
+    # the shape of the issue's foreign logs: 16 minutes of an autopilot (no recoveries) on roads with
+    # sharp curves at a speed that follows the road, from another camera
+    "foreign16": dict(minutes=16.0, roads="mixed", noise_std=0.0, camera=SECOND_CAMERA),
 }
 # the same logs drawn from other training worlds (data seeds 1, 2; the sets above are seed 0's), so a
 # figure can span draws of the logs: seed 0's 30 minutes happen to hold few junction turns (census)
@@ -161,9 +174,26 @@ def drive(policy: str, roads: str, km: float, seeds: List[int], data: str = "mix
     torch.set_num_threads(1)
     driver = PurePursuitExpert() if policy == "expert" else load_driver(policy)
     fps = 10.0 if policy == "expert" else 1.0 / driver.nominal_dt_s
-    m = evaluate(driver, km=km, seed=seeds, split="test", fps=fps, roads=roads, **_world(data)).metrics
+    run = evaluate(driver, km=km, seed=seeds, split="test", fps=fps, roads=roads, **_world(data))
     keys = ("km", "interventions", "interventions_per_km", "lateral_rms_m")
-    return {k: m[k] for k in keys}
+    return {**{k: run.metrics[k] for k in keys}, "where": places(run.segments)}
+
+
+def places(segments: List[Any]) -> Dict[str, int]:
+    """Where the takeovers fell: each placed on its road and classed by the sharpest reference curvature
+    within 30 m before it to 10 m after (beyond 0.105 1/m only junction turns curve; 0.03-0.105:
+    hairpins, S-bends, chicanes; below: straights and gentle curves), right or left."""
+    found: Dict[str, int] = {}
+    for seg in segments:
+        r = seg.road
+        for x, y in seg.intervention_xy:
+            s = r.s_m[int(np.argmin((r.x_m - x) ** 2 + (r.y_m - y) ** 2))]
+            k = r.curvature_per_m[r.index_at(s - 30.0) : r.index_at(s + 10.0) + 1]
+            kappa = float(k[int(np.argmax(np.abs(k)))])
+            kind = "junction" if abs(kappa) > 0.105 else "sharp" if abs(kappa) > 0.03 else "gentle"
+            name = kind if kind == "gentle" else f"{kind} {'left' if kappa > 0 else 'right'}"
+            found[name] = found.get(name, 0) + 1
+    return found
 
 
 def measure(policy: str, km: float, seeds: List[int], data: str) -> Dict[str, Any]:
@@ -315,6 +345,9 @@ def _table(rows: List[Any], expert: Dict[str, Any], km: float, seeds: str) -> st
             f"| {name} | {arm} | {format_rate(h['interventions'], h['km'])} | "
             f"{format_rate(e['interventions'], e['km'])} | {r['train_seconds']:.0f} |"
         )
+    for name, arm, r in rows:
+        if r["hard"].get("where"):
+            lines.append(f"{name} {arm}, where on hard roads: {json.dumps(r['hard']['where'])}")
     by = {(n, a): r for n, a, r in rows}
     for (name, arm), r in by.items():
         seed = next((f"_seed{k}" for k in SEEDS if arm.endswith(f"_seed{k}")), "")
