@@ -68,7 +68,7 @@ BEFORE = [
         "comma-separated condition names for training AND test roads, e.g. summer,noon "
         "(default: every season, light and marking at random)",
     ),
-    ("--max-steps", "max_steps", int, 0, "override the config's optimizer-step budget (0: keep)"),
+    ("--max-steps", "max_steps", int, 1800, "optimizer steps of the demo's policy (0: the config's budget)"),
     (
         "--threads",
         "threads",

@@ -124,7 +124,8 @@ def test_the_demos_policy_trains_in_the_loop_at_the_demo_profiles_rate() -> None
 
     profile = yaml.safe_load(profile_path("demo").read_text())
     s = DemoSettings(config=str(profile_path("demo")))
-    assert branch_step(s) == profile["trainer"]["max_steps"] - s.onpolicy_steps > 0
+    assert branch_step(s) == s.max_steps - s.onpolicy_steps > 0
+    assert s.max_steps == profile["budget"]["min_steps"]  # the profile's budget for logs of <= 5 minutes
     assert s.onpolicy_steps // ONPOLICY_ROUNDS == profile["onpolicy"]["every_n_steps"] > 0
     assert profile["onpolicy"].get("start_step", 0) == 0  # drive fit --config demo: from step 100
 
@@ -148,7 +149,8 @@ def test_parse_gives_the_configuration_a_run_would_use_and_runs_nothing(tmp_path
     )
     assert torch.rand(1) == expected  # the global generator untouched
     profile = yaml.safe_load(profile_path("demo").read_text())
-    assert cfg.trainer.max_steps == profile["trainer"]["max_steps"]
+    assert cfg.trainer.max_steps == profile["trainer"]["max_steps"] == -1  # sized from the logs:
+    assert cfg.budget.steps_per_minute == profile["budget"]["steps_per_minute"] > 0
     assert cfg.onpolicy.every_n_steps == profile["onpolicy"]["every_n_steps"]
     assert cfg.onpolicy.noise_std == 0.02  # the command line over the profile
     assert cfg.onpolicy.share == inspect.signature(OnPolicyData).parameters["share"].default

@@ -78,7 +78,7 @@ class DemoSettings:
         "comma-separated condition names for training AND test roads, e.g. summer,noon "
         "(default: every season, light and marking at random)",
     )
-    max_steps: int = option(0, "override the config's optimizer-step budget (0: keep)")
+    max_steps: int = option(1800, "optimizer steps of the demo's policy (0: the config's budget)")
     threads: int = option(
         2,
         "torch threads for training (default %(default)s: the result is the same on every "

@@ -235,7 +235,9 @@ def _config_steps(s: DemoSettings) -> int:
     """The config's step budget (``trainer.max_steps``)."""
     steps = _config(s).trainer.max_steps
     if not isinstance(steps, int) or steps <= 0:
-        raise ValueError(f"{s.config}: trainer.max_steps is not a step budget; the on-policy arm needs one")
+        raise ValueError(
+            f"{s.config}: trainer.max_steps is not a step budget; the on-policy arm needs one (--max-steps)"
+        )
     return steps
 
 

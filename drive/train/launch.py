@@ -19,6 +19,8 @@ every epoch end and when training ends (:class:`LastCheckpoint`), independent of
 ``--val_replay.*`` validates by driving the validation logs in log replay (``val/replay/score``; on in
 the profiles ``ncp_ltc`` and ``demo``; :mod:`drive.train.replay_validation`).
 ``--throughput.*`` logs training frames per second, end to end (:mod:`drive.train.throughput`).
+``--budget.*`` sizes the step budget from the minutes of training logs where none is given (the profile
+``demo``; :mod:`drive.train.budget`).
 ``predict`` writes the curvature for every frame to ``<default_root_dir>/predictions.csv``
 (``--predictions.path``; :mod:`drive.train.predictions`).
 """
@@ -38,6 +40,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from drive.data.datamodule import DriveDataModule
 from drive.io.checks import check_writable, existing_paths, read_yaml
+from drive.train.budget import StepBudget
 from drive.train.checkpoint_io import AtomicCheckpointIO
 from drive.train.hparams import checkpoint_hparams
 from drive.train.module import PolicyModule
@@ -139,6 +142,7 @@ class DriveCLI(LightningCLI):
         parser.add_lightning_class_args(OnPolicyData, "onpolicy")  # on in the profiles ncp_ltc, demo
         parser.add_lightning_class_args(ReplayValidation, "val_replay")  # validation by driving
         parser.add_lightning_class_args(Throughput, "throughput")  # perf/train_frames_per_s
+        parser.add_lightning_class_args(StepBudget, "budget")  # steps from the logs' minutes (demo profile)
         parser.set_defaults(
             {
                 "checkpoint.monitor": "val/loss",
