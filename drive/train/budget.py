@@ -1,14 +1,15 @@
 """``--budget.*``: an optimizer-step budget that grows with the training logs (the ``demo`` profile's).
 
 A fixed number of steps is a fixed number of passes over the windows only for logs of one length. The
-demo profile's 1,800 steps are 80 passes over 5 minutes of logs and 13 over 30; on 16 and 30 minutes
-of mixed roads the policies trained for 5,400 steps left held-out hard roads 6-10x less often than at
-1,800, and 10,800 steps were no better than 5,400 (docs/benchmarks.md, "Hard roads"). So where no
-budget is set (``trainer.max_steps`` and ``trainer.max_epochs`` both -1, as the profile leaves them),
-:class:`StepBudget` sets ``steps_per_minute`` x the minutes of training logs, within
-``[min_steps, max_steps]``, when the fit sets up, before the learning-rate schedule reads it. A budget
-given on the command line (``--trainer.max_steps N`` or ``--trainer.max_epochs N``) wins. The budget
-depends on the logs only, never on wall time: a resumed run gets the same one, every DDP rank too.
+demo profile's 1,800 steps are 80 passes over 5 minutes of logs and 13 over 30; on 16 and 30 minutes of
+mixed roads the policies trained for 5,400 steps left held-out hard roads 3.5-10x less often than at
+1,800, and 10,800 steps were no better than 5,400 (docs/benchmarks.md, "Hard roads: the recipe on mixed
+logs" and "Another simulator's shape"). So where no budget is set (``trainer.max_steps`` and
+``trainer.max_epochs`` both -1, as the profile leaves them), :class:`StepBudget` sets
+``steps_per_minute`` x the minutes of training logs, within ``[min_steps, max_steps]``, when the fit
+sets up, before the learning-rate schedule reads it. A budget given on the command line
+(``--trainer.max_steps N`` or ``--trainer.max_epochs N``) wins. The budget depends on the logs only,
+never on wall time: a resumed run gets the same one, every DDP rank too.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from lightning.pytorch.utilities import rank_zero_info
 from drive.data.sequences import median_dt
 from drive.io.checks import number
 
-__all__ = ["StepBudget", "log_minutes"]
+__all__ = ["StepBudget"]
 
 
-def log_minutes(recordings: Any) -> float:
+def _minutes(recordings: Any) -> float:
     """Minutes of recording in ``recordings`` (frames x their median period)."""
     return sum(len(r.timestamp_s) * median_dt(r.timestamp_s) for r in recordings if len(r.timestamp_s)) / 60.0
 
@@ -43,22 +44,20 @@ class StepBudget(pl.Callback):
         self.steps_per_minute = number(steps_per_minute, "budget.steps_per_minute", low=0)
         self.min_steps = int(number(min_steps, "budget.min_steps", low=1, integer=True))
         self.max_steps = int(number(max_steps, "budget.max_steps", low=self.min_steps, integer=True))
-        self.steps = 0  # the budget set (0: none)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        given = trainer.max_steps >= 0 or trainer.max_epochs not in (None, -1)
-        if given:
-            return
+        if trainer.max_steps >= 0 or trainer.max_epochs not in (None, -1):
+            return  # a budget given on the command line or in a config wins
         if self.steps_per_minute == 0:
             raise ValueError(
                 "no training budget: set --trainer.max_steps, --trainer.max_epochs or "
                 "--budget.steps_per_minute"
             )
-        minutes = log_minutes(trainer.datamodule.datasets["train"].recordings)
+        minutes = _minutes(trainer.datamodule.datasets["train"].recordings)
         steps = int(np.clip(round(self.steps_per_minute * minutes), self.min_steps, self.max_steps))
-        trainer.fit_loop.epoch_loop.max_steps = self.steps = steps
+        trainer.fit_loop.epoch_loop.max_steps = steps
         rank_zero_info(
             f"step budget {steps}: {minutes:.1f} minutes of training logs x {self.steps_per_minute:g} steps "
             f"per minute, within {self.min_steps}..{self.max_steps} (--trainer.max_steps N sets your own)"
