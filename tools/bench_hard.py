@@ -119,6 +119,7 @@ DATA: Dict[str, Dict[str, Any]] = {
 DATA.update({f"{n}_d{k}": dict(DATA[n], seed=k) for n in ("mixed30", "mixed5") for k in (1, 2)})
 # every arm: validation by driving, and a checkpoint kept at every validation
 MEASURE = ["--val_replay.enabled", "true", "--checkpoint.save_top_k", "-1"]
+JUNCTION_PER_M = 0.11  # reference-line curvature only junction turns reach (hairpins stay under 0.1)
 
 
 def _recorded(folder: Path, minutes: float, seed: int, **kw: Any) -> List[str]:
@@ -181,7 +182,7 @@ def drive(policy: str, roads: str, km: float, seeds: List[int], data: str = "mix
 
 def places(segments: List[Any]) -> Dict[str, int]:
     """Where the takeovers fell: each placed on its road and classed by the sharpest reference curvature
-    within 30 m before it to 10 m after (beyond 0.105 1/m only junction turns curve; 0.03-0.105:
+    within 30 m before it to 10 m after (beyond ``JUNCTION_PER_M`` only junction turns curve; 0.03 to it:
     hairpins, S-bends, chicanes; below: straights and gentle curves), right or left."""
     found: Dict[str, int] = {}
     for seg in segments:
@@ -190,7 +191,7 @@ def places(segments: List[Any]) -> Dict[str, int]:
             s = r.s_m[int(np.argmin((r.x_m - x) ** 2 + (r.y_m - y) ** 2))]
             k = r.curvature_per_m[r.index_at(s - 30.0) : r.index_at(s + 10.0) + 1]
             kappa = float(k[int(np.argmax(np.abs(k)))])
-            kind = "junction" if abs(kappa) > 0.105 else "sharp" if abs(kappa) > 0.03 else "gentle"
+            kind = "junction" if abs(kappa) > JUNCTION_PER_M else "sharp" if abs(kappa) > 0.03 else "gentle"
             name = kind if kind == "gentle" else f"{kind} {'left' if kappa > 0 else 'right'}"
             found[name] = found.get(name, 0) + 1
     return found
@@ -298,12 +299,12 @@ def cost(out: Path, steps: int) -> str:
 
 def _junctions(seed: int, split: str, index: int, roads: str, metres: float) -> Dict[str, int]:
     """Right and left junction turns within the first ``metres`` of road ``index``: places where the
-    reference line curves beyond 0.11 1/m (only junction turns do: the right lane's 1/5.2-1/6.5 m to
+    reference line curves beyond ``JUNCTION_PER_M`` (only junction turns do: the right lane's 1/5.2-1/6.5 m to
     the right, 1/8.7-1/10.7 m to the left; hairpins stay under 0.1)."""
     road = generate_road(seed, metres + 1.0, split=split, index=index, roads=roads)
     kappa = road.curvature_per_m[road.s_m <= metres]
     count = {}
-    for side, sharp in (("right", kappa < -0.11), ("left", kappa > 0.11)):
+    for side, sharp in (("right", kappa < -JUNCTION_PER_M), ("left", kappa > JUNCTION_PER_M)):
         count[side] = int(sharp[0]) + int(np.sum(np.diff(sharp.astype(int)) == 1))
     return count
 
