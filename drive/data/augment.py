@@ -266,10 +266,11 @@ class Augmenter:
             yaw = np.radians(rng.uniform(-cfg.max_yaw_deg, cfg.max_yaw_deg, units)) * on
         if cfg.mirror_p > 0:
             mirror = rng.random(units) < cfg.mirror_p
-        warped = np.flatnonzero(on | mirror)  # units whose frames are warped
+        moved = on | mirror  # units whose frames are warped
+        warped = np.flatnonzero(moved)
         if not len(warped):
             return curvature
-        sel = np.flatnonzero((on | mirror)[unit])
+        sel = np.flatnonzero(moved[unit])
         params = np.empty((len(warped), 15))
         for j, u in enumerate(warped):
             camera, affine = geometry[u if not cfg.per_frame else u // t]
