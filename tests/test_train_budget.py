@@ -5,6 +5,7 @@ wins. Without either the fit is refused in one line (Lightning would train forev
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import List
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from drive.checkpoint import read_checkpoint
 from drive.cli import main
 from drive.sim.record import simulate
-from drive.train.budget import StepBudget
+from drive.train.budget import StepBudget, check_budget
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +51,34 @@ def test_a_budget_given_on_the_command_line_wins(logs):
     assert _steps(logs, "given") == 2  # the profile's budget would be its min_steps, 1800
 
 
-def test_no_budget_at_all_is_refused_in_one_line(logs, capsys):
-    assert main(_fit(logs, "none", "--budget.steps_per_minute", "0")) == 2
+def test_no_budget_at_all_is_refused_in_one_line_before_the_logs_are_read(logs, capsys):
+    argv = _fit(logs, "none", "--budget.steps_per_minute", "0", "--data.cache_dir", str(logs / "cache_none"))
+    assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "no training budget" in err and "--trainer.max_steps" in err
     assert not (logs / "none" / "checkpoints" / "last.ckpt").exists()
+    assert not (logs / "cache_none").exists()  # refused when parsed: no log was read or cached
+
+
+@pytest.mark.parametrize(
+    "max_steps, max_epochs, max_time, refused",
+    [
+        (-1, -1, None, True),  # Lightning would train forever
+        (None, -1, None, True),
+        (10, -1, None, False),
+        (-1, 3, None, False),
+        (-1, None, None, False),  # Lightning's own default: 1000 epochs
+        (-1, -1, "00:01:00:00", False),  # the user chose wall time
+    ],
+)
+def test_what_counts_as_a_budget(max_steps, max_epochs, max_time, refused):
+    trainer = SimpleNamespace(max_steps=max_steps, max_epochs=max_epochs, max_time=max_time)
+    if refused:
+        with pytest.raises(ValueError, match="no training budget"):
+            check_budget(trainer, 0.0)
+    else:
+        check_budget(trainer, 0.0)
+    check_budget(trainer, 360.0)  # the callback sizes one
 
 
 @pytest.mark.parametrize(

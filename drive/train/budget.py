@@ -23,12 +23,23 @@ from lightning.pytorch.utilities import rank_zero_info
 from drive.data.sequences import median_dt
 from drive.io.checks import number
 
-__all__ = ["StepBudget"]
+__all__ = ["StepBudget", "check_budget"]
 
 
 def _minutes(recordings: Any) -> float:
     """Minutes of recording in ``recordings`` (frames x their median period)."""
     return sum(len(r.timestamp_s) * median_dt(r.timestamp_s) for r in recordings if len(r.timestamp_s)) / 60.0
+
+
+def check_budget(trainer: Any, steps_per_minute: float) -> None:
+    """Refuses a fit that nothing ends in one line: the trainer's options (``max_steps``,
+    ``max_epochs``, ``max_time``) set no budget (epochs -1: Lightning would train forever) and this
+    callback is off. ``drive fit`` calls it when the command line is parsed, before any log is read."""
+    given = trainer.max_steps not in (None, -1) or trainer.max_epochs != -1 or trainer.max_time is not None
+    if not given and steps_per_minute == 0:
+        raise ValueError(
+            "no training budget: set --trainer.max_steps, --trainer.max_epochs or --budget.steps_per_minute"
+        )
 
 
 class StepBudget(pl.Callback):
@@ -48,13 +59,8 @@ class StepBudget(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        if trainer.max_steps >= 0 or trainer.max_epochs not in (None, -1):
-            return  # a budget given on the command line or in a config wins
-        if self.steps_per_minute == 0:
-            raise ValueError(
-                "no training budget: set --trainer.max_steps, --trainer.max_epochs or "
-                "--budget.steps_per_minute"
-            )
+        if trainer.max_steps != -1 or trainer.max_epochs != -1 or self.steps_per_minute == 0:
+            return  # a budget given on the command line or in a config wins (none: check_budget)
         minutes = _minutes(trainer.datamodule.datasets["train"].recordings)
         steps = int(np.clip(round(self.steps_per_minute * minutes), self.min_steps, self.max_steps))
         trainer.fit_loop.epoch_loop.max_steps = steps

@@ -40,7 +40,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from drive.data.datamodule import DriveDataModule
 from drive.io.checks import check_writable, existing_paths, read_yaml
-from drive.train.budget import StepBudget
+from drive.train.budget import StepBudget, check_budget
 from drive.train.checkpoint_io import AtomicCheckpointIO
 from drive.train.hparams import checkpoint_hparams
 from drive.train.module import PolicyModule
@@ -189,6 +189,8 @@ class DriveCLI(LightningCLI):
     def before_instantiate_classes(self) -> None:
         cfg = self.config[self.subcommand] if self.subcommand else self.config
         check_ckpt_path(cfg.get("ckpt_path"))
+        if self.subcommand == "fit":
+            check_budget(cfg.trainer, cfg.budget.steps_per_minute)
         root = cfg.trainer.default_root_dir or DEFAULT_ROOT
         check_root(root, cfg.data)
         cfg.trainer.default_root_dir = root
