@@ -49,7 +49,7 @@ from training worlds 1 and 2 (a figure over draws of the logs, not one draw's lu
 Measured: interventions per km with the exact 95 % interval on ``--km`` of held-out hard roads and the
 same of easy roads, over the test seeds ``--seeds``, and the expert's rate on the same hard roads;
 below the table, where on the hard roads each arm's takeovers fell (junction turns, other sharp
-curves, the rest; :func:`places`).
+curves, the rest; :func:`places`) and under which season and markings (:func:`under`).
 Printed below the table, for each data set with hard roads: the junction turns (the sharpest places of
 the world) its training logs hold against those of the held-out hard roads.
 Results are cached per arm under ``--out``.
@@ -177,7 +177,7 @@ def drive(policy: str, roads: str, km: float, seeds: List[int], data: str = "mix
     fps = 10.0 if policy == "expert" else 1.0 / driver.nominal_dt_s
     run = evaluate(driver, km=km, seed=seeds, split="test", fps=fps, roads=roads, **_world(data))
     keys = ("km", "interventions", "interventions_per_km", "lateral_rms_m")
-    return {**{k: run.metrics[k] for k in keys}, "where": places(run.segments)}
+    return {**{k: run.metrics[k] for k in keys}, "where": places(run.segments), "under": under(run.segments)}
 
 
 def places(segments: List[Any]) -> Dict[str, int]:
@@ -195,6 +195,18 @@ def places(segments: List[Any]) -> Dict[str, int]:
             name = kind if kind == "gentle" else f"{kind} {'left' if kappa > 0 else 'right'}"
             found[name] = found.get(name, 0) + 1
     return found
+
+
+def under(segments: List[Any]) -> Dict[str, List[float]]:
+    """Under which season and markings the takeovers fell: ``"winter unmarked": [takeovers, km]``
+    (the km driven under them beside the count: a condition's share of the roads is not a third)."""
+    found: Dict[str, List[float]] = {}
+    for seg in segments:
+        c = seg.conditions
+        tally = found.setdefault(f"{c.get('season', '-')} {c.get('markings', '-')}", [0, 0.0])
+        tally[0] += len(seg.intervention_xy)
+        tally[1] = round(tally[1] + seg.km, 2)
+    return dict(sorted(found.items()))
 
 
 def measure(policy: str, km: float, seeds: List[int], data: str) -> Dict[str, Any]:
@@ -349,6 +361,9 @@ def _table(rows: List[Any], expert: Dict[str, Any], km: float, seeds: str) -> st
     for name, arm, r in rows:
         if r["hard"].get("where"):
             lines.append(f"{name} {arm}, where on hard roads: {json.dumps(r['hard']['where'])}")
+        if r["hard"].get("under"):
+            each = ", ".join(f"{c} {n} in {km:g} km" for c, (n, km) in r["hard"]["under"].items())
+            lines.append(f"{name} {arm}, under which conditions on hard roads: {each}")
     by = {(n, a): r for n, a, r in rows}
     for (name, arm), r in by.items():
         seed = next((f"_seed{k}" for k in SEEDS if arm.endswith(f"_seed{k}")), "")
