@@ -27,6 +27,9 @@ with DART rounds, for ``--steps`` steps, training seed 0):
 - ``mirror``:  + half of the training windows seen in the mirrored world, frames flipped about the
   camera's principal point and labels negated (``--data.augment.mirror_p 0.5``): a left junction
   turn in the logs also teaches a right one;
+- ``photo``:   + colour jitter and cast shadows (``--data.augment.photometric_p 0.8``,
+  ``--data.augment.shadow_p 0.5``, the augmenter's defaults; the profile turns them off): 5 minutes of
+  logs hold few of the world's seasons, lights and markings on a hard road;
 - ``short``, ``long``: the label look-ahead 0.71 s (the fit's default for logs without recoveries) or 2 s
   (what the fit chose on ``foreign16`` until 2026-11-29: clean labels drift 0.1-0.2 m from their path
   on sharp curves, which it took for recoveries) instead of the fitted one;
@@ -92,6 +95,7 @@ ARMS: Dict[str, List[str]] = {
     "headroom": ["--model.label_scale_km", "210"],
     "ema": [f"--trainer.callbacks+={EMA}", "--trainer.callbacks.decay", "0.995"],
     "mirror": ["--data.augment.mirror_p", "0.5"],
+    "photo": ["--data.augment.photometric_p", "0.8", "--data.augment.shadow_p", "0.5"],
     "short": ["--data.augment.lookahead_s", "0.71"],
     "long": ["--data.augment.lookahead_s", "2"],
     "bc": ["--onpolicy.every_n_steps", "0"],
