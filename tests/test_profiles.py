@@ -125,7 +125,7 @@ def test_the_demos_policy_trains_in_the_loop_at_the_demo_profiles_rate() -> None
     profile = yaml.safe_load(profile_path("demo").read_text())
     s = DemoSettings(config=str(profile_path("demo")))
     assert branch_step(s) == s.max_steps - s.onpolicy_steps > 0
-    assert s.max_steps == profile["budget"]["min_steps"]  # the profile's budget for logs of <= 5 minutes
+    assert s.max_steps < profile["budget"]["min_steps"]  # its 15 minutes: fewer than drive fit would give
     assert s.onpolicy_steps // ONPOLICY_ROUNDS == profile["onpolicy"]["every_n_steps"] > 0
     assert profile["onpolicy"].get("start_step", 0) == 0  # drive fit --config demo: from step 100
 

@@ -1,15 +1,15 @@
 """``--budget.*``: an optimizer-step budget that grows with the training logs (the ``demo`` profile's).
 
 A fixed number of steps is a fixed number of passes over the windows only for logs of one length. The
-demo profile's 1,800 steps are 80 passes over 5 minutes of logs and 13 over 30; on 16 and 30 minutes of
-mixed roads the policies trained for 5,400 steps left held-out hard roads 3.5-10x less often than at
-1,800, and 10,800 steps were no better than 5,400 (docs/benchmarks.md, "Hard roads: the recipe on mixed
-logs" and "Another simulator's shape"). So where no budget is set (``trainer.max_steps`` and
-``trainer.max_epochs`` both -1, as the profile leaves them), :class:`StepBudget` sets
-``steps_per_minute`` x the minutes of training logs, within ``[min_steps, max_steps]``, when the fit
-sets up, before the learning-rate schedule reads it. A budget given on the command line
-(``--trainer.max_steps N`` or ``--trainer.max_epochs N``) wins. The budget depends on the logs only,
-never on wall time: a resumed run gets the same one, every DDP rank too.
+demo's 1,800 steps are 80 passes over 5 minutes of logs and 13 over 30; on 16 and 30 minutes of mixed
+roads the policies trained for 5,400 steps left held-out hard roads 3.5-10x less often than at 1,800,
+and 10,800 steps were no better than 5,400; on 5 minutes 3,600 steps left them 0.73x as often as 1,800
+(docs/benchmarks.md, "Hard roads: the recipe on mixed logs" and "Another simulator's shape"). So
+where no budget is set (``trainer.max_steps`` and ``trainer.max_epochs`` both -1, as the profile leaves
+them), :class:`StepBudget` sets ``steps_per_minute`` x the minutes of training logs, within
+``[min_steps, max_steps]``, when the fit sets up, before the learning-rate schedule reads it. A budget
+given on the command line (``--trainer.max_steps N`` or ``--trainer.max_epochs N``) wins. The budget
+depends on the logs only, never on wall time: a resumed run gets the same one, every DDP rank too.
 """
 
 from __future__ import annotations
