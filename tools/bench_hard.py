@@ -366,7 +366,7 @@ def _table(rows: List[Any], expert: Dict[str, Any], km: float, seeds: str) -> st
         if r["hard"].get("where"):
             lines.append(f"{name} {arm}, where on hard roads: {json.dumps(r['hard']['where'])}")
         if r["hard"].get("under"):
-            each = ", ".join(f"{c} {n} in {km:g} km" for c, (n, km) in r["hard"]["under"].items())
+            each = ", ".join(f"{c} {n} in {d:g} km" for c, (n, d) in r["hard"]["under"].items())
             lines.append(f"{name} {arm}, under which conditions on hard roads: {each}")
     by = {(n, a): r for n, a, r in rows}
     for (name, arm), r in by.items():
