@@ -209,8 +209,8 @@ def under(segments: List[Any]) -> Dict[str, List[float]]:
         c = seg.conditions
         tally = found.setdefault(f"{c.get('season', '-')} {c.get('markings', '-')}", [0, 0.0])
         tally[0] += len(seg.intervention_xy)
-        tally[1] = round(tally[1] + seg.km, 2)
-    return dict(sorted(found.items()))
+        tally[1] += seg.km
+    return {c: [n, round(km, 2)] for c, (n, km) in sorted(found.items())}
 
 
 def measure(policy: str, km: float, seeds: List[int], data: str) -> Dict[str, Any]:
