@@ -30,6 +30,9 @@ with DART rounds, for ``--steps`` steps, training seed 0):
 - ``photo``:   + colour jitter and cast shadows (``--data.augment.photometric_p 0.8``,
   ``--data.augment.shadow_p 0.5``, the augmenter's defaults; the profile turns them off): 5 minutes of
   logs hold few of the world's seasons, lights and markings on a hard road;
+- ``erase``:   + random erasing, a box of 2-20 % of the frame in one random colour in half of the
+  windows (``--data.augment.erase_p 0.5``): no one cue (a lane line, a verge) carries a window alone,
+  for the seasons and markings the logs hold on easy roads but not on hard ones;
 - ``short``, ``long``: the label look-ahead 0.71 s (the fit's default for logs without recoveries) or 2 s
   (what the fit chose on ``foreign16`` until 2026-11-29: clean labels drift 0.1-0.2 m from their path
   on sharp curves, which it took for recoveries) instead of the fitted one;
@@ -96,6 +99,7 @@ ARMS: Dict[str, List[str]] = {
     "ema": [f"--trainer.callbacks+={EMA}", "--trainer.callbacks.decay", "0.995"],
     "mirror": ["--data.augment.mirror_p", "0.5"],
     "photo": ["--data.augment.photometric_p", "0.8", "--data.augment.shadow_p", "0.5"],
+    "erase": ["--data.augment.erase_p", "0.5"],
     "short": ["--data.augment.lookahead_s", "0.71"],
     "long": ["--data.augment.lookahead_s", "2"],
     "bc": ["--onpolicy.every_n_steps", "0"],

@@ -1,8 +1,9 @@
 """Training augmentation of one window of frames, with label correction for viewpoint changes.
 
 Order: viewpoint synthesis (:mod:`drive.data.viewpoint`) and mirroring, colour jitter, gamma and NCP
-shadow bands, blur, Gaussian noise, JPEG artifacts. By default every parameter is drawn once per window
-and applied to all T frames (an RNN should not learn flicker); ``per_frame=True`` draws per frame.
+shadow bands, random erasing, blur, Gaussian noise, JPEG artifacts. By default every parameter is
+drawn once per window and applied to all T frames (an RNN should not learn flicker);
+``per_frame=True`` draws per frame.
 Noise pixels are always fresh per frame.
 
 - Mirror (``mirror_p``): the window seen in a world mirrored about the car's vertical mid-plane, the
@@ -20,6 +21,10 @@ Noise pixels are always fresh per frame.
   random angle and offset, blurred with a 3/5/7 box; inside, img ** g with g = 1 + U(0, gmax), two
   thirds darker, one third lighter (g -> 1/g). Blending uses the exponent g ** mask, so gamma
   jitter and shadow cost one ``pow``.
+- Random erasing (``erase_p``; Zhong et al. 2020, "Random Erasing Data Augmentation"): a rectangle
+  of U(0.02, ``erase_area_max``) of the frame, aspect ratio log-uniform in [1/3, 3], filled with
+  one random colour, at the same place in every frame of the window (dirt or a wiper on the lens,
+  a car ahead): the policy cannot lean on one cue, a lane line or a verge, alone. Labels unchanged.
 - Blur: separable Gaussian, sigma U(0.3, blur_sigma_max), radius ceil(2 sigma), truncated and
   renormalised at the borders, as two banded matrix products (torchvision's 2-D convolution costs
   ~10x more; OpenCV inside forked DataLoader workers can deadlock).
@@ -75,6 +80,8 @@ class AugmentConfig:
     max_shift_m: float = 0.6
     max_yaw_deg: float = 4.0
     mirror_p: float = 0.0
+    erase_p: float = 0.0
+    erase_area_max: float = 0.2
     lookahead_s: Union[float, str] = "fit"  # fitted on the training logs by drive fit, or seconds
     min_lookahead_m: float = 5.0
 
@@ -85,6 +92,7 @@ class AugmentConfig:
         la = self.lookahead_s
         if la != "fit" and not (isinstance(la, (int, float)) and not isinstance(la, bool) and la > 0):
             raise ValueError(f"augment.lookahead_s: a number of seconds > 0 or 'fit', got {la!r}")
+        self.erase_area_max = number(self.erase_area_max, "augment.erase_area_max", low=0.02, high=1.0)
 
     @classmethod
     def from_any(cls, value: Optional[object]) -> Optional["AugmentConfig"]:
@@ -209,6 +217,8 @@ class Augmenter:
         exponent = self._exponent(rng, units, unit, h, w, photometric, dev)
         if exponent is not None:
             x = x.clamp_(1e-6, 1.0).log_().mul_(exponent).exp_()  # x ** exponent, 3x faster than pow
+        if cfg.erase_p > 0:  # the draws of a run without erasing are the same as before it existed
+            x = self._erase(x, rng, rng.random(units) < cfg.erase_p, unit)
         blur = rng.random(units) < cfg.blur_p
         sigma = rng.uniform(0.3, cfg.blur_sigma_max, units)
         if blur.any():
@@ -312,6 +322,28 @@ class Augmenter:
         mean_grey = (x * grey).sum(1).mean((1, 2))  # [N]
         x = torch.bmm(m[:, :, :3], x.view(n, 3, h * w)).view(n, 3, h, w)
         return x.add_((m[:, :, 3] * mean_grey[:, None])[..., None, None]).clamp_(0.0, 1.0)
+
+    def _erase(
+        self, x: torch.Tensor, rng: np.random.Generator, erase: np.ndarray, unit: np.ndarray
+    ) -> torch.Tensor:
+        """One rectangle of one random colour in the frames of each unit drawn (``erase``)."""
+        _, _, h, w = x.shape
+        k = len(erase)
+        area = rng.uniform(0.02, self.config.erase_area_max, k) * h * w
+        aspect = np.exp(rng.uniform(-math.log(3), math.log(3), k))  # height / width
+        eh = np.clip(np.round(np.sqrt(area * aspect)), 1, h)
+        ew = np.clip(np.round(np.sqrt(area / aspect)), 1, w)
+        top, left = np.floor(rng.random(k) * (h - eh + 1)), np.floor(rng.random(k) * (w - ew + 1))
+        colour = rng.random((k, 3))
+
+        def at(a: np.ndarray) -> torch.Tensor:  # the units' values at each frame, [N, 1, 1, 1]
+            return torch.from_numpy(a[unit].astype(np.float32)).to(x.device).view(-1, 1, 1, 1)
+
+        v = torch.arange(h, dtype=torch.float32, device=x.device).view(1, 1, h, 1)
+        u = torch.arange(w, dtype=torch.float32, device=x.device).view(1, 1, 1, w)
+        box = (v >= at(top)) & (v < at(top + eh)) & (u >= at(left)) & (u < at(left + ew)) & at(erase).bool()
+        fill = torch.from_numpy(colour[unit].astype(np.float32)).to(x.device).view(-1, 3, 1, 1)
+        return torch.where(box, fill, x)
 
     def _jitter(self, rng: np.random.Generator) -> Tuple[float, float, float, float]:
         c = self.config
