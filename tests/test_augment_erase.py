@@ -51,21 +51,25 @@ def test_a_share_of_windows_gets_one_box_of_one_colour_at_one_place_in_every_fra
     assert np.mean(areas) == pytest.approx(0.11, abs=0.02)  # uniform area: mean (0.02 + 0.2) / 2
 
 
-def test_without_erasing_the_draws_are_those_of_a_run_before_it_existed():
+def test_erasing_off_draws_nothing_so_runs_without_it_draw_what_they_drew_before():
+    """erase_p 0 (the default) draws no number for erasing; any erase_p > 0 draws, even one that
+    never erases: the later steps' draws shift and the window comes out otherwise."""
     base = dict(ONLY_ERASE, photometric_p=0.8, shadow_p=0.5, noise_p=0.2)
-    rng_a, rng_b = np.random.default_rng(3), np.random.default_rng(3)
     frames = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (20, 2, 3, H, W), dtype=np.uint8))
     labels, speed = np.zeros((20, 2)), np.full((20, 2), 8.0)
-    a, _ = Augmenter(AugmentConfig(**base)).augment(frames, labels, speed, rng_a, [(None, None)] * 20)
-    b, _ = Augmenter(AugmentConfig(erase_p=0.0, **base)).augment(
-        frames, labels, speed, rng_b, [(None, None)] * 20
-    )
-    assert torch.equal(a, b)
-    assert rng_a.random() == rng_b.random()  # the same number of draws
-    c, _ = Augmenter(AugmentConfig(**{**base, "erase_p": 1.0})).augment(
-        frames, labels, speed, np.random.default_rng(3), [(None, None)] * 20
-    )
-    assert not torch.equal(a, c)
+
+    def run(**kw):
+        rng = np.random.default_rng(3)
+        out, _ = Augmenter(AugmentConfig(**base, **kw)).augment(
+            frames, labels, speed, rng, [(None, None)] * 20
+        )
+        return out, rng.random()
+
+    assert AugmentConfig().erase_p == 0.0
+    off, next_off = run()
+    never, next_never = run(erase_p=1e-300)  # draws, but no window is erased
+    assert next_off != next_never and not torch.equal(off, never)
+    assert run(erase_p=0.0)[1] == next_off
 
 
 @pytest.mark.parametrize("name,value", [("erase_p", 1.5), ("erase_area_max", 0.01), ("erase_area_max", 2.0)])
