@@ -34,8 +34,9 @@ with DART rounds, for ``--steps`` steps, training seed 0):
   windows (``--data.augment.erase_p 0.5``): no one cue (a lane line, a verge) carries a window alone,
   for the seasons and markings the logs hold on easy roads but not on hard ones;
 - ``cfc``, ``lstm``: the recipe with the CfC (64 dense units, ``--model.family cfc``) or the LSTM
-  (64 units) in place of the 19-neuron NCP-LTC: a linear readout scaled to the labels' spread, not
-  a motor neuron bounded at the largest label, so a sharp turn asks for no saturated neuron;
+  (64 units) in place of the 19-neuron NCP-LTC, at the profile's other settings (lr 2e-3 included):
+  a linear readout scaled to the labels' spread, not a motor neuron bounded at the largest label,
+  so a sharp turn asks for no saturated neuron;
 - ``short``, ``long``: the label look-ahead 0.71 s (the fit's default for logs without recoveries) or 2 s
   (what the fit chose on ``foreign16`` until 2026-11-29: clean labels drift 0.1-0.2 m from their path
   on sharp curves, which it took for recoveries) instead of the fitted one;
