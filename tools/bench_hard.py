@@ -104,7 +104,7 @@ ARMS: Dict[str, List[str]] = {
     "mirror": ["--data.augment.mirror_p", "0.5"],
     "photo": ["--data.augment.photometric_p", "0.8", "--data.augment.shadow_p", "0.5"],
     "erase": ["--data.augment.erase_p", "0.5"],
-    "cfc": ["--model.family", "cfc"],  # the recipe with another recurrent compartment (linear readout)
+    "cfc": ["--model.family", "cfc"],
     "lstm": ["--model.family", "lstm"],
     "short": ["--data.augment.lookahead_s", "0.71"],
     "long": ["--data.augment.lookahead_s", "2"],
