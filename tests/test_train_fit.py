@@ -100,7 +100,7 @@ def _trainer(root: Path, callbacks: List[pl.Callback] = (), **kw) -> pl.Trainer:
 def test_trained_policy_drives_far_better_than_constant_steering(logs: Path, tmp_path: Path) -> None:
     pl.seed_everything(0)
     module = PolicyModule(family="ncp_ltc", input_hw=(40, 100), lr=3e-3, lr_schedule="cosine")
-    trainer = _trainer(tmp_path, max_epochs=12)
+    trainer = _trainer(tmp_path, max_epochs=6)
     trainer.fit(module, datamodule=_datamodule(logs, tmp_path / "cache"))
     policy, meta = load_policy(tmp_path / "checkpoints" / "last.ckpt")
     assert meta["fps"] == pytest.approx(FPS) and meta["preprocessing"]["size"] == [40, 100]
