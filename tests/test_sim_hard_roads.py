@@ -127,6 +127,28 @@ def test_recordings_of_mixed_roads_log_the_speed_and_say_which_road(tmp_path) ->
     assert Recording.open(tmp_path / "one").meta.extra["road_kind"] == "hard"
 
 
+def test_named_conditions_cross_the_road_kinds_of_a_mixed_set(tmp_path) -> None:
+    """Two named seasons on mixed roads: each kind meets both (cycled on the road's index alone, every
+    easy road was summer and every hard one winter), in recordings, evaluation and the env alike."""
+    seasons = ["summer", "winter"]
+    paths = simulate(
+        tmp_path, 0.2, seed=1, conditions=seasons, recording_minutes=0.05, roads="mixed", fps=10.0
+    )
+    recorded = [
+        (road_kind("mixed", i), Recording.open(p).meta.conditions["season"]) for i, p in enumerate(paths)
+    ]
+    assert recorded == [("easy", "summer"), ("hard", "summer"), ("easy", "winter"), ("hard", "winter")]
+    # evaluation lays its segments out as the recordings, and the env's episodes are its segments
+    env = LaneKeepingEnv(seed=3, conditions=seasons, roads="mixed", episode_km=0.01, width=64, height=32)
+    one = evaluate(ConstantDriver(0.0), km=0.04, segment_km=0.01, seed=3, conditions=seasons, roads="mixed")
+    for i, segment in enumerate(one.metrics["per_segment"]):
+        env.reset(options={"road_index": i})
+        assert env.appearance.names()["season"] == segment["season"] == recorded[i][1]
+    # one kind of road: the conditions cycle on the index as they always did
+    easy = evaluate(ConstantDriver(0.0), km=0.02, segment_km=0.01, seed=3, conditions=seasons)
+    assert [s["season"] for s in easy.metrics["per_segment"]] == seasons
+
+
 def test_the_gymnasium_env_drives_hard_roads_with_the_low_speed_cars_steering() -> None:
     env = LaneKeepingEnv(seed=4, roads="hard", episode_km=0.05, width=64, height=32)
     assert env.action_space.high[0] == pytest.approx(HARD_ROAD_LIMITS.max_curvature_per_m)

@@ -2,7 +2,8 @@
 
 The distance is driven as ``ceil(km / segment_km)`` segments, segment ``i`` on road ``i`` of
 world ``(seed, split)`` (default the TEST split) from the set ``roads`` (``easy``, ``hard`` or
-``mixed``: :mod:`drive.sim.road`) under appearance ``i`` (named conditions cycle, others random).
+``mixed``: :mod:`drive.sim.road`) under appearance ``i`` (named conditions cycle, over each road kind
+on its own, others random).
 With several seeds the segments take turns: segment ``i`` is road ``i // len(seeds)`` of world
 ``seeds[i % len(seeds)]``. Every camera period the driver sees an :class:`Observation` (optionally
 with ``perturb(image)`` applied) and returns a curvature command in 1/m. With ``roads`` other than
@@ -43,7 +44,7 @@ from drive.sim.driver import Driver, needs_image
 from drive.sim.plot import DriveVideo, plot_drive
 from drive.sim.poisson import rate_interval
 from drive.sim.render import Renderer
-from drive.sim.road import Road, generate_road
+from drive.sim.road import Road, generate_road, kind_position
 from drive.sim.safety import SAFETY_DRIVER, InterventionRule
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 
@@ -268,8 +269,9 @@ def evaluate(
     try:
         for i in range(count):
             length_m = 1000.0 * min(segment_km, km - i * segment_km)
-            fixed = grid[i % len(grid)]
             world_seed, index = seeds[i % len(seeds)], i // len(seeds)
+            # the segment's place among those of its road kind: each kind cycles the conditions
+            fixed = grid[(kind_position(roads, index) * len(seeds) + i % len(seeds)) % len(grid)]
             road = generate_road(world_seed, length_m + 300.0, split=split, index=index, roads=roads)
             appearance = sample_appearance(world_seed, split, index, fixed)
             world = World(road, appearance, renderer, speed_mps=speed_mps, fps=fps, start_s_m=5.0)

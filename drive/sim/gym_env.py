@@ -8,7 +8,7 @@ plugin entry points, so a ``pyproject`` entry point cannot register it.)
 - action: curvature command in 1/m (positive = left), ``Box(-0.05, 0.05, (1,), float32)`` (the
   vehicle's steering limit; the vehicle also limits the rate of change);
 - one episode = one road of ``episode_km`` (default 1 km) from world ``(seed, split)``; episode
-  ``i`` drives road ``i`` under the ``i``-th condition of the grid, exactly as
+  ``i`` drives road ``i`` under the next condition of the grid for its road kind, exactly as
   :func:`drive.sim.closed_loop.evaluate` lays out its segments (so N episodes of the env are the
   same drive as ``evaluate(km=N x episode_km)``). ``reset(seed=s)`` restarts the sequence on world
   ``s``; ``reset(options={"road_index": i})`` picks road ``i``;
@@ -36,7 +36,7 @@ from gymnasium import spaces
 from drive.sim.appearance import condition_grid, parse_conditions, sample_appearance
 from drive.sim.camera import Camera
 from drive.sim.render import Renderer
-from drive.sim.road import SPLITS, generate_road, road_kind
+from drive.sim.road import SPLITS, generate_road, kind_position, road_kind
 from drive.sim.safety import SAFETY_DRIVER
 from drive.sim.vehicle import HARD_ROAD_LIMITS, VehicleLimits
 from drive.sim.world import DEFAULT_FPS, World
@@ -137,7 +137,7 @@ class LaneKeepingEnv(gymnasium.Env):
             raise ValueError(f"road_index must be >= 0, got {index}")
         self._next_index = index + 1
         self.road_index = index
-        fixed = self.grid[index % len(self.grid)]
+        fixed = self.grid[kind_position(self.roads, index) % len(self.grid)]
         road = generate_road(
             self.world_seed, self.episode_m + 300.0, split=self.split, index=index, roads=self.roads
         )

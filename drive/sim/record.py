@@ -26,7 +26,7 @@ from drive.sim.appearance import (
 from drive.sim.camera import Camera
 from drive.sim.expert import PurePursuitExpert, SteeringNoise
 from drive.sim.render import Renderer
-from drive.sim.road import generate_road, road_kind
+from drive.sim.road import generate_road, kind_position, road_kind
 from drive.sim.world import DEFAULT_FPS, DEFAULT_SPEED_MPS, World
 
 __all__ = [
@@ -192,7 +192,8 @@ def simulate(
 ) -> List[Path]:
     """Write ``ceil(minutes / recording_minutes)`` recordings under ``out_dir``.
 
-    Named conditions cycle over all their combinations (``summer,winter`` alternates seasons);
+    Named conditions cycle over all their combinations (``summer,winter`` alternates seasons), on
+    mixed roads over each kind's recordings on their own (:func:`~drive.sim.road.kind_position`);
     unnamed axes are random per recording. Recording ``i`` uses road ``i`` of ``(seed, split)`` from the
     set ``roads``; hard roads are named ``...-hard`` (``train-s0-001-hard-summer-noon-marked``).
     """
@@ -212,7 +213,7 @@ def simulate(
     out = Path(out_dir)
     planned = []
     for i in range(count):
-        fixed = grid[i % len(grid)]
+        fixed = grid[kind_position(roads, i) % len(grid)]
         app = sample_appearance(seed, split, i, fixed)
         hard = "-hard" if road_kind(roads, i) == "hard" else ""
         planned.append((i, fixed, out / f"{split}-s{seed}-{i:03d}{hard}-{_slug(app)}"))

@@ -11,7 +11,9 @@ existed, unchanged) curve at most ``MAX_CURVATURE_PER_M`` (radius >= 25 m) and a
 speed; ``hard`` roads (:mod:`drive.sim.road_hard`) add junction turns whose right lane curves by up to
 1/5.2 m, hairpins, S-bends and chicanes beside straights and gentle curves, and are driven at a speed
 that follows the road (:mod:`drive.sim.speed`); ``mixed`` alternates them, road ``i`` hard when ``i``
-is odd, so its even roads are exactly the easy roads of the same index.
+is odd, so its even roads are exactly the easy roads of the same index. Named conditions cycle over
+the roads of each kind on their own (:func:`kind_position`): with ``summer,winter`` a mixed set has
+summer and winter on easy roads and on hard ones, never one season per kind.
 
 Frenet coordinates used everywhere in :mod:`drive.sim`: ``s`` (m, arc length of the
 reference line) and ``d`` (m, signed lateral distance from the reference line, positive
@@ -36,6 +38,7 @@ __all__ = [
     "MAX_CURVATURE_PER_M",
     "ROAD_KINDS",
     "road_kind",
+    "kind_position",
     "TEST_SEED_OFFSET",
     "SPLITS",
     "Road",
@@ -70,6 +73,15 @@ def road_kind(roads: str, index: int) -> str:
     if roads == "mixed":
         return "hard" if int(index) % 2 else "easy"
     return roads
+
+
+def kind_position(roads: str, index: int) -> int:
+    """Where road ``index`` of a set of ``roads`` stands among the roads of its own kind: ``index`` in a
+    set of one kind, ``index // 2`` in a mixed set. Named conditions cycle on this position, so each
+    kind meets every condition (cycled on ``index``, two conditions would split a mixed set into easy
+    roads under one and hard roads under the other)."""
+    road_kind(roads, index)  # refuses an unknown set
+    return int(index) // 2 if roads == "mixed" else int(index)
 
 
 @dataclass(frozen=True)
