@@ -102,6 +102,25 @@ def test_drive_demo_and_data_name_unknown_profiles_in_one_line(tmp_path: Path, c
     assert "drive data: error: --reader nosuch: no such file" in capsys.readouterr().err
 
 
+def test_a_folder_named_like_a_profile_is_no_config_and_outputs_may_be_written_again(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """``drive demo --out demo`` makes a folder ``demo``; run again in that folder, ``--config demo``
+    (the default) took the folder for the config and refused to write the output over it, and
+    ``drive evaluate --policy expert --out expert`` refused its own output the same way."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "mine").mkdir()
+    assert Path(resolve_config("demo")) == configs_dir() / "demo.yaml"
+    with pytest.raises(UnknownProfile, match=r"--config mine: is a folder, not a YAML file"):
+        resolve_config("mine")
+    for _ in range(2):  # the second run writes into the folder the first one made
+        assert main(["evaluate", "--policy", "expert", "--km", "0.01", "--out", "expert"]) == 0
+    assert (tmp_path / "expert" / "metrics.json").is_file()
+    assert main(["evaluate", "--policy", str(tmp_path / "demo"), "--km", "0.01", "--out", "demo"]) == 2
+    assert "--out demo: is the input --policy" in capsys.readouterr().err  # a policy file still is one
+
+
 def test_the_vehicle_runtime_ships_with_the_package_and_export_says_where(capsys) -> None:
     import drive
 

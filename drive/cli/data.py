@@ -23,7 +23,7 @@ from drive.io.atomic import all_or_nothing, no_empty_dir_on_error
 COMMAND = "data"
 HELP = "inspect or convert driving logs (`drive data inspect|convert`)"
 OUTPUTS = {"out": "folder", "plot": "file"}  # drive.cli.outputs: --out is checked before any log is read
-INPUTS = {"logs": "logs", "reader": "file"}
+INPUTS = {"logs": "logs", "reader": "config"}
 RANGES = {"gap_factor": dict(low=1.0, high=1e6, low_open=True)}
 __all__ = ["add_arguments", "run"]
 

@@ -20,7 +20,7 @@ from drive.demo.settings import DemoSettings
 COMMAND = "demo"
 HELP = "the whole pipeline on built-in data: simulate, train, drive, explain, export"
 OUTPUTS = {"out": "folder"}  # drive.cli.outputs: --out is checked before anything runs
-INPUTS = {"config": "file"}
+INPUTS = {"config": "config"}
 __all__ = ["add_arguments", "run"]
 
 

@@ -41,7 +41,7 @@ from drive.sim.road import ROAD_KINDS, SPLITS
 COMMAND = "evaluate"
 HELP = "closed-loop driving of a policy (expert, checkpoint, exported file)"
 OUTPUTS = {"out": "folder"}  # drive.cli.outputs: --out is checked before anything is read
-INPUTS = {"logs": "logs", "policy": "file", "reader": "file", "env_config": "file"}
+INPUTS = {"logs": "logs", "policy": "policy", "reader": "config", "env_config": "file"}
 RANGES = {
     "km": KM,
     "seed": SEED,

@@ -3,7 +3,7 @@
 A command module may declare, beside ``COMMAND`` and ``HELP``::
 
     OUTPUTS = {"out": "folder"}  # options naming outputs: a folder ("file": one file)
-    INPUTS = {"logs": "logs", "policy": "file"}   # its options that name inputs, and their kind
+    INPUTS = {"logs": "logs", "policy": "policy"}   # its options that name inputs, and their kind
     RANGES = {"km": dict(low=0.0, high=1e4, low_open=True)}   # number options and their ranges
 
 and the dispatcher (:mod:`drive.cli`) refuses a number out of its range (every ``float`` option is
@@ -15,7 +15,10 @@ option, an output that
 * is of the wrong kind: an existing file where a folder is written, a folder where a file is;
 * is an input, contains one or lies inside one (``logs`` inputs: log files and folders), or is
   an input file (``file`` inputs: a checkpoint, a YAML file): a user's recordings and checkpoints
-  are never written over.
+  are never written over. A ``config`` input is the file it names (a shipped profile's name is the
+  profile, not a folder of that name), a ``policy`` input a file unless it names a built-in driver
+  (``expert``, ``constant:K``): so ``drive demo --out demo`` and ``drive evaluate --policy expert
+  --out expert`` can run again into the folder they wrote.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from drive.io.checks import check_writable, existing_paths, number
+from drive.train.profiles import resolve_config
 
 __all__ = [
     "check_out",
@@ -74,6 +78,17 @@ def _in_a_log(target: Path, folder: Path) -> bool:
     return any(detect_format(p) is not None for p in [*target.parents] if _inside(p, folder))
 
 
+def _on_disk(option: str, kind: Optional[str], value: object) -> object:
+    """What input ``--option``'s value names on disk (module docstring); None: nothing."""
+    if value is None:
+        return None
+    if kind == "config":  # an unknown profile: its one-line error, before anything runs
+        return resolve_config(str(value), "--" + option.replace("_", "-"))
+    if kind == "policy" and (value == "expert" or str(value).startswith("constant:")):
+        return None
+    return value
+
+
 def check_out_against_inputs(
     out: object,
     inputs: Mapping[str, object],
@@ -84,12 +99,12 @@ def check_out_against_inputs(
     """Refuse an output (``flag``: ``--out``) that is an input, or (``logs`` inputs) contains one or
     lies inside one; a file output (``out_kind`` ``"file"``) below a folder of logs only when it
     would land inside one of the logs. ``inputs``: option name -> value; ``kinds``: option name ->
-    ``"logs"`` | ``"file"``."""
+    ``"logs"`` | ``"file"`` | ``"config"`` | ``"policy"``."""
     if out is None:
         return
     target = Path(os.path.realpath(str(out)))
     for option, value in inputs.items():
-        for path in existing_paths([value]):
+        for path in existing_paths([_on_disk(option, kinds.get(option), value)]):
             given = f"the input --{option.replace('_', '-')} {path}"
             if path == target:
                 raise ValueError(f"{flag} {out}: is {given}; write the output elsewhere")

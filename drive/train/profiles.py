@@ -3,7 +3,7 @@
 ``drive fit --config ncp_ltc --config trainer/cpu`` names shipped profiles; a path to a YAML file
 works as ever. Names are resolved before LightningCLI (jsonargparse) sees the command line:
 
-* an existing file is used as it is;
+* an existing file is used as it is (a folder is not: ``drive demo --out demo`` makes one);
 * otherwise a name (``ncp_ltc``), with or without ``.yaml``, also written as a checkout's path
   (``configs/ncp_ltc.yaml``, ``drive/configs/trainer/cpu.yaml``), is the shipped profile;
 * inline YAML or JSON (``--config '{"model": ...}'``) passes through to jsonargparse;
@@ -80,13 +80,14 @@ def resolve_config(value: str, option: str = "--config") -> str:
 
     Raises :class:`UnknownProfile` (a ``ValueError``: one line, exit 2 in ``drive``) for a name or
     path that is neither a file nor a shipped profile."""
-    if os.path.exists(value) or not _NAME.match(value):
+    if os.path.isfile(value) or not _NAME.match(value):
         return value
     bare = _profile_name(value)
-    if bare in shipped_profiles():
+    if bare in shipped_profiles():  # a folder of that name (drive demo --out demo) is no config
         return str(configs_dir() / f"{bare}.yaml")
+    what = "is a folder, not a YAML file" if os.path.isdir(value) else "no such file"
     raise UnknownProfile(
-        f"{option} {value}: no such file, and no shipped profile of that name; "
+        f"{option} {value}: {what}, and no shipped profile of that name; "
         f"shipped profiles: {', '.join(shipped_profiles())} (or a path to a YAML file)"
     )
 
