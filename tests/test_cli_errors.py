@@ -301,6 +301,7 @@ def test_read_only_out_is_one_line_naming_it(command, world, read_only, capsys) 
         (["simulate", "--out", "{tmp}/s", "--speed-kmh", "1e6"], "--speed-kmh"),
         (["simulate", "--out", "{tmp}/s", "--noise-std", "nan"], "--noise-std"),
         (["simulate", "--out", "{tmp}/s", "--fps", "-3"], "--fps"),
+        (["simulate", "--out", "{tmp}/s", "--roads", "mixed", "--minutes", "0.5"], "--recording-minutes"),
         (["evaluate", "--policy", "expert", "--out", "{tmp}/e", "--speed-kmh", "inf"], "--speed-kmh"),
         (["evaluate", "--policy", "expert", "--out", "{tmp}/e", "--noise-std", "nan"], "--noise-std"),
         (["export", "--ckpt", "{good}", "--out", "{tmp}/p.bin"], "--out"),

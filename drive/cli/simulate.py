@@ -87,6 +87,12 @@ def run(args: argparse.Namespace) -> int:
         minutes=args.minutes,
         recording_minutes=args.recording_minutes,
     )
+    if args.roads == "mixed" and args.minutes <= args.recording_minutes:
+        raise ValueError(
+            f"--roads mixed: --minutes {args.minutes:g} at --recording-minutes {args.recording_minutes:g} "
+            "is one recording, an easy road only (mixed alternates easy and hard recordings); "
+            "give a --recording-minutes of at most half --minutes"
+        )
     camera = Camera.default(args.width, args.height)
 
     def progress(i: int, n: int, path) -> None:
