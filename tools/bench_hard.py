@@ -37,6 +37,10 @@ with DART rounds, for ``--steps`` steps, training seed 0):
   (64 units) in place of the 19-neuron NCP-LTC, at the profile's other settings (lr 2e-3 included):
   a linear readout scaled to the labels' spread, not a motor neuron bounded at the largest label,
   so a sharp turn asks for no saturated neuron;
+- ``cell_lr5``: the recurrent cell at 5x the profile's learning rate (``--model.cell_lr_scale 5``: 1e-2,
+  within the LTC paper's 0.001-0.02), the conv head at 2e-3: the LTC's time constants and synapses learn
+  slowly at the rate the head needs (the profile's default since 2026-12-06, so ``today`` is the same);
+  ``cell_lr1``: one rate for all, the recipe before (the ``today`` of every run measured before then);
 - ``short``, ``long``: the label look-ahead 0.71 s (the fit's default for logs without recoveries) or 2 s
   (what the fit chose on ``foreign16`` until 2026-11-29: clean labels drift 0.1-0.2 m from their path
   on sharp curves, which it took for recoveries) instead of the fitted one;
@@ -104,8 +108,11 @@ ARMS: Dict[str, List[str]] = {
     "mirror": ["--data.augment.mirror_p", "0.5"],
     "photo": ["--data.augment.photometric_p", "0.8", "--data.augment.shadow_p", "0.5"],
     "erase": ["--data.augment.erase_p", "0.5"],
-    "cfc": ["--model.family", "cfc"],
-    "lstm": ["--model.family", "lstm"],
+    # the other compartments at one rate, as measured (the profile's 5x is the NCP-LTC's)
+    "cfc": ["--model.family", "cfc", "--model.cell_lr_scale", "1"],
+    "lstm": ["--model.family", "lstm", "--model.cell_lr_scale", "1"],
+    "cell_lr5": ["--model.cell_lr_scale", "5"],
+    "cell_lr1": ["--model.cell_lr_scale", "1"],
     "short": ["--data.augment.lookahead_s", "0.71"],
     "long": ["--data.augment.lookahead_s", "2"],
     "bc": ["--onpolicy.every_n_steps", "0"],

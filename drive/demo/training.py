@@ -34,12 +34,14 @@ __all__ = [
 
 
 # What a baseline changes in the demo profile (the shipped profile `demo`): PilotNet's VALID convolutions need
-# the paper's 78x200 input and see single shuffled frames. Each baseline trains --baseline-steps steps
+# the paper's 78x200 input and see single shuffled frames; the recurrent baselines learn at one rate (the
+# profile's faster cell rate was measured for the NCP-LTC). Each baseline trains --baseline-steps steps
 # and is validated once, at the end.
+ONE_RATE = ["--model.cell_lr_scale", "1"]
 BASELINE_OVERRIDES: Dict[str, List[str]] = {
-    "lstm": ["--model.family", "lstm"],
-    "ctrnn": ["--model.family", "ctrnn"],
-    "cfc": ["--model.family", "cfc"],
+    "lstm": ["--model.family", "lstm", *ONE_RATE],
+    "ctrnn": ["--model.family", "ctrnn", *ONE_RATE],
+    "cfc": ["--model.family", "cfc", *ONE_RATE],
     "cnn": [
         "--model.family",
         "cnn",

@@ -44,7 +44,7 @@ from drive.train.hparams import checkpoint_hparams, option_groups, plain
 from drive.train.label_lookahead import resolve_lookahead
 from drive.train.label_range import curvature_limit, curve_weight_note, label_range, readout_scale_km
 from drive.train.monitor import LearningMonitor
-from drive.train.schedule import lr_factor
+from drive.train.schedule import lr_factor, param_groups
 from drive.train.stateful_eval import StatefulEvalModule
 
 __all__ = ["PolicyModule", "weighted_mse", "curve_weights"]
@@ -68,6 +68,7 @@ class PolicyModule(StatefulEvalModule):
             ``ctrnn``, ``cnn`` (PilotNet, single frames) or a plugin's; :mod:`drive.nn.families`.
         input_hw: network input (H, W); must equal the datamodule's preprocessing size.
         lr: Adam learning rate (paper: 5e-4).
+        cell_lr_scale: the recurrent cell's learning rate as a multiple of ``lr`` (the head's stays ``lr``).
         weight_decay: Adam weight decay.
         lr_schedule: ``cosine`` (from ``lr`` down to ``lr * lr_min_ratio`` over the run), ``step``
             (x ``lr_gamma`` every ``lr_step_epochs``) or ``constant``; updated every step.
@@ -105,6 +106,7 @@ class PolicyModule(StatefulEvalModule):
         family: str = "ncp_ltc",
         input_hw: Tuple[int, int] = DEFAULT_INPUT_HW,
         lr: float = 5e-4,
+        cell_lr_scale: float = 1.0,
         weight_decay: float = 0.0,
         lr_schedule: str = "cosine",
         lr_min_ratio: float = 0.1,
@@ -129,6 +131,7 @@ class PolicyModule(StatefulEvalModule):
             raise ValueError(f"head_precision must be bf16, fp16 or fp32, got {head_precision!r}")
         for name, value, limits in (
             ("lr", lr, dict(low=0.0, high=10.0, low_open=True)),
+            ("cell_lr_scale", cell_lr_scale, dict(low=0.0, high=1e3, low_open=True)),
             ("weight_decay", weight_decay, dict(low=0.0, high=10.0)),
             ("lr_min_ratio", lr_min_ratio, dict(low=0.0, high=1.0)),
             ("lr_step_epochs", lr_step_epochs, dict(low=1, high=1e9, integer=True)),
@@ -367,7 +370,8 @@ class PolicyModule(StatefulEvalModule):
     # -- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self) -> Dict[str, Any]:
         hp = self.hparams
-        optimizer = torch.optim.Adam(self.parameters(), lr=hp.lr, weight_decay=hp.weight_decay)
+        groups = param_groups(self, self.policy.rnn, hp.lr, hp.get("cell_lr_scale", 1.0))
+        optimizer = torch.optim.Adam(groups, lr=hp.lr, weight_decay=hp.weight_decay)
         length: List[int] = []  # [total steps, steps per epoch], read once training runs
 
         def factor(step: int) -> float:
