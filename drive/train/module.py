@@ -370,7 +370,7 @@ class PolicyModule(StatefulEvalModule):
     # -- optimisation ----------------------------------------------------------------------------
     def configure_optimizers(self) -> Dict[str, Any]:
         hp = self.hparams
-        groups = param_groups(self, self.policy.rnn, hp.lr, hp.get("cell_lr_scale", 1.0))
+        groups = param_groups(self, self.policy.rnn, hp.lr, hp.cell_lr_scale)
         optimizer = torch.optim.Adam(groups, lr=hp.lr, weight_decay=hp.weight_decay)
         length: List[int] = []  # [total steps, steps per epoch], read once training runs
 
