@@ -8,7 +8,9 @@ frames (forward + backward of its features) in the same run: the share of step t
 head = (step - head) / step. Target for ``ncp_ltc``: <= 25 % (the recurrent part is not the
 bottleneck). Frames come from memory; ``--logs DIR`` also times the data pipeline
 (:class:`~drive.data.datamodule.DriveDataModule` batches of the same shape, in this process) and
-reports its share of a serial step (data + step; DataLoader workers overlap it in practice).
+reports its share of a serial step (data + step; DataLoader workers overlap it in practice). On a
+CPU the same run also times the step with the frames as they come (NCHW), the layout before the head
+read them channels-last (:attr:`PolicyModule.channels_last`), and prints the speed-up.
 
 ``--fit LOGS`` is the end-to-end mode: a real ``drive fit`` of each profile (``--profiles``: the
 demo's, and ``ncp_ltc`` with ``data``'s full augmentation) on the cached recordings LOGS, with the
@@ -22,6 +24,7 @@ ratio printed: the goal of a GPU fit is >= 80 % of the model-only step.
     python tools/bench_train.py                       # all families, this CPU
     python tools/bench_train.py --device cuda --batch 64   # on a GPU (head under bf16 autocast)
     python tools/bench_train.py --families ncp_ltc --threads 1
+    python tools/bench_train.py --families ncp_ltc,lstm --input-hw 39,100 --batch 16   # the demo profile's
     python tools/bench_train.py --families ncp_ltc --logs runs/demo/data/train
     python tools/bench_train.py --device cuda --batch 64 --fit runs/demo/data/train   # end to end
 """
@@ -95,15 +98,27 @@ def bench_family(
         optimizer.zero_grad(set_to_none=True)
         module._encode(frames).square().mean().backward()
 
-    step_s, head_s = _timeit([train_step, head_step], device, warmup, iters)
+    def peer_step() -> None:  # the frames as they come (NCHW): the layout before channels-last
+        module.channels_last = False
+        try:
+            train_step()
+        finally:
+            module.channels_last = True
+
+    fns = [train_step, head_step] + ([peer_step] if device.type == "cpu" else [])
+    step_s, head_s, *peer = _timeit(fns, device, warmup, iters)
     n = b * length
-    return {
+    row = {
         "family": family,
         "frames_per_s": n / step_s,
         "step_ms": step_s * 1e3,
         "head_ms": head_s * 1e3,
         "outside_head_share": max(0.0, (step_s - head_s) / step_s),
     }
+    if peer:
+        row["nchw_step_ms"] = peer[0] * 1e3
+        row["channels_last_speedup"] = peer[0] / step_s
+    return row
 
 
 def bench_data(logs: str, batch: int, seq: int, iters: int) -> float:
@@ -189,6 +204,7 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=16, help="frames per sequence (paper: 16)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--input-hw", default="", help="network input H,W, e.g. 39,100 (the demo profile's)")
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--logs", default="", help="recordings to time the data pipeline on (optional)")
@@ -212,16 +228,39 @@ def main(argv: List[str] | None = None) -> int:
     return 0
 
 
+def _hparams(family: str, args: argparse.Namespace) -> Optional[Dict[str, Any]]:
+    """The family at ``--input-hw`` (None: at its default input size)."""
+    if not args.input_hw:
+        return None
+    return {"family": family, "input_hw": [int(v) for v in args.input_hw.split(",")]}
+
+
 def family_rows(args: argparse.Namespace, device: torch.device) -> List[Dict[str, Any]]:
     rows: List[Dict[str, Any]] = []
     print(f"device {device}, {torch.get_num_threads()} threads, batch {args.batch} x {args.seq} frames")
-    print(f"{'family':<9} {'frames/s':>9} {'step ms':>9} {'head ms':>9} {'outside head':>13}")
+    print(
+        f"{'family':<9} {'frames/s':>9} {'step ms':>9} {'head ms':>9} {'outside head':>13}"
+        + (f" {'NCHW step ms':>13} {'speed-up':>9}" if device.type == "cpu" else "")
+    )
     for family in args.families.split(","):
-        row = bench_family(family.strip(), args.batch, args.seq, device, args.warmup, args.iters)
+        row = bench_family(
+            family.strip(),
+            args.batch,
+            args.seq,
+            device,
+            args.warmup,
+            args.iters,
+            _hparams(family.strip(), args),
+        )
         rows.append(row)
         print(
             f"{row['family']:<9} {row['frames_per_s']:>9.1f} {row['step_ms']:>9.1f} {row['head_ms']:>9.1f} "
             f"{100 * row['outside_head_share']:>12.1f}%"
+            + (
+                f" {row['nchw_step_ms']:>13.1f} {row['channels_last_speedup']:>8.2f}x"
+                if "nchw_step_ms" in row
+                else ""
+            )
         )
     if args.logs:
         data_s = bench_data(args.logs, args.batch, args.seq, args.iters)
