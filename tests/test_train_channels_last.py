@@ -9,7 +9,8 @@ from typing import Dict, List, Tuple
 import pytest
 import torch
 
-from drive.train.module import PolicyModule, channels_last_frames, weighted_mse
+from drive.train.loss import channels_last_frames, weighted_mse
+from drive.train.module import PolicyModule
 
 HW = {"ncp_ltc": (40, 100), "cnn": (78, 200)}  # the PilotNet baseline's VALID convs need the paper's size
 

@@ -41,7 +41,8 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from drive.nn.registry import families
-from drive.train.module import PolicyModule, curve_weights, weighted_mse
+from drive.train.loss import curve_weights, weighted_mse
+from drive.train.module import PolicyModule
 
 
 def _sync(device: torch.device) -> None:

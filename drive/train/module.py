@@ -43,28 +43,12 @@ from drive.nn.policy import Policy
 from drive.train.hparams import checkpoint_hparams, option_groups, plain
 from drive.train.label_lookahead import resolve_lookahead
 from drive.train.label_range import curvature_limit, curve_weight_note, label_range, readout_scale_km
+from drive.train.loss import channels_last_frames, weighted_mse
 from drive.train.monitor import LearningMonitor
 from drive.train.schedule import lr_factor, param_groups
 from drive.train.stateful_eval import StatefulEvalModule
 
-__all__ = ["PolicyModule", "weighted_mse", "curve_weights", "channels_last_frames"]
-
-
-def weighted_mse(pred_km: Tensor, target_km: Tensor, weight: Tensor) -> Tensor:
-    """Weighted MSE normalised by the weights (Lechner et al. 2020), in (1/km)^2; all ``[B, L]``."""
-    return (weight * (pred_km - target_km) ** 2).sum() / weight.sum().clamp_min(1e-12)
-
-
-def channels_last_frames(frames: Tensor) -> Tensor:
-    """``frames [B, L, C, H, W]`` (the same values) laid out so that each frame ``[C, H, W]`` is
-    channels-last: ``frames.flatten(0, 1)`` is then a ``torch.channels_last`` batch without a copy,
-    and the convolutions run in that layout."""
-    return frames.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
-
-
-def curve_weights(target_km: Tensor, curve_factor: float) -> Tensor:
-    """NCP sample weights ``exp(c |y|)``, y in 1/km (the datamodule's ``weight``)."""
-    return torch.exp(curve_factor * target_km.abs())
+__all__ = ["PolicyModule"]
 
 
 class PolicyModule(StatefulEvalModule):
