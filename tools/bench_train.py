@@ -205,7 +205,9 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--seq", type=int, default=16, help="frames per sequence (paper: 16)")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--input-hw", default="", help="network input H,W, e.g. 39,100 (the demo profile's)")
+    parser.add_argument(
+        "--input-hw", type=_input_hw, default=None, help="network input H,W, e.g. 39,100 (the demo profile's)"
+    )
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--logs", default="", help="recordings to time the data pipeline on (optional)")
@@ -229,11 +231,20 @@ def main(argv: List[str] | None = None) -> int:
     return 0
 
 
+def _input_hw(text: str) -> List[int]:
+    """``--input-hw H,W``: two positive integers (argparse names the argument on a bad value)."""
+    try:
+        hw = [int(v) for v in text.split(",")]
+    except ValueError:
+        hw = []
+    if len(hw) != 2 or min(hw) < 1:
+        raise argparse.ArgumentTypeError(f"expected two positive integers H,W, got {text!r}")
+    return hw
+
+
 def _hparams(family: str, args: argparse.Namespace) -> Optional[Dict[str, Any]]:
     """The family at ``--input-hw`` (None: at its default input size)."""
-    if not args.input_hw:
-        return None
-    return {"family": family, "input_hw": [int(v) for v in args.input_hw.split(",")]}
+    return None if args.input_hw is None else {"family": family, "input_hw": args.input_hw}
 
 
 def family_rows(args: argparse.Namespace, device: torch.device) -> List[Dict[str, Any]]:

@@ -157,9 +157,8 @@ class PolicyModule(StatefulEvalModule):
         self.curvature_limit: Optional[float] = None  # the export's clamp, from label_range
         self.label_lookahead_s: Optional[float] = None  # fitted on the training logs (lookahead_s: fit)
         # On a CPU the conv head trains on channels-last frames, oneDNN's fast layout: the same
-        # network, 1.2-1.35x (39x100, batch 16) to 1.7-2.1x (78x200, batch 20) faster per 2-thread
-        # step (tools/bench_train.py prints the ratio against False, the layout before, in one run).
-        # CUDA keeps the frames as they come.
+        # network, faster per step (tools/bench_train.py prints the ratio against False, the layout
+        # before, in one run; docs/benchmarks.md). CUDA keeps the frames as they come.
         self.channels_last = True
 
     # -- data description (from the datamodule, stored in checkpoints) ------------------------
