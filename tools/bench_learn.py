@@ -14,7 +14,7 @@ ratio; a family "learns" at ratio <= 0.5 (issue 25). ``--paper`` also trains the
 ``--perturb EPS,...`` repeats each run with the head's standardised frames scaled by 1 + EPS (0 is
 the run as it is): a change the size of another CPU's rounding, which moves a 150-step run as much as
 another seed does. It prints how many of the runs learn, their median and their worst: a test that
-trains one run must sit where every such run learns (docs/training.md, "rounding").
+trains one run must sit where every such run learns (docs/training.md, "Rounding").
 
     python tools/bench_learn.py --datasets world_high_narrow --families ctrnn --steps 150 --frames 480 \
         --perturb 0,1e-6,-1e-6,3e-6,-3e-6,1e-5,-1e-5,3e-5,1e-4,-1e-4

@@ -47,7 +47,7 @@ def standardize_frames(frames: Tensor) -> Tensor:
     root_n = math.sqrt(float(frames.shape[1] * frames.shape[2] * frames.shape[3]))
     centred = frames - frames.mean(dim=[1, 2, 3], keepdim=True)
     # std = |x - mean| / sqrt(n), so the floor std >= 1/sqrt(n) is |x - mean| >= 1. Two passes (no
-    # cancellation), as the deployed head (drive/export/head.py); on a CPU 2-5x faster than
+    # cancellation), as the deployed head (drive/export/head.py); on a CPU 2.5-6x faster than
     # Tensor.std's reduction (tools/bench_train.py prints the ratio, "standardisation").
     norm = torch.linalg.vector_norm(centred, dim=[1, 2, 3], keepdim=True)
     return centred * (root_n / norm.clamp_min(1.0))
