@@ -44,13 +44,11 @@ def standardize_frames(frames: Tensor) -> Tensor:
     frames: ``[N, C, H, W]`` float. The ``1/sqrt(n)`` floor is TensorFlow's guard for constant
     frames (a uniform frame maps to zeros instead of dividing by zero).
     """
-    root_n = math.sqrt(float(frames.shape[1] * frames.shape[2] * frames.shape[3]))
-    centred = frames - frames.mean(dim=[1, 2, 3], keepdim=True)
-    # std = |x - mean| / sqrt(n), so the floor std >= 1/sqrt(n) is |x - mean| >= 1. Two passes (no
-    # cancellation), as the deployed head (drive/export/head.py); on a CPU 2.5-6x faster than
-    # Tensor.std's reduction (tools/bench_train.py prints the ratio, "standardisation").
-    norm = torch.linalg.vector_norm(centred, dim=[1, 2, 3], keepdim=True)
-    return centred * (root_n / norm.clamp_min(1.0))
+    n = frames.shape[1] * frames.shape[2] * frames.shape[3]
+    flat = frames.reshape(frames.shape[0], -1)
+    mean = flat.mean(dim=1)
+    std = flat.std(dim=1, unbiased=False).clamp_min(1.0 / math.sqrt(float(n)))
+    return (frames - mean.view(-1, 1, 1, 1)) / std.view(-1, 1, 1, 1)
 
 
 def conv_output_hw(
