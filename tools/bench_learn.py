@@ -55,9 +55,12 @@ def perturbed(eps: float) -> Iterator[None]:
 
 def _floats(text: str) -> List[float]:
     try:
-        return [float(v) for v in text.split(",") if v.strip()]
+        values = [float(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        values = []
+    if not values:  # an empty list would train nothing and report success
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return values
 
 
 def main(argv=None) -> int:
