@@ -9,9 +9,13 @@ The comparison (:func:`mismatch`):
   codes exactly. Other CPUs, instruction sets, MKL/oneDNN paths and thread counts sum float32 in
   other orders: measured, the largest such difference over all fixtures is 7.4e-6 of the scale
   (PilotNet's batch-1 step loop with oneDNN capped at SSE4.1; 5.3e-6 under
-  ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``; the NCP-LTC's at most 2.5e-7). A changed
-  weight, equation or state layout moves outputs far more: ``tests/test_compat_mutations.py``
-  shows each kind failing this same comparison.
+  ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``; the NCP-LTC's at most 2.5e-7). The frame
+  standardisation's two-pass form (``drive.nn.heads.standardize_frames``, 2026-12-07; the
+  references were recorded with ``Tensor.std``'s one-pass reduction, as accurate) rounds otherwise
+  and moves PilotNet's outputs by 1.18-1.35e-5 of the scale, under every one of those kernel caps
+  (the one-pass form on the same host: 4.8-6.1e-6). A changed weight, equation or state layout
+  moves outputs far more: ``tests/test_compat_mutations.py`` shows each kind failing this same
+  comparison.
 * bitwise, only on request: ``DRIVE_COMPAT_BITWISE=1`` and a machine whose fingerprint
   (``tools/machine_fingerprint.py``: CPU model, flags, caches, torch/numpy versions, MKL and oneDNN
   builds, threads, the kernel-choosing environment variables) is the one stored beside the

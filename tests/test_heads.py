@@ -56,6 +56,27 @@ def test_standardisation_gives_zero_mean_unit_std_per_frame_and_guards_constant_
     assert torch.isfinite(out).all() and out[1].abs().max() < 1e-4
 
 
+def test_standardisation_equals_the_formula_in_float64_within_float32_rounding():
+    """The two-pass mean-of-squares form is ``(x - mean) / max(std, 1/sqrt(n))``: against the formula
+    in float64 on bright, dark, low-contrast and uniform frames (float32: 1e-5 relative)."""
+    g = torch.Generator().manual_seed(0)
+    frames = torch.cat(
+        [
+            torch.rand(4, 3, 39, 100, generator=g),
+            torch.rand(2, 3, 39, 100, generator=g) * 0.01 + 0.9,  # low contrast, bright
+            torch.rand(1, 3, 39, 100, generator=g) * 1e-4,  # below the floor's scale: the floor decides
+            torch.full((1, 3, 39, 100), 0.3),
+        ]
+    ).contiguous(memory_format=torch.channels_last)
+    n = 3 * 39 * 100
+    flat = frames.double().reshape(frames.shape[0], -1)
+    std = flat.std(dim=1, unbiased=False).clamp_min(n**-0.5).view(-1, 1, 1, 1)
+    expected = (frames.double() - flat.mean(dim=1).view(-1, 1, 1, 1)) / std
+    out = standardize_frames(frames)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+
+
 def test_heads_are_invariant_to_brightness_and_contrast_of_a_frame():
     head = NCPConvHead().eval()
     frames = torch.rand(2, 3, 78, 200) * 0.5

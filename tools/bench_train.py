@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from drive.nn.heads import standardize_frames
 from drive.nn.registry import families
 from drive.train.loss import curve_weights, weighted_mse
 from drive.train.module import PolicyModule
@@ -120,6 +121,23 @@ def bench_family(
         row["nchw_step_ms"] = peer[0] * 1e3
         row["channels_last_speedup"] = peer[0] / step_s
     return row
+
+
+def one_pass_standardize(frames: torch.Tensor) -> torch.Tensor:
+    """The peer: the same formula through Tensor.std's one-pass reduction (drive's form before)."""
+    flat = frames.reshape(frames.shape[0], -1)
+    std = flat.std(dim=1, unbiased=False).clamp_min(flat.shape[1] ** -0.5)
+    return (frames - flat.mean(dim=1).view(-1, 1, 1, 1)) / std.view(-1, 1, 1, 1)
+
+
+def bench_standardise(frames: int, hw: List[int], device: torch.device, iters: int) -> Dict[str, float]:
+    """The head's per-frame standardisation (drive.nn.heads.standardize_frames) against the one-pass
+    form of the same formula, on ``frames`` channels-last float frames (as the head sees them)."""
+    x = torch.rand(frames, 3, hw[0], hw[1], device=device).contiguous(memory_format=torch.channels_last)
+    ours, peer = _timeit(
+        [lambda: standardize_frames(x), lambda: one_pass_standardize(x)], device, 2, max(iters, 10)
+    )
+    return {"standardise_ms": ours * 1e3, "one_pass_ms": peer * 1e3, "speedup": peer / ours}
 
 
 def bench_data(logs: str, batch: int, seq: int, iters: int) -> float:
@@ -274,6 +292,13 @@ def family_rows(args: argparse.Namespace, device: torch.device) -> List[Dict[str
                 else ""
             )
         )
+    hw = args.input_hw or [78, 200]
+    std = bench_standardise(args.batch * args.seq, hw, device, args.iters)
+    print(
+        f"standardisation of {args.batch * args.seq} frames at {hw[0]}x{hw[1]}: "
+        f"{std['standardise_ms']:.2f} ms, one-pass Tensor.std {std['one_pass_ms']:.2f} ms: "
+        f"{std['speedup']:.2f}x"
+    )
     if args.logs:
         data_s = bench_data(args.logs, args.batch, args.seq, args.iters)
         for row in rows:

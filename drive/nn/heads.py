@@ -45,10 +45,12 @@ def standardize_frames(frames: Tensor) -> Tensor:
     frames (a uniform frame maps to zeros instead of dividing by zero).
     """
     n = frames.shape[1] * frames.shape[2] * frames.shape[3]
-    flat = frames.reshape(frames.shape[0], -1)
-    mean = flat.mean(dim=1)
-    std = flat.std(dim=1, unbiased=False).clamp_min(1.0 / math.sqrt(float(n)))
-    return (frames - mean.view(-1, 1, 1, 1)) / std.view(-1, 1, 1, 1)
+    centred = frames - frames.mean(dim=[1, 2, 3], keepdim=True)
+    # 1/std = rsqrt(mean((x - mean)^2)), the floor std >= 1/sqrt(n) as variance >= 1/n. Two passes (no
+    # cancellation), as accurate as Tensor.std and on a CPU about 6x faster than its reduction
+    # (tools/bench_train.py prints the ratio, "standardisation").
+    variance = centred.square().mean(dim=[1, 2, 3], keepdim=True)
+    return centred * variance.clamp_min(1.0 / float(n)).rsqrt()
 
 
 def conv_output_hw(
