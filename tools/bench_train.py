@@ -10,7 +10,9 @@ bottleneck). Frames come from memory; ``--logs DIR`` also times the data pipelin
 (:class:`~drive.data.datamodule.DriveDataModule` batches of the same shape, in this process) and
 reports its share of a serial step (data + step; DataLoader workers overlap it in practice). On a
 CPU the same run also times the step with the frames as they come (NCHW), the layout before the head
-read them channels-last (:attr:`PolicyModule.channels_last`), and prints the speed-up.
+read them channels-last (:attr:`PolicyModule.channels_last`), and prints the speed-up. It also times
+the head's per-frame standardisation (:func:`drive.nn.heads.standardize_frames`) against the same
+formula through ``Tensor.std``'s one-pass reduction, alone and as the whole step (interleaved).
 
 ``--fit LOGS`` is the end-to-end mode: a real ``drive fit`` of each profile (``--profiles``: the
 demo's, and ``ncp_ltc`` with ``data``'s full augmentation) on the cached recordings LOGS, with the
@@ -40,6 +42,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from drive.nn import heads
 from drive.nn.heads import standardize_frames
 from drive.nn.registry import families
 from drive.train.loss import curve_weights, weighted_mse
@@ -75,8 +78,10 @@ def bench_family(
     warmup: int,
     iters: int,
     hparams: Optional[Dict[str, Any]] = None,
+    standardise_peer: bool = False,
 ) -> Dict[str, float]:
-    """Model-only training step of ``family`` (or of the network ``hparams`` describe)."""
+    """Model-only training step of ``family`` (or of the network ``hparams`` describe);
+    ``standardise_peer`` also times the same step with :func:`one_pass_standardize` in the head."""
     torch.manual_seed(0)
     module = PolicyModule(**(hparams or {"family": family})).to(device)
     optimizer = torch.optim.Adam(module.parameters(), lr=5e-4)
@@ -107,8 +112,17 @@ def bench_family(
         finally:
             module.channels_last = True
 
-    fns = [train_step, head_step] + ([peer_step] if device.type == "cpu" else [])
-    step_s, head_s, *peer = _timeit(fns, device, warmup, iters)
+    def one_pass_step() -> None:  # the step with the standardisation through Tensor.std (before 2026-12-07)
+        heads.standardize_frames = one_pass_standardize
+        try:
+            train_step()
+        finally:
+            heads.standardize_frames = standardize_frames
+
+    fns = [train_step, head_step] + ([one_pass_step] if standardise_peer else [])
+    fns += [peer_step] if device.type == "cpu" else []
+    step_s, head_s, *peers = _timeit(fns, device, warmup, iters)
+    one_pass = peers.pop(0) if standardise_peer else None
     n = b * length
     row = {
         "family": family,
@@ -117,9 +131,12 @@ def bench_family(
         "head_ms": head_s * 1e3,
         "outside_head_share": max(0.0, (step_s - head_s) / step_s),
     }
-    if peer:
-        row["nchw_step_ms"] = peer[0] * 1e3
-        row["channels_last_speedup"] = peer[0] / step_s
+    if one_pass is not None:
+        row["one_pass_step_ms"] = one_pass * 1e3
+        row["standardise_step_speedup"] = one_pass / step_s
+    if peers:
+        row["nchw_step_ms"] = peers[0] * 1e3
+        row["channels_last_speedup"] = peers[0] / step_s
     return row
 
 
@@ -281,6 +298,7 @@ def family_rows(args: argparse.Namespace, device: torch.device) -> List[Dict[str
             args.warmup,
             args.iters,
             _hparams(family.strip(), args),
+            standardise_peer=True,
         )
         rows.append(row)
         print(
@@ -299,6 +317,11 @@ def family_rows(args: argparse.Namespace, device: torch.device) -> List[Dict[str
         f"{std['standardise_ms']:.2f} ms, one-pass Tensor.std {std['one_pass_ms']:.2f} ms: "
         f"{std['speedup']:.2f}x"
     )
+    for row in rows:
+        print(
+            f"{row['family']:<9} step with the one-pass standardisation {row['one_pass_step_ms']:.1f} ms: "
+            f"this step {row['standardise_step_speedup']:.2f}x faster"
+        )
     if args.logs:
         data_s = bench_data(args.logs, args.batch, args.seq, args.iters)
         for row in rows:

@@ -47,7 +47,7 @@ def standardize_frames(frames: Tensor) -> Tensor:
     n = frames.shape[1] * frames.shape[2] * frames.shape[3]
     centred = frames - frames.mean(dim=[1, 2, 3], keepdim=True)
     # 1/std = rsqrt(mean((x - mean)^2)), the floor std >= 1/sqrt(n) as variance >= 1/n. Two passes (no
-    # cancellation), as accurate as Tensor.std and on a CPU about 6x faster than its reduction
+    # cancellation), as accurate as Tensor.std and on a CPU about 5x faster than its reduction
     # (tools/bench_train.py prints the ratio, "standardisation").
     variance = centred.square().mean(dim=[1, 2, 3], keepdim=True)
     return centred * variance.clamp_min(1.0 / float(n)).rsqrt()
