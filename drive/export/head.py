@@ -71,9 +71,10 @@ class DeployedNCPHead(nn.Module):
         centred = x.permute(0, 2, 3, 1).reshape(batch, -1).to(torch.float32, copy=True)
         mean = centred.mean(dim=1, keepdim=True)
         centred.sub_(mean)
-        # std = |x - m| / sqrt(n) (two-pass: no cancellation), floored at 255 / sqrt(n)
-        root_n = float(self.numel) ** 0.5
-        centred.mul_(root_n / torch.linalg.vector_norm(centred, dim=1, keepdim=True).clamp_min(255.0))
+        # 1/std = rsqrt(mean((x - m)^2)) (two passes: no cancellation), std floored at 255 / sqrt(n); the
+        # training head's form (drive.nn.heads.standardize_frames) on 0-255 values
+        variance = centred.square().mean(dim=1, keepdim=True)
+        centred.mul_(variance.clamp_min(255.0 * 255.0 / float(self.numel)).rsqrt())
         y = (
             centred.view(batch, height, width, 3).permute(0, 3, 1, 2).to(self.dense_block.dtype)
         )  # channels-last
