@@ -30,6 +30,9 @@ with DART rounds, for ``--steps`` steps, training seed 0):
 - ``photo``:   + colour jitter and cast shadows (``--data.augment.photometric_p 0.8``,
   ``--data.augment.shadow_p 0.5``, the augmenter's defaults; the profile turns them off): 5 minutes of
   logs hold few of the world's seasons, lights and markings on a hard road;
+- ``cast``:    + shadow bands that scale the light as the world's cast shadows do (``--data.augment.shadow_p
+  0.5 --data.augment.shadow_kind cast``: the light inside the band times 1 - U(0.3, 0.7), darker only),
+  where the NCP paper's gamma barely darkens bright snow;
 - ``erase``:   + random erasing, a box of 2-20 % of the frame in one random colour in half of the
   windows (``--data.augment.erase_p 0.5``): no one cue (a lane line, a verge) carries a window alone,
   for the seasons and markings the logs hold on easy roads but not on hard ones;
@@ -108,6 +111,7 @@ ARMS: Dict[str, List[str]] = {
     "mirror": ["--data.augment.mirror_p", "0.5"],
     "photo": ["--data.augment.photometric_p", "0.8", "--data.augment.shadow_p", "0.5"],
     "erase": ["--data.augment.erase_p", "0.5"],
+    "cast": ["--data.augment.shadow_p", "0.5", "--data.augment.shadow_kind", "cast"],
     # the other compartments at one rate, as measured (the profile's 5x is the NCP-LTC's)
     "cfc": ["--model.family", "cfc", "--model.cell_lr_scale", "1"],
     "lstm": ["--model.family", "lstm", "--model.cell_lr_scale", "1"],

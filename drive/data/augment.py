@@ -20,7 +20,9 @@ Noise pixels are always fresh per frame.
 - NCP shadow bands (Lechner et al. 2020): a band of random thickness (10-99 px at 200 px width) at a
   random angle and offset, blurred with a 3/5/7 box; inside, img ** g with g = 1 + U(0, gmax), two
   thirds darker, one third lighter (g -> 1/g). Blending uses the exponent g ** mask, so gamma
-  jitter and shadow cost one ``pow``.
+  jitter and shadow cost one ``pow``. ``shadow_kind="cast"`` darkens the band as a cast shadow
+  does instead: the light scaled by 1 - s, s = U(``shadow_strength_min``, ``shadow_strength_max``)
+  (the world's tree shadows: 0.4-0.65), added in the same logarithm (``exp(g log img + mask log(1 - s))``).
 - Random erasing (``erase_p``; Zhong et al. 2020, "Random Erasing Data Augmentation"): a rectangle
   of U(0.02, ``erase_area_max``) of the frame, aspect ratio log-uniform in [1/3, 3], filled with
   one random colour, at the same place in every frame of the window (dirt or a wiper on the lens,
@@ -61,7 +63,10 @@ class AugmentConfig:
 
     per_frame: bool = False
     shadow_p: float = 0.5
+    shadow_kind: str = "gamma"  # "gamma": the NCP paper's img ** g; "cast": the light scaled by 1 - s
     shadow_gamma_max: float = 1.5
+    shadow_strength_min: float = 0.3
+    shadow_strength_max: float = 0.7
     shadow_thickness_min: int = 10
     shadow_thickness_max: int = 99
     photometric_p: float = 0.8
@@ -93,6 +98,13 @@ class AugmentConfig:
         if la != "fit" and not (isinstance(la, (int, float)) and not isinstance(la, bool) and la > 0):
             raise ValueError(f"augment.lookahead_s: a number of seconds > 0 or 'fit', got {la!r}")
         self.erase_area_max = number(self.erase_area_max, "augment.erase_area_max", low=0.02, high=1.0)
+        if self.shadow_kind not in ("gamma", "cast"):
+            raise ValueError(f"augment.shadow_kind: 'gamma' or 'cast', got {self.shadow_kind!r}")
+        lo = number(self.shadow_strength_min, "augment.shadow_strength_min", low=0.0, high=0.95)
+        self.shadow_strength_min = lo
+        self.shadow_strength_max = number(
+            self.shadow_strength_max, "augment.shadow_strength_max", low=lo, high=0.95
+        )
 
     @classmethod
     def from_any(cls, value: Optional[object]) -> Optional["AugmentConfig"]:
@@ -214,9 +226,10 @@ class Augmenter:
         photometric = rng.random(units) < cfg.photometric_p
         if photometric.any():
             x = self._colour(x, rng, photometric, unit)
-        exponent = self._exponent(rng, units, unit, h, w, photometric, dev)
-        if exponent is not None:
-            x = x.clamp_(1e-6, 1.0).log_().mul_(exponent).exp_()  # x ** exponent, 3x faster than pow
+        exponent, log_light = self._exponent(rng, units, unit, h, w, photometric, dev)
+        if exponent is not None:  # x ** exponent * light as exp(exponent log x + log light): 3x pow's speed
+            x = x.clamp_(1e-6, 1.0).log_().mul_(exponent)
+            x = (x.add_(log_light) if log_light is not None else x).exp_()
         if cfg.erase_p > 0:  # the draws of a run without erasing are the same as before it existed
             x = self._erase(x, rng, rng.random(units) < cfg.erase_p, unit)
         blur = rng.random(units) < cfg.blur_p
@@ -363,21 +376,27 @@ class Augmenter:
         w: int,
         photometric: np.ndarray,
         dev: torch.device,
-    ) -> Optional[torch.Tensor]:
-        """Per-pixel exponent [N, 1, H, W] (or [N,1,1,1]) for gamma jitter and shadow bands; None = 1."""
+    ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """(exponent, log light): the per-pixel exponent [N, 1, H, W] (or [N,1,1,1]) of gamma jitter
+        and NCP shadow bands, None = 1 and nothing to do; the log of the light factor [N, 1, H, W] of
+        cast-shadow bands (``shadow_kind="cast"``), None = 1."""
         cfg = self.config
         gamma = np.where(photometric, rng.uniform(1 - cfg.gamma, 1 + cfg.gamma, units), 1.0)
         expo = torch.from_numpy(gamma[unit].astype(np.float32)).to(dev).view(-1, 1, 1, 1)
         shadow = rng.random(units) < cfg.shadow_p
         if not shadow.any():
-            return None if np.all(gamma == 1.0) else expo
+            return (None if np.all(gamma == 1.0) else expo), None
         k = len(shadow)
         scale = w / 200.0
         thick = rng.integers(cfg.shadow_thickness_min, cfg.shadow_thickness_max + 1, k) * scale
         angle, x0, y0 = rng.uniform(0, math.pi, k), rng.uniform(0, w, k), rng.uniform(0, h, k)
         kernel = rng.choice([3, 5, 7], k)
-        g = 1 + rng.uniform(0, cfg.shadow_gamma_max, k)
-        g = np.where(rng.random(k) < 1 / 3, 1 / g, g)  # one third lighter
+        cast = cfg.shadow_kind == "cast"
+        if cast:  # the light scaled by 1 - s, darker only
+            g = 1.0 - rng.uniform(cfg.shadow_strength_min, cfg.shadow_strength_max, k)
+        else:
+            g = 1 + rng.uniform(0, cfg.shadow_gamma_max, k)
+            g = np.where(rng.random(k) < 1 / 3, 1 / g, g)  # one third lighter
         log_g = np.where(shadow, np.log(g), 0.0)
         v = torch.arange(h, dtype=torch.float32, device=dev).view(1, h, 1)
         u = torch.arange(w, dtype=torch.float32, device=dev).view(1, 1, w)
@@ -396,4 +415,5 @@ class Augmenter:
                 )
         maps = torch.zeros(units, 1, h, w, device=dev)
         maps[torch.from_numpy(sel).to(dev)] = band * col(log_g).unsqueeze(1)
-        return expo * torch.exp(maps[torch.from_numpy(unit).to(dev)])
+        maps = maps[torch.from_numpy(unit).to(dev)]
+        return (expo, maps) if cast else (expo * torch.exp(maps), None)
