@@ -39,15 +39,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-import torchvision
-from torchvision.transforms.v2 import functional as TF
 
+from drive.data.filters import gaussian_matrices, jpeg_round_trip
 from drive.data.viewpoint import corrected_curvature, warp_frames, warp_grids, warp_params
 from drive.io.checks import number
 
@@ -137,29 +135,6 @@ def color_matrix(brightness: float, contrast: float, saturation: float, hue: flo
     return np.concatenate([lin, offset[:, None]], axis=1)
 
 
-def _gaussian_matrices(n: int, sigma: torch.Tensor) -> torch.Tensor:
-    """[U, n, n] symmetric banded blur matrices, one per sigma [U] (rows sum to 1):
-    blurred = G_h @ x @ G_w^T."""
-    i = torch.arange(n, dtype=torch.float32, device=sigma.device)
-    d = (i[:, None] - i[None, :])[None]
-    s = sigma.view(-1, 1, 1)
-    g = torch.exp(-0.5 * (d / s) ** 2) * (d.abs() <= torch.ceil(2 * s))
-    return g / g.sum(-1, keepdim=True)
-
-
-def _jpeg(frames: torch.Tensor, quality: int) -> torch.Tensor:
-    """JPEG round trip of uint8 frames [K,3,H,W] where they lie: nvJPEG on CUDA (batched encode,
-    decode of the compressed bytes, a few kB a frame, back to the GPU); torchvision's CPU codec on
-    the CPU and where torchvision has no CUDA codec."""
-    if frames.device.type == "cuda":
-        try:
-            data = torchvision.io.encode_jpeg(list(frames), quality=quality)
-            return torch.stack(torchvision.io.decode_jpeg([d.cpu() for d in data], device=frames.device))
-        except RuntimeError as err:  # a torchvision built without nvJPEG: the CPU codec, said once
-            warnings.warn(f"JPEG augmentation on the CPU codec: nvJPEG failed on CUDA ({err})", stacklevel=2)
-    return TF.jpeg(frames.cpu(), quality).to(frames.device)
-
-
 Geometry = Tuple[
     Optional[Dict[str, float]], Optional[np.ndarray]
 ]  # (camera calibration, source->model affine)
@@ -237,7 +212,7 @@ class Augmenter:
         if blur.any():
             blurred = np.flatnonzero(blur)
             s = torch.from_numpy(sigma[blurred].astype(np.float32)).to(dev)
-            g_h, g_w = _gaussian_matrices(h, s), _gaussian_matrices(w, s).transpose(-1, -2)
+            g_h, g_w = gaussian_matrices(h, s), gaussian_matrices(w, s).transpose(-1, -2)
             for j, u in enumerate(blurred):  # a few units per batch: two matrix products each
                 sel = torch.from_numpy(np.flatnonzero(unit == u)).to(dev)
                 x[sel] = g_h[j] @ x[sel] @ g_w[j]
@@ -255,7 +230,7 @@ class Augmenter:
         quality = rng.integers(cfg.jpeg_quality_min, 96, units)
         for u in np.flatnonzero(jpeg):
             sel = torch.from_numpy(np.flatnonzero(unit == u)).to(dev)
-            out[sel] = _jpeg(out[sel], int(quality[u]))
+            out[sel] = jpeg_round_trip(out[sel], int(quality[u]))
         return out.view(n_win, t, 3, h, w), curvature.reshape(n_win, t)
 
     def _viewpoint(
