@@ -13,12 +13,13 @@ import errno
 import re
 import sys
 import zipfile
+from typing import Optional, TextIO
 
 import yaml
 
 from drive.io.checks import yaml_problem
 
-__all__ = ["INPUT_ERRORS", "UsageError", "error_line", "report_input_error"]
+__all__ = ["INPUT_ERRORS", "UsageError", "error_line", "report_input_error", "say"]
 
 
 class UsageError(ValueError):
@@ -57,5 +58,15 @@ def error_line(err: BaseException) -> str:
 
 def report_input_error(command: str, err: BaseException) -> int:
     """Print ``drive <command>: error: ...`` (one line) on stderr; the exit status 2."""
-    print(f"drive {command}: error: {error_line(err)}", file=sys.stderr, flush=True)
+    say(f"drive {command}: error: {error_line(err)}", sys.stderr)
     return 2
+
+
+def say(line: str, stream: Optional[TextIO] = None) -> None:
+    """Write ``line`` and its newline in one write and flush. ``print`` writes the text and the
+    newline apart, and unbuffered output (``PYTHONUNBUFFERED``, ``python -u``) sends them to the
+    terminal or pipe as two writes, so the lines of processes that share it (torchrun's ranks)
+    could run together; one write of a line under the pipe's atomic size (4 KiB) never does."""
+    stream = sys.stdout if stream is None else stream
+    stream.write(line + "\n")
+    stream.flush()

@@ -26,6 +26,7 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
+from drive.cli.errors import say
 from drive.cli.outputs import KM, SEED, THREADS, WORKERS
 from drive.cli.reader_args import add_reader_arguments, reader_options
 from drive.io.atomic import all_or_nothing, no_empty_dir_on_error
@@ -354,13 +355,12 @@ def _run_logs(args: argparse.Namespace) -> int:
     out = Path(args.out)
 
     def progress(row: Dict[str, Any]) -> None:
-        if "skipped" in row:
-            print(f"{row['name']}: skipped, {row['skipped']}", flush=True)
+        if "skipped" in row:  # one write a line: torchrun's ranks share this stdout
+            say(f"{row['name']}: skipped, {row['skipped']}")
             return
-        print(
+        say(
             f"{row['name']}: {row['km']:.2f} km, {row['interventions']} interventions, "
-            f"no-source {100 * row['no_source_share']['mean']:.1f} %, path from {row['path_source']}",
-            flush=True,
+            f"no-source {100 * row['no_source_share']['mean']:.1f} %, path from {row['path_source']}"
         )
 
     # a refused run leaves no --out folder; a failed one none of its files (they appear together)
