@@ -4,6 +4,7 @@ Errors caused by input (a missing or damaged file, a bad option value, a read-on
 location) are answered with one line on stderr, ``drive <command>: error: <what>``, and exit
 status 2. The dispatcher (:mod:`drive.cli`) and the LightningCLI commands (:mod:`drive.cli.fit`)
 both report through here, so neither imports the other for it.
+Lines that processes may share a stream for (torchrun's ranks) go out through :func:`say`.
 """
 
 from __future__ import annotations
