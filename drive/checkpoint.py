@@ -22,9 +22,10 @@ from __future__ import annotations
 import io
 import os
 import pickle
+import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import torch
 
@@ -78,13 +79,24 @@ def _refusal(path: Path, err: BaseException) -> ValueError:
 def checked_load(path: PathLike, load: Callable[[], Any]) -> Any:
     """``load()`` (a ``torch.load(path, weights_only=True)``), its failures turned into one-line
     ``ValueError``s naming ``path``: an empty file, a truncated or foreign one (torch answers those
-    with a bare ``EOFError``, ``OSError: Invalid argument`` or zip errors), or pickled code."""
+    with a bare ``EOFError``, ``OSError: Invalid argument`` or zip errors), or pickled code.
+    torch's note on a pickle protocol other than its own is silenced: such a file either loads
+    (plain types) or is refused here in one line, and the note would be a second line."""
     path = Path(path)
     try:
-        return load()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return load()
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such checkpoint file") from None
     except pickle.UnpicklingError as err:
+        protocol = _pickle_protocol(path)
+        if "Unsupported operand" in str(err) and protocol is not None and protocol >= 4:
+            raise ValueError(
+                f"{path}: cannot load safely: written with pickle protocol {protocol}, which "
+                "torch.load(weights_only=True) does not read; save it again with torch.save's "
+                "default protocol (no pickle_protocol argument)"
+            ) from None
         if "Weights only load failed" in str(err):
             raise _refusal(path, err) from None
         raise ValueError(
@@ -103,6 +115,22 @@ def checked_load(path: PathLike, load: Callable[[], Any]) -> Any:
         ) from None
 
 
+def _pickle_protocol(path: Path) -> Optional[int]:
+    """The pickle protocol of a ``torch.save`` file (its ``data.pkl`` in the zip, or the legacy
+    format's first pickle), from the PROTO opcode it starts with; None when there is none."""
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                name = next((n for n in zf.namelist() if n.endswith("/data.pkl")), None)
+                head = zf.read(name)[:2] if name else b""
+        else:
+            with open(path, "rb") as f:
+                head = f.read(2)
+    except (OSError, zipfile.BadZipFile):
+        return None
+    return head[1] if len(head) == 2 and head[0] == pickle.PROTO[0] else None
+
+
 def _is_torchscript(path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as zf:
@@ -112,8 +140,15 @@ def _is_torchscript(path: Path) -> bool:
 
 
 def _one_line(err: BaseException) -> str:
+    """``err`` as ``Type: text`` on one line: its first sentence, at most 200 characters (torch's
+    zip errors go on with advice about its own internals)."""
     text = " ".join(str(err).split())
-    return f"{type(err).__name__}: {text[:200]}" if text else type(err).__name__
+    end = text.find(". ")
+    if 0 < end < 200:
+        text = text[: end + 1]
+    elif len(text) > 200:
+        text = text[:197] + "..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
 def read_checkpoint(path: PathLike, map_location: Union[str, torch.device] = "cpu") -> Dict[str, Any]:

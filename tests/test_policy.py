@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -117,6 +118,40 @@ def test_pickled_payload_is_rejected_without_running_it(tmp_path) -> None:
     with pytest.raises(ValueError, match="refusing to load"):
         load_policy(path)
     assert not marker.exists()
+
+
+def test_another_pickle_protocol_is_read_or_named_without_torchs_note(tmp_path) -> None:
+    """Protocol 3 loads; 4 and 5, which torch's safe loader cannot read, are named as such (not
+    as pickled code); torch's note on the protocol (a second stderr line under the CLI's one-line
+    errors) never escapes."""
+    torch.manual_seed(5)
+    policy = build_policy("ncp_ltc", frame_period_s=0.05).eval()
+    ckpt = torch.load(save_policy(tmp_path / "p.pt", policy, _meta(policy)), weights_only=True)
+    for protocol in (3, 4, 5):
+        torch.save(ckpt, tmp_path / f"p{protocol}.pt", pickle_protocol=protocol)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loaded, meta = load_policy(tmp_path / "p3.pt")
+        for protocol in (4, 5):
+            with pytest.raises(ValueError, match=f"written with pickle protocol {protocol}, which"):
+                load_policy(tmp_path / f"p{protocol}.pt")
+    assert meta["fps"] == 20.0
+    frames = _frames(1, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(frames)[0], policy(frames)[0])
+
+
+def test_a_damaged_checkpoint_is_named_in_one_short_sentence(tmp_path) -> None:
+    torch.manual_seed(6)
+    policy = build_policy("ncp_ltc", frame_period_s=0.05)
+    data = save_policy(tmp_path / "p.pt", policy, _meta(policy)).read_bytes()
+    bad = tmp_path / "half.pt"
+    bad.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError) as err:
+        load_policy(bad)
+    message = str(err.value)
+    assert message.startswith(f"{bad}: cannot load:") and message.endswith(".)"), message
+    assert "\n" not in message and len(message) < len(str(bad)) + 250, message
 
 
 def test_driver_preprocesses_like_training_and_resets_its_memory(tmp_path) -> None:
