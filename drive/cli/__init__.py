@@ -31,7 +31,7 @@ from typing import Any, Dict, List, NoReturn, Optional
 
 from drive import __version__
 from drive.cli.discover import RESERVED, Command, find_commands
-from drive.cli.errors import INPUT_ERRORS, UsageError, error_line, report_input_error
+from drive.cli.errors import INPUT_ERRORS, UsageError, error_line, report_input_error, say
 from drive.cli.outputs import check_out, check_out_against_inputs, check_ranges
 
 __all__ = ["main"]
@@ -83,6 +83,17 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     debug = _debug(argv)
     argv = [a for a in argv if a != "--debug"]
+    try:
+        return _dispatch(argv, debug)
+    except KeyboardInterrupt:  # Ctrl-C: one line, not the traceback of wherever the work was
+        if debug:
+            raise
+        name = f"drive {argv[0]}" if argv and not argv[0].startswith("-") else "drive"
+        say(f"{name}: interrupted; outputs it had not finished were not written", sys.stderr)
+        return 130
+
+
+def _dispatch(argv: List[str], debug: bool) -> int:
     if argv and argv[0] in RESERVED:
         # imported when it runs: Lightning takes seconds to import, `drive --help` none
         from drive.cli.fit import lightning_main

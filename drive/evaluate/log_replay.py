@@ -20,10 +20,9 @@ recording carries the share of re-rendered pixels that had no recorded content, 
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import shutil
-from concurrent import futures
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -40,6 +39,7 @@ from drive.data.readers import ReaderOptions, discover, no_log_message, read_log
 from drive.evaluate.log_replay_ranks import gather_logs, join, launch_rank, local_cpus
 from drive.io.atomic import commit
 from drive.io.recording import Recording
+from drive.io.workers import worker_pool
 from drive.policy_drivers import make_driver
 from drive.replay import RecordingReplay, replay_recording
 from drive.replay.loop import END_MARGIN_M
@@ -277,22 +277,17 @@ def _drive_logs(
     args: List[Tuple[Any, ...]], workers: int, progress: Optional[Callable[[Dict[str, Any]], None]]
 ) -> List[Driven]:
     """Every log of ``args`` (:func:`_replay_log`'s arguments) driven, in order, by ``workers`` processes."""
-    if workers == 1:
-        done: Any = (_replay_log(*a) for a in args)
-    else:
-        pool = futures.ProcessPoolExecutor(
-            max_workers=workers, mp_context=multiprocessing.get_context("spawn")
-        )
-        done = (job.result() for job in [pool.submit(_replay_log, *a) for a in args])
-    out: List[Driven] = []
-    try:
+    with ExitStack() as stack:
+        if workers == 1:
+            done: Any = (_replay_log(*a) for a in args)
+        else:
+            pool = stack.enter_context(worker_pool(workers))
+            done = (job.result() for job in [pool.submit(_replay_log, *a) for a in args])
+        out: List[Driven] = []
         for results in done:
             out.append(results)
             for rec, info in results if progress is not None else []:
                 progress(_recording_row(rec, info))
-    finally:
-        if workers > 1:
-            pool.shutdown(cancel_futures=True)
     return out
 
 

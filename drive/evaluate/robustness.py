@@ -23,8 +23,6 @@ so levels compare across cameras (:mod:`drive.data.perturb`).
 
 from __future__ import annotations
 
-import concurrent.futures as futures
-import multiprocessing
 import os
 import time
 from contextlib import contextmanager
@@ -45,6 +43,7 @@ from drive.evaluate.measures import (
     sensitivity_profile,
 )
 from drive.io.recording import Recording
+from drive.io.workers import worker_pool
 from drive.nn.policy import Policy
 from drive.policy_drivers import PolicyDriver
 from drive.sim.closed_loop import evaluate
@@ -251,8 +250,7 @@ def robustness_report(
     if in_process:
         results = [evaluate_model(m, rec_dirs, config) for m in models]
     else:
-        ctx = multiprocessing.get_context("spawn")
-        with futures.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        with worker_pool(workers) as pool:
             jobs = [pool.submit(evaluate_model, str(m), rec_dirs, config) for m in models]
             results = [j.result() for j in jobs]
     return write_report(results, Path(out_dir), config=asdict(config), recordings=rec_dirs)

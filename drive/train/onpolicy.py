@@ -60,6 +60,7 @@ from drive.data.augment import AugmentConfig
 from drive.data.cache import CachedRecording, model_camera
 from drive.data.dataset import sample_weights
 from drive.data.sampling import global_rows
+from drive.io.workers import stop_now
 from drive.replay.cached import drivable_paths
 from drive.replay.path import MIN_PATH_M
 from drive.replay.rollout import Rollout
@@ -185,8 +186,8 @@ class OnPolicyData(L.Callback):
             self._submit(pl_module, self.pending["step"], self.pending["weights"])
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+        if self._pool is not None:  # a round in flight is not waited for: a resumed run redoes it
+            stop_now(self._pool)
             self._pool = None
 
     # -- rounds --------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ training process dies (a ``kill -9``, a preempted node), instead of waiting fore
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 import time
@@ -23,6 +22,8 @@ from typing import Any, Callable, Dict, List
 
 import torch
 import torch.distributed as dist
+
+from drive.io.workers import QuietPool
 
 __all__ = ["gather", "gather_results", "policy_snapshot", "side_process"]
 
@@ -39,9 +40,9 @@ def policy_snapshot(pl_module: Any, world: int) -> Dict[str, torch.Tensor]:
 
 def side_process() -> futures.ProcessPoolExecutor:
     """One spawned worker process for work beside training (rollouts, validation drives) that exits
-    within a second of its training process's death."""
-    ctx = multiprocessing.get_context("spawn")
-    return futures.ProcessPoolExecutor(1, mp_context=ctx, initializer=_exit_with, initargs=(os.getpid(),))
+    within a second of its training process's death, and leaves Ctrl-C to it
+    (:class:`drive.io.workers.QuietPool`; end it with :func:`drive.io.workers.stop_now`)."""
+    return QuietPool(1, initializer=_exit_with, initargs=(os.getpid(),))
 
 
 def _exit_with(parent: int) -> None:

@@ -52,6 +52,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from drive.data.cache import CachedRecording, model_camera
 from drive.io.atomic import write_image
+from drive.io.workers import stop_now
 from drive.nn.policy import Policy
 from drive.replay.cached import cached_paths, cached_world
 from drive.replay.loop import END_MARGIN_M
@@ -304,8 +305,8 @@ class ReplayValidation(L.Callback):
         return ("" if plan else f"no validation path is {MIN_PATH_M:g} m long"), plan
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
+        if self._pool is not None:  # an interrupted validation's drive is not waited for
+            stop_now(self._pool)
             self._pool = None
 
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: Any) -> None:
