@@ -5,8 +5,9 @@ Ctrl-C sends SIGINT to every process of the terminal's process group. A spawned 
 its own beside the command's one line. :func:`worker_pool`'s workers start with SIGINT ignored (a
 disposition the spawn's ``exec`` keeps, and Python keeps at start-up), so the parent alone answers
 it: an exception in the pool's block, ``KeyboardInterrupt`` included, stops the workers at once and
-cancels the jobs not started, instead of waiting for the running ones to finish. Workers return
-results and write no files, so stopping them loses nothing a later run needs.
+cancels the jobs not started, instead of waiting for the running ones to finish. What a worker
+writes goes into a temporary its command discards when it fails (log replay's videos), so stopping
+one loses nothing a later run needs.
 """
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ class QuietPool(futures.ProcessPoolExecutor):
         super().__init__(max_workers=workers, mp_context=multiprocessing.get_context("spawn"), **kwargs)
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> futures.Future:
-        if threading.current_thread() is not threading.main_thread():  # signals are the main thread's
+        previous = signal.getsignal(signal.SIGINT)
+        # signals are the main thread's to set; a handler not set from Python could not be restored
+        if previous is None or threading.current_thread() is not threading.main_thread():
             return super().submit(fn, *args, **kwargs)
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             return super().submit(fn, *args, **kwargs)
         finally:
@@ -39,10 +42,15 @@ class QuietPool(futures.ProcessPoolExecutor):
 
 
 def stop_now(pool: futures.ProcessPoolExecutor) -> None:
-    """End ``pool`` without waiting: its workers terminated, the jobs not started cancelled."""
-    for process in list((getattr(pool, "_processes", None) or {}).values()):
+    """End ``pool`` without waiting for its jobs: the jobs not started cancelled, the workers
+    terminated (SIGTERM, which they do not handle) and gone when this returns, so none writes on
+    into a temporary its caller is about to remove."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
         process.terminate()
     pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.join(timeout=10)
 
 
 @contextmanager
