@@ -351,6 +351,17 @@ def test_an_output_that_is_a_file_is_named_as_such(command, world, tmp_path, cap
     assert ".partial" not in line and out.read_text() == "mine\n"
 
 
+def test_a_video_name_opencv_cannot_write_is_refused_before_anything_is_read(world, tmp_path, capsys) -> None:
+    """`drive saliency --out v.txt` failed only when OpenCV would not open the writer, after the
+    checkpoint had loaded; now the name is refused first (the checkpoint here does not even exist)."""
+    argv = ["saliency", "--ckpt", str(tmp_path / "none.ckpt"), "--recording", str(world["rec"])]
+    assert main([*argv, "--out", str(tmp_path / "v.txt")]) == 2
+    one_line(
+        _err(capsys), "saliency", f"--out {tmp_path / 'v.txt'}: a video cannot be written as .txt", ".mp4"
+    )
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_the_expert_does_not_hide_a_damaged_frame(world, tmp_path, capsys) -> None:
     """The expert never decodes frames, so a truncated JPEG passed `evaluate --logs`: every frame
     is decoded once whatever drives."""

@@ -2,7 +2,7 @@
 
 A command module may declare, beside ``COMMAND`` and ``HELP``::
 
-    OUTPUTS = {"out": "folder"}  # options naming outputs: a folder ("file": one file)
+    OUTPUTS = {"out": "folder"}  # options naming outputs: a folder ("file": one file, "video": a video file)
     INPUTS = {"logs": "logs", "policy": "policy"}   # its options that name inputs, and their kind
     RANGES = {"km": dict(low=0.0, high=1e4, low_open=True)}   # number options and their ranges
 
@@ -12,7 +12,8 @@ option, an output that
 
 * cannot be written: a read-only file system, no permission, a file in its path where a folder
   should be (``ENOTDIR``);
-* is of the wrong kind: an existing file where a folder is written, a folder where a file is;
+* is of the wrong kind: an existing file where a folder is written, a folder where a file is, a
+  name a video cannot be written to (``v.txt``; :data:`drive.io.video.VIDEO_SUFFIXES`);
 * is an input, contains one or lies inside one (``logs`` inputs: log files and folders), or is
   an input file (``file`` inputs: a checkpoint, a YAML file): a user's recordings and checkpoints
   are never written over. A ``config`` input is the file it names (a shipped profile's name is the
@@ -51,12 +52,21 @@ COUNT = dict(low=1, high=1e9, integer=True)  # frames, rounds, samples
 
 def check_out(out: object, kind: Optional[str] = None, flag: str = "--out") -> None:
     """Refuse an output (``flag``: ``--out``) that cannot be written or is of the wrong ``kind``
-    (``"folder"`` / ``"file"`` / None: either), naming it; nothing is created."""
+    (``"folder"`` / ``"file"`` / ``"video"`` / None: either), naming it; nothing is created."""
     if out is None:
         return
     if not str(out).strip():
         raise ValueError(f"{flag}: an empty path; give a {kind or 'path'}")
     path = Path(str(out)).absolute()
+    if kind == "video":
+        from drive.io.video import VIDEO_SUFFIXES  # at run time: OpenCV's import (start-up time)
+
+        if path.suffix and path.suffix.lower() not in VIDEO_SUFFIXES:
+            raise ValueError(
+                f"{flag} {out}: a video cannot be written as {path.suffix}; "
+                f"give a name ending in {', '.join(VIDEO_SUFFIXES)}"
+            )
+        kind = "file"
     if path.exists() and not (path.is_file() or path.is_dir()):  # a device, a pipe: never replaced
         raise FileExistsError(f"{flag} {out}: is not a regular file or folder; write elsewhere")
     if kind == "folder" and path.is_file():

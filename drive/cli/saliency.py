@@ -23,7 +23,7 @@ from drive.explain.visual_backprop import METHODS
 
 COMMAND = "saliency"
 HELP = "VisualBackProp saliency video of a policy on a recording"
-OUTPUTS = {"out": "file", "still": "file"}  # drive.cli.outputs: --out is checked before anything is read
+OUTPUTS = {"out": "video", "still": "file"}  # drive.cli.outputs: --out is checked before anything is read
 INPUTS = {"ckpt": "file", "recording": "logs"}
 RANGES = {
     "km": KM,

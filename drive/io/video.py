@@ -20,7 +20,10 @@ import numpy as np
 from drive.io.atomic import commit
 from drive.io.video_index import complete_video_frames
 
-__all__ = ["VideoFile"]
+__all__ = ["VIDEO_SUFFIXES", "VideoFile"]
+
+# the containers OpenCV's mp4v writer opens (a name without a suffix is written as MP4 too)
+VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".avi", ".mkv")
 
 
 class VideoFile:
