@@ -125,7 +125,6 @@ def _check_outputs(module: ModuleType, args: argparse.Namespace) -> None:
     for dest, kind in getattr(module, "OUTPUTS", {"out": None}).items():
         flag = "--" + dest.replace("_", "-")
         check_out(getattr(args, dest, None), kind, flag)
-        kind = "file" if kind == "video" else kind
         check_out_against_inputs(getattr(args, dest, None), inputs, kinds, flag, kind)
 
 

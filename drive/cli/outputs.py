@@ -107,9 +107,9 @@ def check_out_against_inputs(
     out_kind: Optional[str] = None,
 ) -> None:
     """Refuse an output (``flag``: ``--out``) that is an input, or (``logs`` inputs) contains one or
-    lies inside one; a file output (``out_kind`` ``"file"``) below a folder of logs only when it
-    would land inside one of the logs. ``inputs``: option name -> value; ``kinds``: option name ->
-    ``"logs"`` | ``"file"`` | ``"config"`` | ``"policy"``."""
+    lies inside one; a file output (``out_kind`` ``"file"`` or ``"video"``) below a folder of logs
+    only when it would land inside one of the logs. ``inputs``: option name -> value; ``kinds``:
+    option name -> ``"logs"`` | ``"file"`` | ``"config"`` | ``"policy"``."""
     if out is None:
         return
     target = Path(os.path.realpath(str(out)))
@@ -120,7 +120,7 @@ def check_out_against_inputs(
                 raise ValueError(f"{flag} {out}: is {given}; write the output elsewhere")
             if kinds.get(option) != "logs":
                 continue
-            if _inside(target, path) and (out_kind != "file" or _in_a_log(target, path)):
+            if _inside(target, path) and (out_kind not in ("file", "video") or _in_a_log(target, path)):
                 raise ValueError(f"{flag} {out}: lies inside {given}; write the output elsewhere")
             if _inside(path, target):
                 raise ValueError(
