@@ -90,8 +90,8 @@ def checked_load(path: PathLike, load: Callable[[], Any]) -> Any:
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such checkpoint file") from None
     except pickle.UnpicklingError as err:
-        protocol = _pickle_protocol(path)
-        if "Unsupported operand" in str(err) and protocol is not None and protocol >= 4:
+        protocol = _pickle_protocol(path) if "Unsupported operand" in str(err) else None
+        if protocol is not None and protocol >= 4:
             raise ValueError(
                 f"{path}: cannot load safely: written with pickle protocol {protocol}, which "
                 "torch.load(weights_only=True) does not read; save it again with torch.save's "
